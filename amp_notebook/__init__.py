@@ -1,0 +1,27 @@
+"""amp_notebook: asynchronous model-parallel training (AMPNet, Gaunt et al. 2017) made tangible.
+
+Build a static IR graph whose nodes route messages (payload + state) with explicit control flow, train it
+asynchronously on worker threads, and look at what asynchrony did: throughput, staleness, utilization,
+and a trace of every message.
+
+    import amp_notebook as amp
+    g = amp.models.rnn()
+    data = amp.data.list_reduction_dataset(n_train=20_000, n_val=2_000)
+    result = amp.train(g, data, mode="amp", max_active_keys=4, optimizer={"name": "adam", "lr": 2e-3})
+"""
+
+from amp_notebook import data, models, trace
+from amp_notebook.ir.graph import Graph, GraphError, Ref
+from amp_notebook.ir.interpret import Interpreter
+from amp_notebook.ir.message import State
+from amp_notebook.ir.serialize import load_graph, load_params, save_graph, save_params
+from amp_notebook.ir.validate import ValidationError
+from amp_notebook.runtime.train import TrainResult, train
+from amp_notebook.runtime.worker import NodeError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Graph", "GraphError", "Interpreter", "NodeError", "Ref", "State", "TrainResult", "ValidationError", "data",
+    "load_graph", "load_params", "models", "save_graph", "save_params", "trace", "train",
+]  # fmt: skip

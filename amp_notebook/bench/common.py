@@ -1,0 +1,44 @@
+"""Helpers shared by the benchmarks."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from amp_notebook.data.batch import Batch, Dataset
+
+
+def median_of(repeats: int, fn: Callable[[], float]) -> tuple[float, list[float]]:
+    values = [fn() for _ in range(repeats)]
+    return statistics.median(values), values
+
+
+def interleaved_medians(repeats: int, fns: dict[str, Callable[[], float]]) -> dict[str, tuple[float, list[float]]]:
+    """Run the contenders alternately (a, b, a, b, ...) so drifting machine load hits both alike."""
+    values: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            values[name].append(fn())
+    return {name: (statistics.median(v), v) for name, v in values.items()}
+
+
+def repeat_epochs(dataset: Dataset, copies: int) -> Dataset:
+    """The same training keys ``copies`` times (a longer run without a longer download)."""
+    return Dataset(dataset.name, list(dataset.train) * copies, [], dataset.num_classes, dataset.meta)
+
+
+def constant_dataset(n_keys: int, width: int, batch: int = 1, seed: int = 0) -> Dataset:
+    rng = np.random.default_rng(seed)
+    keys = [
+        Batch({"x": rng.standard_normal((batch, width)), "target": rng.standard_normal((batch, width))}, batch)
+        for _ in range(n_keys)
+    ]
+    return Dataset("constant", keys, [])
+
+
+def report(rows: list[tuple[str, Any]]) -> str:
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"  {name:<{width}}  {value}" for name, value in rows)

@@ -1,0 +1,20 @@
+"""Benchmark names -> modules with ``run(quick=False, ...) -> dict``."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+BENCHMARKS: dict[str, str] = {
+    "overhead": "amp_notebook.bench.overhead",
+    "speedup": "amp_notebook.bench.speedup",
+    "rnn-vs-torch": "amp_notebook.bench.rnn_vs_torch",
+    "trace-overhead": "amp_notebook.bench.trace_overhead",
+}
+
+
+def run_benchmark(name: str, quick: bool = False) -> dict[str, Any]:
+    if name not in BENCHMARKS:
+        raise ValueError(f"unknown benchmark {name!r}; choose one of {sorted(BENCHMARKS)}")
+    module = importlib.import_module(BENCHMARKS[name])
+    return module.run(quick=quick)

@@ -1,0 +1,193 @@
+"""``amp-notebook``: train a model, run the demo, or run a benchmark from the shell.
+
+    amp-notebook train --model rnn --workers 2 --max-active-keys 4 --epochs 3 --json
+    amp-notebook demo
+    amp-notebook bench speedup --json
+
+With ``--json`` the last line on stdout is one JSON object; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from amp_notebook.bench.registry import BENCHMARKS, run_benchmark
+from amp_notebook.data.batch import Dataset
+from amp_notebook.data.digits import load_digits_dataset
+from amp_notebook.data.list_reduction import list_reduction_dataset
+from amp_notebook.ir.graph import Graph
+from amp_notebook.models import mlp, rnn
+from amp_notebook.runtime.controller import MODES
+from amp_notebook.runtime.train import TrainResult, train
+
+MODELS = ("mlp", "rnn")
+DEFAULT_LR = {"mlp": 0.05, "rnn": 3e-3}
+DEFAULT_OPTIMIZER = {"mlp": "sgd", "rnn": "adam"}
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="amp-notebook", description="Asynchronous model-parallel training (AMPNet).")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="train a model from the zoo on its default data")
+    t.add_argument("--model", choices=MODELS, required=True)
+    t.add_argument("--replicas", type=positive_int, default=1, help="replicas of the RNN step (rnn only)")
+    t.add_argument("--workers", type=positive_int, default=2)
+    t.add_argument("--max-active-keys", type=positive_int, default=4)
+    t.add_argument("--min-update-frequency", type=positive_int, default=None,
+                   help="gradients a node holds before it updates (amp mode); default 1 (mlp), 10 (rnn)")
+    t.add_argument("--mode", choices=MODES, default="amp")
+    t.add_argument("--epochs", type=positive_int, default=3)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--optimizer", choices=("sgd", "momentum", "adam"), default=None)
+    t.add_argument("--lr", type=float, default=None)
+    t.add_argument("--n-train", type=positive_int, default=20_000, help="list-reduction training instances (rnn)")
+    t.add_argument("--n-val", type=positive_int, default=2_000, help="list-reduction validation instances (rnn)")
+    t.add_argument("--trace", type=Path, default=None, help="write a Chrome/Perfetto trace JSON here")
+    t.add_argument("--trace-window", type=float, nargs=2, default=None, metavar=("START_S", "END_S"),
+                   help="only export slices starting in this window of seconds")
+    t.add_argument("--json", action="store_true", help="print one JSON summary as the last stdout line")
+    t.add_argument("--quiet", action="store_true", help="no progress bar")
+    t.add_argument("--target", type=float, default=None, help="stop once validation accuracy reaches this")
+
+    d = sub.add_parser("demo", help="the main job: the list-reduction RNN trained asynchronously, with a trace")
+    d.add_argument("--trace", type=Path, default=Path("amp_demo.trace.json"))
+    d.add_argument("--epochs", type=positive_int, default=20, help="at most this many epochs")
+    d.add_argument("--target", type=float, default=0.97, help="stop once validation accuracy reaches this")
+    d.add_argument("--json", action="store_true")
+
+    b = sub.add_parser("bench", help="run a benchmark (figures against a peer, same run)")
+    b.add_argument("name", choices=sorted(BENCHMARKS))
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--quick", action="store_true", help="a small, fast version (smoke test; figures not meaningful)")
+    return parser
+
+
+def model_and_data(args: argparse.Namespace) -> tuple[Graph, Dataset]:
+    if args.model == "mlp":
+        if args.replicas != 1:
+            raise SystemExit("amp-notebook: --replicas applies to --model rnn only")
+        data = load_digits_dataset(batch_size=100, seed=args.seed)
+        return mlp(input_width=int(data.meta["input_width"]), hidden=784), data
+    data = list_reduction_dataset(n_train=args.n_train, n_val=args.n_val, seed=args.seed)
+    return rnn(replicas=args.replicas), data
+
+
+def run_training(
+    args: argparse.Namespace, graph: Graph, data: Dataset, muf: int, optimizer: dict[str, Any]
+) -> TrainResult:
+    total = args.epochs * (len(data.train) + len(data.val))
+    bar = None
+    if not args.quiet:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, unit="key", file=sys.stderr, desc=f"{graph.name} {args.mode}", dynamic_ncols=True)
+
+    def on_key(_: Any) -> None:
+        if bar is not None:
+            bar.update(1)
+
+    def on_epoch(stats: Any) -> bool:
+        acc = "n/a" if stats.val_accuracy is None else f"{stats.val_accuracy:.3f}"
+        message = (
+            f"epoch {stats.epoch + 1}: train loss {stats.train_loss:.4f}, val accuracy {acc}, t={stats.end_s:.1f}s"
+        )
+        if bar is not None:
+            bar.write(message, file=sys.stderr)
+        else:
+            print(message, file=sys.stderr)
+        reached = args.target is not None and (stats.val_accuracy or 0.0) >= args.target
+        if reached:
+            message = f"reached the target validation accuracy {args.target:.3f}; stopping"
+            (bar.write if bar is not None else print)(message, file=sys.stderr)
+        return reached
+
+    try:
+        return train(
+            graph, data, workers=args.workers, mode=args.mode, max_active_keys=args.max_active_keys,
+            min_update_frequency=muf, optimizer=optimizer, epochs=args.epochs, seed=args.seed,
+            on_key_done=on_key, on_epoch=on_epoch,
+        )  # fmt: skip
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    graph, data = model_and_data(args)
+    muf = args.min_update_frequency or (10 if args.model == "rnn" else 1)
+    name = args.optimizer or DEFAULT_OPTIMIZER[args.model]
+    optimizer: dict[str, Any] = {"name": name, "lr": args.lr or DEFAULT_LR[args.model]}
+    if args.model == "rnn":
+        optimizer.update(clip_norm=5.0, lr_decay=0.85)
+    result = run_training(args, graph, data, muf, optimizer)
+    summary = result.summary(model=args.model, replicas=args.replicas)
+    if args.trace is not None:
+        result.trace.to_chrome(args.trace, window=tuple(args.trace_window) if args.trace_window else None)
+        summary["trace"] = str(args.trace)
+    print_summary(summary)
+    if args.json:
+        print(json.dumps(summary))
+    return 0
+
+
+def print_summary(s: dict[str, Any]) -> None:
+    acc = ", ".join("n/a" if a is None else f"{a:.3f}" for a in s["val_accuracy"])
+    st = s["staleness"]
+    lines = [
+        f"model {s.get('model')} ({s['mode']}, {s['workers']} workers, max_active_keys {s['max_active_keys']}, "
+        f"min_update_frequency {s['min_update_frequency']}, replicas {s.get('replicas', 1)})",
+        f"  wall time            {s['wall_s']:.2f} s",
+        f"  training throughput  {s['train_instances_per_s']:.0f} instances/s",
+        f"  val accuracy/epoch   {acc}",
+        f"  staleness            mean {st['mean']:.2f}, p95 {st['p95']:.0f}, max {st['max']:.0f}",
+        f"  worker utilization   {', '.join(f'{u:.0%}' for u in s['utilization'])}",
+    ]
+    if "trace" in s:
+        lines.append(f"  trace                {s['trace']} (open in https://ui.perfetto.dev)")
+    print("\n".join(lines), file=sys.stderr)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The main job: the list-reduction RNN, asynchronous on 2 workers, on generated data."""
+    print("amp-notebook demo: the paper's list-reduction RNN (Fig. 2 graph: Ungroup, Embedding, Concat, Linear, "
+          "ReLU, Isu, Cond, Phi) trained asynchronously on 2 worker threads.", file=sys.stderr)  # fmt: skip
+    ns = argparse.Namespace(
+        model="rnn", replicas=1, workers=2, max_active_keys=4, min_update_frequency=None, mode="amp",
+        epochs=args.epochs, seed=0, optimizer=None, lr=None, n_train=100_000, n_val=10_000, trace=args.trace,
+        trace_window=(0.0, 1.0), json=args.json, quiet=False, target=args.target,
+    )  # fmt: skip
+    start = time.perf_counter()
+    code = cmd_train(ns)
+    print(f"demo finished in {time.perf_counter() - start:.1f} s; the trace holds the first second of the run.",
+          file=sys.stderr)  # fmt: skip
+    return code
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    result = run_benchmark(args.name, quick=args.quick)
+    if args.json:
+        print(json.dumps({"benchmark": args.name, **result}))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    commands = {"train": cmd_train, "demo": cmd_demo, "bench": cmd_bench}
+    return commands[args.command](args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

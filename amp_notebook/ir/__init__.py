@@ -1,0 +1,1 @@
+"""The static IR: messages and state, ops, graphs, validation, serialization and the reference interpreter."""

@@ -1,0 +1,355 @@
+"""The static IR graph and the builder API that reads like the model.
+
+A :class:`Graph` holds nodes (an op plus per-node runtime attributes: ``min_update_frequency``,
+``optimizer``, ``worker``) and edges from an output port to an input port. Each output port feeds at
+most one input port: fan-out is explicit (Bcast, Split), as in the paper, so that every forward message
+gets exactly one backward.
+
+The builder methods return :class:`Ref` (an output port) so code reads like the model::
+
+    g = Graph("mlp")
+    x = g.input("x", width=64)
+    h = g.relu(g.linear(x, 128))
+    g.softmax_cross_entropy(g.linear(h, 10), g.input("target", dtype="int"))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+import numpy as np
+
+from amp_notebook.ir import ops as O
+from amp_notebook.ir.ops.base import Op, OpError, Width
+
+
+class GraphError(ValueError):
+    """A structural problem found while building or validating a graph."""
+
+
+@dataclass(frozen=True)
+class Ref:
+    """An output port of a node: what builder methods take and return."""
+
+    node: str
+    port: str = "out"
+
+    def __str__(self) -> str:
+        return f"{self.node}:{self.port}"
+
+
+@dataclass(frozen=True)
+class Edge:
+    src: str
+    src_port: str
+    dst: str
+    dst_port: str
+
+    def __str__(self) -> str:
+        return f"{self.src}:{self.src_port} -> {self.dst}:{self.dst_port}"
+
+
+@dataclass
+class Node:
+    """One IR node: its op and the attributes the runtime reads (None means the run's default)."""
+
+    name: str
+    op: Op
+    min_update_frequency: int | None = None
+    optimizer: dict[str, Any] | None = None
+    worker: int | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        return self.op.kind
+
+    def describe(self) -> str:
+        return f"{type(self.op).__name__} {self.name!r}"
+
+
+class Graph:
+    """A static IR graph: nodes by name (in insertion order), edges, and replica groups."""
+
+    def __init__(self, name: str = "graph") -> None:
+        self.name = name
+        self.nodes: dict[str, Node] = {}
+        self.edges: list[Edge] = []
+        self.replica_groups: list[list[str]] = []
+        self._counters: dict[str, int] = {}
+
+    # ----------------------------------------------------------------- structure
+    def add_node(
+        self,
+        op: Op,
+        inputs: Mapping[str, Ref | None] | Sequence[Ref | None] = (),
+        name: str | None = None,
+        **attrs: Any,
+    ) -> Node:
+        """Add a node and connect its inputs (a mapping port -> Ref, or a sequence in port order)."""
+        if not isinstance(op, Op):
+            raise GraphError(f"add_node: expected an Op instance, got {type(op).__name__}")
+        name = name or self._fresh_name(op.kind)
+        if name in self.nodes:
+            raise GraphError(f"node name {name!r} is already used by {self.nodes[name].describe()}; pick another")
+        ports = op.input_ports()
+        if not isinstance(inputs, Mapping):
+            if len(inputs) > len(ports):
+                raise GraphError(
+                    f"{type(op).__name__} {name!r}: got {len(inputs)} inputs but it has ports {list(ports)}"
+                )
+            inputs = dict(zip(ports, inputs, strict=False))
+        node = Node(name, op, **attrs)
+        self.nodes[name] = node
+        try:
+            for port, ref in inputs.items():
+                if ref is not None:
+                    self.connect(ref, name, port)
+        except GraphError:
+            self.remove_node(name)  # a failed call leaves the graph as it was, so a corrected retry works
+            raise
+        return node
+
+    def connect(self, src: Ref, dst: str, port: str) -> Edge:
+        """Connect output ``src`` to input ``port`` of node ``dst``."""
+        if not isinstance(src, Ref):
+            raise GraphError(f"connect: expected a Ref (an output port) as source, got {src!r}")
+        for node_name in (src.node, dst):
+            if node_name not in self.nodes:
+                raise GraphError(f"connect {src} -> {dst}:{port}: there is no node {node_name!r}")
+        src_node, dst_node = self.nodes[src.node], self.nodes[dst]
+        if src.port not in src_node.op.output_ports():
+            raise GraphError(
+                f"connect {src} -> {dst}:{port}: {src_node.describe()} has no output {src.port!r} "
+                f"(outputs: {list(src_node.op.output_ports())})"
+            )
+        if port not in dst_node.op.input_ports():
+            raise GraphError(
+                f"connect {src} -> {dst}:{port}: {dst_node.describe()} has no input {port!r} "
+                f"(inputs: {list(dst_node.op.input_ports())})"
+            )
+        for e in self.edges:
+            if e.dst == dst and e.dst_port == port:
+                raise GraphError(
+                    f"connect {src} -> {dst}:{port}: that input is already fed by {e.src}:{e.src_port}; "
+                    "disconnect it first or merge the two streams with a Phi"
+                )
+            if e.src == src.node and e.src_port == src.port:
+                raise GraphError(
+                    f"connect {src} -> {dst}:{port}: output {src} already feeds {e.dst}:{e.dst_port}; an output "
+                    "feeds one input, so fan out with g.bcast(...) first"
+                )
+        edge = Edge(src.node, src.port, dst, port)
+        self.edges.append(edge)
+        return edge
+
+    def disconnect(self, dst: str, port: str) -> Edge:
+        for i, e in enumerate(self.edges):
+            if e.dst == dst and e.dst_port == port:
+                return self.edges.pop(i)
+        raise GraphError(f"disconnect: input {dst}:{port} is not connected")
+
+    def remove_node(self, name: str) -> Node:
+        if name not in self.nodes:
+            raise GraphError(f"remove_node: there is no node {name!r}")
+        self.edges = [e for e in self.edges if name not in (e.src, e.dst)]
+        for group in self.replica_groups:
+            if name in group:
+                group.remove(name)
+        self.replica_groups = [g for g in self.replica_groups if len(g) > 1]
+        return self.nodes.pop(name)
+
+    def incoming(self, name: str) -> dict[str, Edge]:
+        return {e.dst_port: e for e in self.edges if e.dst == name}
+
+    def outgoing(self, name: str) -> dict[str, Edge]:
+        return {e.src_port: e for e in self.edges if e.src == name}
+
+    def to_networkx(self) -> nx.MultiDiGraph:
+        """A networkx view for analysis and layout: node attrs ``kind``, edge attrs ``src_port``/``dst_port``."""
+        view = nx.MultiDiGraph(name=self.name)
+        for node in self.nodes.values():
+            view.add_node(node.name, kind=node.kind)
+        for e in self.edges:
+            view.add_edge(e.src, e.dst, src_port=e.src_port, dst_port=e.dst_port)
+        return view
+
+    def topological_order(self) -> list[str]:
+        """Node names in topological order of the graph without its loop back-edges (edges into a Phi
+        that close a cycle); insertion order breaks ties, and an invalid graph falls back to it."""
+        view = nx.DiGraph()
+        view.add_nodes_from(self.nodes)
+        view.add_edges_from((e.src, e.dst) for e in self.edges)
+        back = set()
+        for e in self.edges:
+            if self.nodes[e.dst].kind == "phi" and nx.has_path(view, e.dst, e.src):
+                back.add((e.src, e.dst))
+        view.remove_edges_from(back)
+        index = {name: i for i, name in enumerate(self.nodes)}
+        try:
+            return list(nx.lexicographical_topological_sort(view, key=index.__getitem__))
+        except nx.NetworkXUnfeasible:
+            return list(self.nodes)
+
+    def parameterized(self) -> list[str]:
+        return [n.name for n in self.nodes.values() if n.kind in O.PARAMETERIZED]
+
+    def init_params(self, seed: int = 0, dtype: Any = np.float32) -> dict[str, dict[str, np.ndarray]]:
+        """Fresh parameters for every parameterized node; replicas in a group start equal."""
+        rng = np.random.default_rng(seed)
+        params = {
+            name: node.op.init_params(rng, np.dtype(dtype))
+            for name, node in self.nodes.items()
+            if node.kind in O.PARAMETERIZED
+        }
+        for group in self.replica_groups:
+            first = params[group[0]]
+            for other in group[1:]:
+                params[other] = {k: v.copy() for k, v in first.items()}
+        return params
+
+    def validate(self, require_loss: bool = False) -> None:
+        """Raise :class:`~amp_notebook.ir.validate.ValidationError` listing every problem found."""
+        from amp_notebook.ir.validate import validate
+
+        validate(self, require_loss=require_loss)
+
+    def width(self, ref: Ref) -> Width:
+        """The inferred width of an output (None when unknown)."""
+        from amp_notebook.ir.validate import infer_widths
+
+        return infer_widths(self, strict=False)[0].get((ref.node, ref.port))
+
+    def __repr__(self) -> str:
+        return f"Graph({self.name!r}, {len(self.nodes)} nodes, {len(self.edges)} edges)"
+
+    def _fresh_name(self, kind: str) -> str:
+        while True:
+            i = self._counters.get(kind, 0)
+            self._counters[kind] = i + 1
+            name = f"{kind}_{i}"
+            if name not in self.nodes:
+                return name
+
+    def _add(self, op: Op, inputs: Sequence[Ref | None], name: str | None, attrs: dict[str, Any]) -> Node:
+        return self.add_node(op, inputs, name=name, **attrs)
+
+    def _single(self, op: Op, inputs: Sequence[Ref | None], name: str | None, attrs: dict[str, Any]) -> Ref:
+        return Ref(self._add(op, inputs, name, attrs).name, "out")
+
+    def _multi(
+        self, op: Op, inputs: Sequence[Ref | None], name: str | None, attrs: dict[str, Any]
+    ) -> tuple[Ref, ...]:
+        node = self._add(op, inputs, name, attrs)
+        return tuple(Ref(node.name, p) for p in op.output_ports())
+
+    # ------------------------------------------------------------------- builders
+    def input(self, name: str, width: int | None = None, dtype: str = "float") -> Ref:
+        """A graph input fed from the key's payload of the same name."""
+        return self._single(O.Input(width=width, dtype=dtype), [], name, {})
+
+    def zeros(self, name: str, width: int) -> Ref:
+        """An input the controller fills with zeros of shape (batch size, width): an initial state."""
+        return self._single(O.Input(width=width, fill="zeros"), [], name, {})
+
+    def identity(self, x: Ref, name: str | None = None, **attrs: Any) -> Ref:
+        return self._single(O.Identity(), [x], name, attrs)
+
+    def linear(
+        self, x: Ref, out_features: int, name: str | None = None, in_features: int | None = None,
+        bias: bool = True, **attrs: Any,
+    ) -> Ref:  # fmt: skip
+        """``x @ W + b``; ``in_features`` defaults to the inferred width of ``x``."""
+        if in_features is None:
+            in_features = self.width(x)
+            if in_features is None:
+                raise GraphError(
+                    f"linear({x}, {out_features}): the width of {x} is not known yet; pass in_features=..."
+                )
+        return self._single(O.Linear(in_features, out_features, bias=bias), [x], name, attrs)
+
+    def embedding(
+        self, ids: Ref, num_embeddings: int, embedding_dim: int, name: str | None = None, **attrs: Any
+    ) -> Ref:
+        return self._single(O.Embedding(num_embeddings, embedding_dim), [ids], name, attrs)
+
+    def relu(self, x: Ref, name: str | None = None) -> Ref:
+        return self._single(O.ReLU(), [x], name, {})
+
+    def tanh(self, x: Ref, name: str | None = None) -> Ref:
+        return self._single(O.Tanh(), [x], name, {})
+
+    def sigmoid(self, x: Ref, name: str | None = None) -> Ref:
+        return self._single(O.Sigmoid(), [x], name, {})
+
+    def add(self, a: Ref, b: Ref, name: str | None = None, match_on: Sequence[str] | None = None) -> Ref:
+        return self._single(O.Add(match_on), [a, b], name, {})
+
+    def mul(self, a: Ref, b: Ref, name: str | None = None, match_on: Sequence[str] | None = None) -> Ref:
+        return self._single(O.Mul(match_on), [a, b], name, {})
+
+    def concat(self, *xs: Ref | None, name: str | None = None, match_on: Sequence[str] | None = None) -> Ref:
+        return self._single(O.Concat(len(xs), match_on), list(xs), name, {})
+
+    def split(self, x: Ref, sizes: Sequence[int], name: str | None = None) -> tuple[Ref, ...]:
+        return self._multi(O.Split(list(sizes)), [x], name, {})
+
+    def bcast(self, x: Ref, n: int = 2, name: str | None = None) -> tuple[Ref, ...]:
+        return self._multi(O.Bcast(n), [x], name, {})
+
+    def cond(self, x: Ref, predicate: str, branches: int = 2, name: str | None = None) -> tuple[Ref, ...]:
+        """Route by ``predicate`` over the state: returns (true, false), or one Ref per branch."""
+        return self._multi(O.Cond(predicate, branches), [x], name, {})
+
+    def phi(self, *xs: Ref | None, name: str | None = None) -> Ref:
+        """Merge streams; pass None for an input (a loop back-edge) to connect later with ``connect``."""
+        return self._single(O.Phi(len(xs)), list(xs), name, {})
+
+    def isu(
+        self, x: Ref, forward: Mapping[str, str | None], backward: Mapping[str, str | None], name: str | None = None
+    ) -> Ref:
+        return self._single(O.Isu(forward, backward), [x], name, {})
+
+    def ungroup(self, x: Ref, counter: str = "t", name: str | None = None) -> Ref:
+        return self._single(O.Ungroup(counter), [x], name, {})
+
+    def group(self, x: Ref, count: str, counter: str = "t", name: str | None = None) -> Ref:
+        return self._single(O.Group(count, counter), [x], name, {})
+
+    def softmax_cross_entropy(
+        self, logits: Ref, target: Ref, name: str | None = None, match_on: Sequence[str] | None = None
+    ) -> str:
+        """Adds the loss node and returns its name (a loss has no outputs)."""
+        return self._add(O.SoftmaxCrossEntropy(match_on), [logits, target], name, {}).name
+
+    def mse(self, pred: Ref, target: Ref, name: str | None = None, match_on: Sequence[str] | None = None) -> str:
+        return self._add(O.MSE(match_on), [pred, target], name, {}).name
+
+    def replicate(self, x: Ref, replicas: int, body: Any, name: str = "replica", key_field: str = "key") -> Ref:
+        """Build ``body(g, x_i, i) -> Ref`` ``replicas`` times behind a Cond on ``key % replicas`` and
+        merge the copies with a Phi. Parameterized nodes made by each copy are tied into replica groups
+        (matched by creation order) whose parameters start equal and are averaged by the runtime."""
+        if replicas < 1:
+            raise GraphError(f"replicate: expected replicas >= 1, got {replicas}")
+        if replicas == 1:
+            return body(self, x, 0)
+        # key k runs through copy k % replicas; a 2-way Cond picks "true" (copy 0) by truth, so test for 0
+        predicate = f"{key_field} % 2 == 0" if replicas == 2 else f"{key_field} % {replicas}"
+        branches = self.cond(x, predicate, branches=replicas, name=f"{name}_route")
+        made: list[list[str]] = []
+        outs: list[Ref] = []
+        for i, branch in enumerate(branches):
+            before = set(self.nodes)
+            outs.append(body(self, branch, i))
+            made.append([n for n in self.nodes if n not in before and self.nodes[n].kind in O.PARAMETERIZED])
+        if len({len(m) for m in made}) != 1:
+            raise GraphError("replicate: every copy built by body must create the same parameterized nodes")
+        self.replica_groups.extend([list(group) for group in zip(*made, strict=True)])
+        return self.phi(*outs, name=f"{name}_merge")
+
+
+def op_error(node: Node, exc: OpError) -> GraphError:
+    return GraphError(f"{node.describe()}: {exc}")

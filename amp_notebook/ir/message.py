@@ -1,0 +1,112 @@
+"""Messages and their state records.
+
+A message (paper, section 3) is a payload tensor plus a small *state*: the key (instance or bucket) id,
+loop counters, tree or graph positions. State is immutable and hashable because every op that must
+remember something for its backward pass caches it under the state of the forward message, and the
+backward message arrives with exactly that state (ARCHITECTURE.md, invariants 2 and 3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+FWD = 0
+BWD = 1
+UPDATE = 2
+DIRECTION_NAMES = ("fwd", "bwd", "update")
+
+StateValue = int | float | str | bool | tuple
+
+
+class State(Mapping[str, StateValue]):
+    """An immutable, hashable record of small named fields (always including ``key``).
+
+    >>> s = State(key=3, t=0)
+    >>> s.replace(t=s["t"] + 1)
+    State(key=3, t=1)
+    """
+
+    __slots__ = ("_fields", "_hash", "_items")
+
+    def __init__(self, _fields: Mapping[str, StateValue] | None = None, **fields: StateValue) -> None:
+        merged = dict(_fields) if _fields else {}
+        merged.update(fields)
+        for name, value in merged.items():
+            if not isinstance(value, (int, float, str, bool, tuple)):
+                raise TypeError(
+                    f"State field {name!r}: expected a small hashable value (int, float, str, bool or tuple), "
+                    f"got {type(value).__name__}; payload data belongs in the message payload, not the state"
+                )
+        self._fields = merged
+        self._items = tuple(sorted(merged.items()))
+        self._hash = hash(self._items)
+
+    def __getitem__(self, name: str) -> StateValue:
+        return self._fields[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._fields)
+
+    def __len__(self) -> int:
+        return len(self._fields)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, State):
+            return self._hash == other._hash and self._items == other._items
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in self._items)
+        return f"State({inner})"
+
+    @property
+    def key(self) -> int:
+        return self._fields["key"]  # type: ignore[return-value]
+
+    def as_dict(self) -> dict[str, StateValue]:
+        return dict(self._fields)
+
+    def replace(self, **changes: StateValue | None) -> State:
+        """A copy with fields changed; a value of ``None`` removes the field."""
+        fields = dict(self._fields)
+        for name, value in changes.items():
+            if value is None:
+                fields.pop(name, None)
+            else:
+                fields[name] = value
+        return State(fields)
+
+    def project(self, names: tuple[str, ...]) -> tuple:
+        """The values of ``names`` (missing ones as None), used to match messages at joins."""
+        get = self._fields.get
+        return tuple(get(n) for n in names)
+
+
+class Message:
+    """A message to one port of one node: direction, payload, state, and whether its key trains.
+
+    ``node`` is the node's index in the placed graph, ``port`` the input port name (forward) or output
+    port name (backward). ``train`` is False for validation keys, which run forward only and cache nothing.
+    """
+
+    __slots__ = ("direction", "node", "payload", "port", "state", "train")
+
+    def __init__(
+        self, node: int, port: str, direction: int, payload: Any, state: State, train: bool = True
+    ) -> None:
+        self.node = node
+        self.port = port
+        self.direction = direction
+        self.payload = payload
+        self.state = state
+        self.train = train
+
+    def __repr__(self) -> str:
+        return (
+            f"Message(node={self.node}, port={self.port!r}, {DIRECTION_NAMES[self.direction]}, "
+            f"state={self.state!r}, train={self.train})"
+        )

@@ -1,0 +1,169 @@
+"""The op interface every IR node implements, and the per-node context a runtime gives it.
+
+An op is plain data (its configuration) plus two pure-ish functions (ARCHITECTURE.md, invariant 2)::
+
+    forward(ctx, port, payload, state)  -> [(out_port, payload, state), ...]
+    backward(ctx, out_port, grad, state) -> [(in_port, grad, state), ...]
+
+Everything that lives between calls (parameters, accumulated gradients, what backward needs, joins
+waiting for their other inputs) sits in the :class:`NodeContext` that the runtime owns; the op itself
+keeps nothing. What backward needs is cached under the forward message's state and popped when the
+backward message with that state arrives, so memory is bounded by what is in flight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+
+from amp_notebook.ir.message import State
+
+Width = int | None
+Emitted = list[tuple[str, Any, State]]
+
+
+class OpError(ValueError):
+    """A configuration or payload problem inside one op; the runtime adds the node name and state."""
+
+
+class NodeContext:
+    """Runtime state of one node: parameters, gradient accumulators, caches and counters.
+
+    ``train`` is set by the runtime before each forward call: True when this forward belongs to a
+    training key *and* a backward message will come back to this node, so the op must cache.
+    """
+
+    __slots__ = (
+        "cache", "fwd_version", "grad_inputs", "grad_keys", "grad_outputs", "grads", "joins", "n_grads",
+        "name", "opt_state", "params", "reports", "train", "version",
+    )  # fmt: skip
+
+    def __init__(self, name: str, params: dict[str, np.ndarray] | None = None) -> None:
+        self.name = name
+        self.params: dict[str, np.ndarray] = params or {}
+        self.grads: dict[str, np.ndarray] = {k: np.zeros_like(v) for k, v in self.params.items()}
+        self.cache: dict[Any, Any] = {}
+        self.joins: dict[Any, dict[str, tuple[Any, State]]] = {}
+        self.fwd_version: dict[State, int] = {}
+        self.version = 0
+        self.n_grads = 0
+        self.grad_keys: set[int] = set()
+        self.opt_state: dict[str, Any] = {}
+        self.train = True
+        self.grad_inputs: frozenset[str] = frozenset()
+        self.grad_outputs: frozenset[str] = frozenset()
+        self.reports: list[dict[str, Any]] = []
+
+    def report(self, **values: Any) -> None:
+        """Record an observation (loss, accuracy) for the controller to collect."""
+        self.reports.append(values)
+
+    def accumulate(self, name: str, value: np.ndarray) -> None:
+        """Add a freshly computed gradient (an array the op owns) for parameter ``name``.
+
+        The first gradient after an update is stored as is, without a pass over a zeroed buffer; a
+        parameterized op's backward must therefore give every one of its parameters a gradient.
+        """
+        if self.n_grads:
+            self.grads[name] += value
+        else:
+            self.grads[name] = value
+
+    def reset_grads(self) -> None:
+        """Forget accumulated gradients after an update (the next ``accumulate`` overwrites them)."""
+        self.n_grads = 0
+        self.grad_keys.clear()
+
+    def zero_grads(self) -> None:
+        for g in self.grads.values():
+            g.fill(0.0)
+        self.reset_grads()
+
+
+class Op:
+    """Base class of every IR op. Subclasses set ``kind`` and ``group`` and override what they need."""
+
+    kind: ClassVar[str] = ""
+    group: ClassVar[str] = ""
+    heavy: ClassVar[bool] = False
+    nondiff_inputs: ClassVar[frozenset[str]] = frozenset()
+
+    def input_ports(self) -> tuple[str, ...]:
+        return ("in",)
+
+    def output_ports(self) -> tuple[str, ...]:
+        return ("out",)
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {}
+
+    def init_params(self, rng: np.random.Generator, dtype: np.dtype) -> dict[str, np.ndarray]:
+        return {}
+
+    def infer_widths(self, widths: Mapping[str, Width]) -> dict[str, Width]:
+        """Output widths (last payload dimension) from input widths; raise OpError on a mismatch."""
+        (port,) = self.input_ports()
+        return {out: widths.get(port) for out in self.output_ports()}
+
+    def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
+        raise NotImplementedError
+
+    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+        raise NotImplementedError
+
+    def config(self) -> dict[str, Any]:
+        """The op's configuration as JSON-ready data; ``type(op)(**op.config())`` rebuilds it."""
+        return {}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
+        return f"{type(self).__name__}({args})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.config() == self.config()  # type: ignore[union-attr]
+
+    def __hash__(self) -> int:
+        return hash((self.kind, repr(sorted(self.config().items()))))
+
+
+def positive_int(op: str, field: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise OpError(f"{op} {field}: expected a positive int, got {value!r}")
+    return int(value)
+
+
+def check_width(op: str, port: str, expected: int, found: Width) -> None:
+    if found is not None and found != expected:
+        raise OpError(f"{op} input {port!r}: expected width {expected}, got {found}")
+
+
+class JoinMixin:
+    """Joins wait until every input port holds a message with a matching state.
+
+    Messages match on their full state, or on ``match_on`` fields plus ``key`` when set (a loss joining
+    logits at the end of a loop with targets injected at the start, say). The output carries the first
+    input port's state.
+    """
+
+    match_on: tuple[str, ...] | None
+
+    def join(self, ctx: NodeContext, port: str, x: Any, state: State, ports: tuple[str, ...]):
+        match = state if self.match_on is None else (state["key"], *state.project(self.match_on))
+        waiting = ctx.joins.get(match)
+        if waiting is None:
+            if len(ports) == 1:
+                return {port: (x, state)}
+            ctx.joins[match] = {port: (x, state)}
+            return None
+        if port in waiting:
+            raise OpError(
+                f"input {port!r} received a second message for state {state} before the other inputs "
+                f"arrived; states reaching a join must be unique (add an Isu to a loop, or set match_on)"
+            )
+        waiting[port] = (x, state)
+        if len(waiting) < len(ports):
+            return None
+        del ctx.joins[match]
+        return waiting

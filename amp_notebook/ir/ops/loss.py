@@ -1,0 +1,103 @@
+"""Losses: where a training key turns around.
+
+A loss joins its prediction with the key's target, reports the loss (and accuracy) to the controller,
+and, for training keys, starts the backward pass: the runtime calls ``backward(ctx, "loss", 1.0, state)``
+right after a forward that emitted on the pseudo-output ``loss``. Losses are means over the instances of
+the key, so a key's gradient is the gradient of its mean loss.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from amp_notebook.ir.message import State
+from amp_notebook.ir.ops.base import Emitted, JoinMixin, NodeContext, Op, OpError, Width
+
+LOSS_PORT = "loss"
+
+
+class _Loss(JoinMixin, Op):
+    group = "loss"
+    pred_port = "pred"
+    nondiff_inputs = frozenset({"target"})
+
+    def __init__(self, match_on: tuple[str, ...] | list[str] | None = None) -> None:
+        self.match_on = None if match_on is None else tuple(match_on)
+
+    def input_ports(self) -> tuple[str, ...]:
+        return (self.pred_port, "target")
+
+    def output_ports(self) -> tuple[str, ...]:
+        return ()
+
+    def infer_widths(self, widths: Mapping[str, Width]) -> dict[str, Width]:
+        return {}
+
+    def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
+        got = self.join(ctx, port, x, state, (self.pred_port, "target"))
+        if got is None:
+            return []
+        (pred, pred_state), (target, _) = got[self.pred_port], got["target"]
+        loss, grad, extra = self.evaluate(np.asarray(pred), np.asarray(target))
+        ctx.report(key=pred_state["key"], loss=loss, n=len(pred), **extra)
+        if ctx.train:
+            ctx.cache[pred_state] = grad
+        return [(LOSS_PORT, loss, pred_state)]
+
+    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+        grad = ctx.cache.pop(state)
+        return [(self.pred_port, grad if g == 1.0 else grad * g, state)]
+
+    def config(self) -> dict[str, Any]:
+        return {"match_on": None if self.match_on is None else list(self.match_on)}
+
+    def evaluate(self, pred: np.ndarray, target: np.ndarray) -> tuple[float, np.ndarray, dict[str, Any]]:
+        raise NotImplementedError
+
+
+class SoftmaxCrossEntropy(_Loss):
+    """Mean cross-entropy of softmax(logits) against integer class targets; reports accuracy too."""
+
+    kind = "softmax_cross_entropy"
+    pred_port = "logits"
+
+    def evaluate(self, pred: np.ndarray, target: np.ndarray) -> tuple[float, np.ndarray, dict[str, Any]]:
+        if pred.ndim != 2:
+            raise OpError(f"SoftmaxCrossEntropy input 'logits': expected shape (batch, classes), got {pred.shape}")
+        n, classes = pred.shape
+        if target.shape != (n,) or target.dtype.kind not in "iu":
+            raise OpError(
+                f"SoftmaxCrossEntropy input 'target': expected {n} integer class ids, got shape {target.shape} "
+                f"dtype {target.dtype}"
+            )
+        if n and (target.min() < 0 or target.max() >= classes):
+            raise OpError(
+                f"SoftmaxCrossEntropy input 'target': class ids must lie in [0, {classes}), "
+                f"found [{target.min()}, {target.max()}]"
+            )
+        shifted = pred - pred.max(axis=1, keepdims=True)
+        exp = np.exp(shifted)
+        total = exp.sum(axis=1, keepdims=True)
+        rows = np.arange(n)
+        loss = float(np.mean(np.log(total[:, 0]) - shifted[rows, target]))
+        grad = exp / total
+        grad[rows, target] -= 1.0
+        grad /= n
+        correct = int(np.sum(pred.argmax(axis=1) == target))
+        return loss, grad, {"correct": correct}
+
+
+class MSE(_Loss):
+    """Mean squared error over all elements (as torch.nn.MSELoss)."""
+
+    kind = "mse"
+
+    def evaluate(self, pred: np.ndarray, target: np.ndarray) -> tuple[float, np.ndarray, dict[str, Any]]:
+        target = target.reshape(pred.shape) if target.size == pred.size else target
+        if target.shape != pred.shape:
+            raise OpError(f"MSE input 'target': expected shape {pred.shape} (as 'pred'), got {target.shape}")
+        diff = pred - target
+        return float(np.mean(diff * diff)), (2.0 / diff.size) * diff, {}

@@ -1,0 +1,295 @@
+"""Payload transforms: the ops that compute on tensors and leave the state alone.
+
+Linear and Embedding are *parameterized* (and *heavy*: placement spreads them over workers); the rest
+are light elementwise functions. Every backward here is checked against finite differences and torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+
+from amp_notebook.ir.message import State
+from amp_notebook.ir.ops.base import (
+    Emitted,
+    JoinMixin,
+    NodeContext,
+    Op,
+    OpError,
+    Width,
+    check_width,
+    positive_int,
+)  # fmt: skip
+
+
+class Input(Op):
+    """Where a key's payload enters the graph; the controller injects it, gradients stop here.
+
+    ``fill="zeros"`` makes the controller inject zeros of shape (batch size, width) instead of data,
+    for initial recurrent states.
+    """
+
+    kind = "input"
+    group = "io"
+
+    def __init__(self, width: int | None = None, dtype: str = "float", fill: str | None = None) -> None:
+        if dtype not in ("float", "int"):
+            raise OpError(f"Input dtype: expected 'float' or 'int', got {dtype!r}")
+        if fill not in (None, "zeros"):
+            raise OpError(f"Input fill: expected None or 'zeros', got {fill!r}")
+        if fill == "zeros" and width is None:
+            raise OpError("Input fill='zeros' needs a width: the zeros have shape (batch size, width)")
+        self.width = None if width is None else positive_int("Input", "width", width)
+        self.dtype = dtype
+        self.fill = fill
+
+    def input_ports(self) -> tuple[str, ...]:
+        return ()
+
+    def infer_widths(self, widths: Mapping[str, Width]) -> dict[str, Width]:
+        return {"out": self.width}
+
+    def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
+        return [("out", x, state)]
+
+    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+        return []
+
+    def config(self) -> dict[str, Any]:
+        return {"width": self.width, "dtype": self.dtype, "fill": self.fill}
+
+
+class Identity(Op):
+    """Passes the payload through; a no-op node for overhead measurements and wiring."""
+
+    kind = "identity"
+    group = "payload"
+
+    def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
+        return [("out", x, state)]
+
+    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+        return [("in", g, state)]
+
+
+class Linear(Op):
+    """``y = x @ W + b`` with W of shape (in_features, out_features)."""
+
+    kind = "linear"
+    group = "payload"
+    heavy = True
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True) -> None:
+        self.in_features = positive_int("Linear", "in_features", in_features)
+        self.out_features = positive_int("Linear", "out_features", out_features)
+        self.bias = bool(bias)
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        shapes = {"W": (self.in_features, self.out_features)}
+        if self.bias:
+            shapes["b"] = (self.out_features,)
+        return shapes
+
+    def init_params(self, rng: np.random.Generator, dtype: np.dtype) -> dict[str, np.ndarray]:
+        bound = 1.0 / math.sqrt(self.in_features)  # the same uniform range as torch.nn.Linear
+        return {name: rng.uniform(-bound, bound, shape).astype(dtype) for name, shape in self.param_shapes().items()}
+
+    def infer_widths(self, widths: Mapping[str, Width]) -> dict[str, Width]:
+        check_width("Linear", "in", self.in_features, widths.get("in"))
+        return {"out": self.out_features}
+
+    def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
+        params = ctx.params
+        y = x @ params["W"]
+        if self.bias:
+            y += params["b"]
+        if ctx.train:
+            ctx.cache[state] = x
+        return [("out", y, state)]
+
+    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+        x = ctx.cache.pop(state)
+        grads = ctx.grads
+        if ctx.n_grads == 0 and x.dtype == g.dtype == grads["W"].dtype:
+            # first gradient since the last update: write it in place, allocating nothing
+            np.matmul(x.T, g, out=grads["W"])
+            if self.bias:
+                np.sum(g, axis=0, out=grads["b"])
+        else:
+            ctx.accumulate("W", x.T @ g)
+            if self.bias:
+                ctx.accumulate("b", g.sum(axis=0))
+        if "in" not in ctx.grad_inputs:
+            return []
+        return [("in", g @ ctx.params["W"].T, state)]
+
+    def config(self) -> dict[str, Any]:
+        return {"in_features": self.in_features, "out_features": self.out_features, "bias": self.bias}
+
+
+class Embedding(Op):
+    """Rows of a table looked up by integer ids; the ids carry no gradient."""
+
+    kind = "embedding"
+    group = "payload"
+    heavy = True
+    nondiff_inputs = frozenset({"in"})
+
+    def __init__(self, num_embeddings: int, embedding_dim: int) -> None:
+        self.num_embeddings = positive_int("Embedding", "num_embeddings", num_embeddings)
+        self.embedding_dim = positive_int("Embedding", "embedding_dim", embedding_dim)
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {"E": (self.num_embeddings, self.embedding_dim)}
+
+    def init_params(self, rng: np.random.Generator, dtype: np.dtype) -> dict[str, np.ndarray]:
+        return {"E": rng.standard_normal((self.num_embeddings, self.embedding_dim)).astype(dtype)}
+
+    def infer_widths(self, widths: Mapping[str, Width]) -> dict[str, Width]:
+        return {"out": self.embedding_dim}
+
+    def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
+        ids = np.asarray(x)
+        if ids.dtype.kind not in "iu":
+            raise OpError(f"Embedding input 'in': expected integer ids, got dtype {ids.dtype}")
+        if ids.size and (ids.min() < 0 or ids.max() >= self.num_embeddings):
+            raise OpError(
+                f"Embedding input 'in': ids must lie in [0, {self.num_embeddings}), found "
+                f"[{ids.min()}, {ids.max()}]; raise num_embeddings or fix the token ids"
+            )
+        if ctx.train:
+            ctx.cache[state] = ids
+        return [("out", ctx.params["E"][ids], state)]
+
+    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+        ids = ctx.cache.pop(state)
+        dE = np.zeros_like(ctx.params["E"])
+        np.add.at(dE, ids, g)
+        ctx.accumulate("E", dE)
+        return []
+
+    def config(self) -> dict[str, Any]:
+        return {"num_embeddings": self.num_embeddings, "embedding_dim": self.embedding_dim}
+
+
+class _Elementwise(Op):
+    group = "payload"
+
+    def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
+        y = self.f(x)
+        if ctx.train:
+            ctx.cache[state] = (x, y)
+        return [("out", y, state)]
+
+    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+        x, y = ctx.cache.pop(state)
+        return [("in", self.df(x, y, g), state)]
+
+    def f(self, x: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def df(self, x: np.ndarray, y: np.ndarray, g: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+
+class ReLU(_Elementwise):
+    kind = "relu"
+
+    def f(self, x: np.ndarray) -> np.ndarray:
+        return np.maximum(x, 0)
+
+    def df(self, x: np.ndarray, y: np.ndarray, g: np.ndarray) -> np.ndarray:
+        return g * (x > 0)
+
+
+class Tanh(_Elementwise):
+    kind = "tanh"
+
+    def f(self, x: np.ndarray) -> np.ndarray:
+        return np.tanh(x)
+
+    def df(self, x: np.ndarray, y: np.ndarray, g: np.ndarray) -> np.ndarray:
+        return g * (1.0 - y * y)
+
+
+class Sigmoid(_Elementwise):
+    kind = "sigmoid"
+
+    def f(self, x: np.ndarray) -> np.ndarray:
+        # split by sign so that exp never overflows
+        out = np.empty_like(x)
+        pos = x >= 0
+        out[pos] = 1.0 / (1.0 + np.exp(-x[pos]))
+        ex = np.exp(x[~pos])
+        out[~pos] = ex / (1.0 + ex)
+        return out
+
+    def df(self, x: np.ndarray, y: np.ndarray, g: np.ndarray) -> np.ndarray:
+        return g * y * (1.0 - y)
+
+
+class _Binary(JoinMixin, Op):
+    """Elementwise op of two inputs ``a`` and ``b`` of equal shape, joined by state."""
+
+    group = "payload"
+    ports: ClassVar[tuple[str, str]] = ("a", "b")
+
+    def __init__(self, match_on: tuple[str, ...] | list[str] | None = None) -> None:
+        self.match_on = None if match_on is None else tuple(match_on)
+
+    def input_ports(self) -> tuple[str, ...]:
+        return self.ports
+
+    def infer_widths(self, widths: Mapping[str, Width]) -> dict[str, Width]:
+        a, b = widths.get("a"), widths.get("b")
+        if a is not None and b is not None and a != b:
+            raise OpError(f"{type(self).__name__} inputs 'a' and 'b': expected equal widths, got {a} and {b}")
+        return {"out": a if a is not None else b}
+
+    def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
+        got = self.join(ctx, port, x, state, self.ports)
+        if got is None:
+            return []
+        (a, sa), (b, sb) = got["a"], got["b"]
+        if np.shape(a) != np.shape(b):
+            raise OpError(f"{type(self).__name__}: inputs 'a' {np.shape(a)} and 'b' {np.shape(b)} differ in shape")
+        if ctx.train:
+            ctx.cache[sa] = (a, b, sa, sb)
+        return [("out", self.f(a, b), sa)]
+
+    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+        a, b, sa, sb = ctx.cache.pop(state)
+        ga, gb = self.df(a, b, g)
+        return [("a", ga, sa), ("b", gb, sb)]
+
+    def config(self) -> dict[str, Any]:
+        return {"match_on": None if self.match_on is None else list(self.match_on)}
+
+    def f(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def df(self, a: np.ndarray, b: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+
+class Add(_Binary):
+    kind = "add"
+
+    def f(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return a + b
+
+    def df(self, a: np.ndarray, b: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return g, g
+
+
+class Mul(_Binary):
+    kind = "mul"
+
+    def f(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return a * b
+
+    def df(self, a: np.ndarray, b: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return g * b, g * a

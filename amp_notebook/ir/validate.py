@@ -1,0 +1,213 @@
+"""Static checks on an IR graph.
+
+Every problem is reported with the node and port it concerns, what was expected, what was found and a
+way to fix it, and all problems are reported together. The rules:
+
+* every input port of every node is connected, and every output port feeds exactly one input (a Cond
+  needs both branches);
+* every cycle passes through a Phi (the loop's entry) and an Isu (so each pass has a fresh state);
+* widths (last payload dimensions) agree along every edge, inferred to a fixed point around loops;
+* per-node attributes are well formed (min_update_frequency, worker, optimizer);
+* replica groups name existing parameterized nodes of equal shapes;
+* for training, the graph has a loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import networkx as nx
+
+from amp_notebook.ir import ops as O
+from amp_notebook.ir.ops.base import OpError, Width
+
+if TYPE_CHECKING:
+    from amp_notebook.ir.graph import Graph
+
+
+@dataclass(frozen=True)
+class Problem:
+    node: str | None
+    port: str | None
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ValidationError(ValueError):
+    """All problems found in a graph; ``problems`` lists them with their node and port."""
+
+    def __init__(self, graph_name: str, problems: list[Problem]) -> None:
+        self.problems = problems
+        lines = "\n".join(f"  - {p.message}" for p in problems)
+        super().__init__(f"graph {graph_name!r} has {len(problems)} problem(s):\n{lines}")
+
+
+def validate(graph: Graph, require_loss: bool = False) -> None:
+    problems = check(graph, require_loss=require_loss)
+    if problems:
+        raise ValidationError(graph.name, problems)
+
+
+def check(graph: Graph, require_loss: bool = False) -> list[Problem]:
+    """Every problem in ``graph`` (empty when it is valid)."""
+    problems: list[Problem] = []
+    problems += _check_ports(graph)
+    problems += _check_cycles(graph)
+    problems += infer_widths(graph, strict=True)[1]
+    problems += _check_attrs(graph)
+    problems += _check_replicas(graph)
+    if not any(n.kind in O.INPUTS for n in graph.nodes.values()):
+        problems.append(Problem(None, None, "the graph has no Input node; add one with g.input(name, width)"))
+    if require_loss and not any(n.kind in O.LOSSES for n in graph.nodes.values()):
+        problems.append(
+            Problem(
+                None, None, "the graph has no loss, so it cannot train; add g.softmax_cross_entropy(...) or g.mse(...)"
+            )
+        )
+    return problems
+
+
+def _check_ports(graph: Graph) -> list[Problem]:
+    problems = []
+    for node in graph.nodes.values():
+        incoming = graph.incoming(node.name)
+        outgoing = graph.outgoing(node.name)
+        for port in node.op.input_ports():
+            if port not in incoming:
+                problems.append(
+                    Problem(
+                        node.name, port,
+                        f"{node.describe()} input {port!r} is not connected; feed it with "
+                        f"g.connect(<output>, {node.name!r}, {port!r})",
+                    )
+                )  # fmt: skip
+        for port in node.op.output_ports():
+            if port not in outgoing:
+                hint = " (a Cond needs both branches connected)" if node.kind == "cond" else ""
+                problems.append(
+                    Problem(
+                        node.name, port,
+                        f"{node.describe()} output {port!r} is not connected{hint}; every output must feed an "
+                        "input, or a message would be lost",
+                    )
+                )  # fmt: skip
+    return problems
+
+
+def _check_cycles(graph: Graph) -> list[Problem]:
+    problems = []
+    view = nx.DiGraph()
+    view.add_nodes_from(graph.nodes)
+    view.add_edges_from((e.src, e.dst) for e in graph.edges)
+    without_phi_inputs = view.copy()
+    without_phi_inputs.remove_edges_from([(e.src, e.dst) for e in graph.edges if graph.nodes[e.dst].kind == "phi"])
+    try:
+        cycle = nx.find_cycle(without_phi_inputs)
+        names = " -> ".join(src for src, _ in cycle)
+        first = cycle[0][0]
+        problems.append(
+            Problem(
+                first, None,
+                f"cycle {names} -> {first} does not pass through a Phi; close loops with g.phi(init, None) "
+                "and connect the back-edge to the Phi",
+            )
+        )  # fmt: skip
+    except nx.NetworkXNoCycle:
+        pass
+    for component in nx.strongly_connected_components(view):
+        if len(component) < 2 and not any(view.has_edge(n, n) for n in component):
+            continue
+        if not any(graph.nodes[n].kind == "isu" for n in component):
+            name = sorted(component)[0]
+            problems.append(
+                Problem(
+                    name, None,
+                    f"the loop through {sorted(component)} has no Isu: every pass would carry the same state, "
+                    "so caches and joins would collide; add g.isu(x, {'t': 't + 1'}, {'t': 't - 1'}) in the loop",
+                )
+            )  # fmt: skip
+    return problems
+
+
+def infer_widths(graph: Graph, strict: bool) -> tuple[dict[tuple[str, str], Width], list[Problem]]:
+    """Widths of every output port, iterated to a fixed point so loops settle; with ``strict`` also the
+    mismatches, each naming the node, port, the widths and where the input came from."""
+    widths: dict[tuple[str, str], Width] = {}
+    incoming = {name: graph.incoming(name) for name in graph.nodes}
+    order = graph.topological_order()
+    errors: dict[str, Problem] = {}
+    for _ in range(len(graph.nodes) + 1):
+        changed = False
+        errors.clear()
+        for name in order:
+            node = graph.nodes[name]
+            ins = {port: widths.get((e.src, e.src_port)) for port, e in incoming[name].items()}
+            try:
+                outs = node.op.infer_widths(ins)
+            except OpError as exc:
+                if strict:
+                    sources = ", ".join(
+                        f"{p} from {graph.nodes[e.src].describe()} output {e.src_port!r}"
+                        for p, e in incoming[name].items()
+                    )
+                    errors[name] = Problem(
+                        name, None,
+                        f"{node.describe()}: {exc} ({sources}); fix the op's size or the edge",
+                    )  # fmt: skip
+                continue
+            for port, w in outs.items():
+                if widths.get((name, port)) != w and w is not None:
+                    widths[(name, port)] = w
+                    changed = True
+        if not changed:
+            break
+    return widths, list(errors.values())
+
+
+def _check_attrs(graph: Graph) -> list[Problem]:
+    from amp_notebook.runtime.optim import OptimizerError, make_optimizer
+
+    problems = []
+    for node in graph.nodes.values():
+        muf = node.min_update_frequency
+        if muf is not None and (isinstance(muf, bool) or not isinstance(muf, int) or muf < 1):
+            problems.append(
+                Problem(node.name, None, f"{node.describe()} min_update_frequency: expected an int >= 1, got {muf!r}")
+            )
+        w = node.worker
+        if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 0):
+            problems.append(Problem(node.name, None, f"{node.describe()} worker: expected an int >= 0, got {w!r}"))
+        if node.optimizer is not None:
+            try:
+                make_optimizer(node.optimizer)
+            except OptimizerError as exc:
+                problems.append(Problem(node.name, None, f"{node.describe()} optimizer: {exc}"))
+    return problems
+
+
+def _check_replicas(graph: Graph) -> list[Problem]:
+    problems = []
+    for group in graph.replica_groups:
+        missing = [n for n in group if n not in graph.nodes]
+        if missing:
+            problems.append(Problem(missing[0], None, f"replica group {group} names missing node(s) {missing}"))
+            continue
+        unparameterized = [n for n in group if graph.nodes[n].kind not in O.PARAMETERIZED]
+        if unparameterized:
+            problems.append(
+                Problem(
+                    unparameterized[0], None,
+                    f"replica group {group} names node(s) {unparameterized} without parameters; only "
+                    f"{sorted(O.PARAMETERIZED)} nodes can be tied as replicas",
+                )
+            )  # fmt: skip
+            continue
+        shapes = {n: graph.nodes[n].op.param_shapes() for n in group}
+        if len({repr(s) for s in shapes.values()}) > 1:
+            problems.append(
+                Problem(group[0], None, f"replica group {group}: parameter shapes differ: {shapes}")
+            )
+    return problems

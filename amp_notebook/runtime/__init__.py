@@ -1,0 +1,1 @@
+"""The runtime: controller, worker state machine, placement, optimizers and backends."""

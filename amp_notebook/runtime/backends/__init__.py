@@ -1,0 +1,1 @@
+"""Backends move messages between workers and keep time: ``threads`` (default)."""

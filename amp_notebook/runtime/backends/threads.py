@@ -1,0 +1,201 @@
+"""The threaded backend: one OS thread per worker, messages moved through lock-free deques.
+
+Each worker thread owns two inboxes, ``bwd`` and ``fwd`` (``collections.deque``: appends and pops are
+atomic, so many producers need no lock). It always takes from ``bwd`` first: backward messages (and
+flush updates) run before forward ones, the paper's priority rule (appendix A) as a two-level priority
+queue. An idle worker sleeps on an Event that senders set only when it is asleep, so a busy pipeline pays
+no wake-up cost.
+
+Credit counting: a key's count starts at the number of messages injected for it; after handling a
+message the worker adds ``len(outgoing) - 1`` *before* routing the outgoing messages (so another worker
+cannot consume them and drive the count to zero early). When it reaches zero the key is complete and the
+driver thread is told. numpy kernels release the GIL, so workers overlap their matrix work; BLAS is
+pinned to one thread per worker so they do not fight over the cores.
+
+Errors raised in a node stop every worker; the driver joins all threads and re-raises the error, which
+names the node, direction, port and message state.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from threadpoolctl import threadpool_limits
+
+from amp_notebook.ir.message import FWD, Message
+from amp_notebook.runtime.controller import Admit, EpochEnd, Finish, Flush
+from amp_notebook.runtime.session import Session
+
+
+class _WorkerThread:
+    def __init__(self, index: int, backend: ThreadedBackend) -> None:
+        self.index = index
+        self.backend = backend
+        self.worker = backend.session.workers[index]
+        self.fwd: deque[Message] = deque()
+        self.bwd: deque[Message] = deque()
+        self.wake = threading.Event()
+        self.sleeping = False
+        self.thread = threading.Thread(target=self.run, name=f"amp-worker-{index}", daemon=True)
+
+    def run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # report anything, including errors in our own glue
+            self.backend.fail(exc)
+
+    def _loop(self) -> None:
+        backend = self.backend
+        worker = self.worker
+        handle = worker.handle
+        record = worker.buffer.record
+        due = worker.due_updates
+        apply_update = worker.apply_update
+        fwdq, bwdq = self.fwd, self.bwd
+        deliver = backend.deliver
+        counts = backend.counts
+        lock = backend.count_lock
+        done = backend.events.put
+        perf = time.perf_counter
+        tracing = backend.session.config.trace
+        paused = backend.paused
+        while not backend.stopped:
+            if bwdq:
+                msg = bwdq.popleft()
+            elif fwdq and not paused.is_set():
+                msg = fwdq.popleft()
+            else:
+                self._idle()
+                continue
+            depth = len(bwdq) + len(fwdq)
+            t0 = perf()
+            outs = handle(msg)
+            t1 = perf()
+            key = msg.state["key"]
+            if tracing:
+                record(msg.node, msg.direction, key, t0, t1, depth)
+            if due:
+                for node in due:
+                    u0 = perf()
+                    apply_update(node)
+                    if tracing:
+                        record(node, 2, key, u0, perf(), depth)
+                due.clear()
+            with lock:
+                left = counts[key] + len(outs) - 1
+                if left:
+                    counts[key] = left
+                else:
+                    del counts[key]
+            if not left:
+                done(("done", key))
+            for m in outs:
+                deliver(m)
+
+    def _idle(self) -> None:
+        self.sleeping = True
+        self.wake.clear()
+        if (self.bwd or (self.fwd and not self.backend.paused.is_set())) or self.backend.stopped:
+            self.sleeping = False
+            return
+        self.wake.wait(0.05)
+        self.sleeping = False
+
+
+class ThreadedBackend:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        for worker in session.workers:  # staleness rows must share the clock of the trace rows (perf_counter)
+            worker.clock = time.perf_counter
+        self.counts: dict[int, int] = {}
+        self.count_lock = threading.Lock()
+        self.events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self.stopped = False
+        self.paused = threading.Event()  # set: workers take no new forward messages
+        self.threads = [_WorkerThread(w, self) for w in range(session.config.workers)]
+        self._owner = session.plan.owner
+        self.finished = False
+        self.origin = 0.0
+        self.wall_s = 0.0
+        self._error: BaseException | None = None
+
+    # ------------------------------------------------------------ called by workers
+    def deliver(self, msg: Message) -> None:
+        t = self.threads[self._owner[msg.node]]
+        (t.fwd if msg.direction == FWD else t.bwd).append(msg)
+        if t.sleeping:
+            t.wake.set()
+
+    def fail(self, exc: BaseException) -> None:
+        self.stopped = True
+        self.events.put(("error", exc))
+
+    # ------------------------------------------------------------ driver
+    def now(self) -> float:
+        return time.perf_counter() - self.origin
+
+    def run(self) -> None:
+        """Drive the run to the end in the calling thread; raises the first worker error."""
+        session = self.session
+        with threadpool_limits(limits=1, user_api="blas"):
+            self.origin = time.perf_counter()
+            for t in self.threads:
+                t.thread.start()
+            try:
+                self._apply(session.controller.start())
+                while not self.finished:
+                    kind, value = self.events.get()
+                    if kind == "error":
+                        raise value
+                    if kind == "done":
+                        if value >= 0:
+                            session.key_done(value)
+                        self._apply(session.controller.on_complete(value))
+                    elif kind == "call":
+                        self._apply(value())
+            finally:
+                self.wall_s = time.perf_counter() - self.origin
+                self.shutdown()
+
+    def call(self, fn: Any) -> None:
+        """Run ``fn() -> actions`` in the driver thread (live changes from other threads)."""
+        self.events.put(("call", fn))
+
+    def shutdown(self) -> None:
+        self.stopped = True
+        for t in self.threads:
+            t.wake.set()
+        for t in self.threads:
+            if t.thread.is_alive():
+                t.thread.join()
+
+    def _apply(self, actions: list[Any]) -> None:
+        session = self.session
+        for action in actions:
+            if isinstance(action, Admit):
+                msgs = session.inject(action.info)
+                self._send(action.info.key, msgs)
+            elif isinstance(action, Flush):
+                msgs = session.flush_messages(action.flush_id)
+                if msgs:
+                    self._send(action.flush_id, msgs)
+                else:
+                    self._apply(session.controller.on_complete(action.flush_id))
+            elif isinstance(action, EpochEnd):
+                session.end_epoch(action.epoch, self.now())
+                self._apply(session.controller.on_epoch_end())
+            elif isinstance(action, Finish):
+                self.finished = True
+
+    def _send(self, key: int, msgs: list[Message]) -> None:
+        with self.count_lock:
+            self.counts[key] = self.counts.get(key, 0) + len(msgs)
+        for m in msgs:
+            self.deliver(m)
+
+
+__all__ = ["ThreadedBackend"]

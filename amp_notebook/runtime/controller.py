@@ -1,0 +1,194 @@
+"""Admission, flushes and epochs: the controller as a pure state machine.
+
+The backend tells the controller when a key (or a flush) has completed; the controller answers with
+actions: admit these keys, flush (update every parameterized node), the epoch has ended, the run is
+finished. It never looks at messages. *Completion* is detected by the backend by credit counting: each
+key's count starts at the number of messages injected for it, each handled message adds the number it
+emits minus one, and the key is done when the count reaches zero: no message of it remains anywhere,
+so no model needs hand-written termination logic (ARCHITECTURE.md, invariant 5).
+
+Admission per mode (invariant 6):
+
+* ``amp``: keep up to ``max_active_keys`` keys in flight; nodes update locally whenever they hold
+  ``min_update_frequency`` gradients.
+* ``sync``: one key at a time; after each training key, flush (every node updates) before the next.
+* ``pipeline``: admit up to ``max_active_keys`` keys, wait for all of them, flush, repeat: the paper's
+  Fig. 1b, where the pipeline fills and then drains before the update.
+
+Each epoch admits its training keys in a seeded shuffled order, then its validation keys (forward only,
+running alongside training keys of the same epoch); the epoch ends when all of them have completed and
+no flush is pending. ``max_active_keys`` can change while the run goes (``set_max_active_keys``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from amp_notebook.data.batch import Batch, Dataset
+
+MODES = ("amp", "sync", "pipeline")
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    key: int
+    epoch: int
+    train: bool
+    batch: Batch
+
+
+@dataclass(frozen=True)
+class Admit:
+    info: KeyInfo
+
+
+@dataclass(frozen=True)
+class Flush:
+    flush_id: int
+
+
+@dataclass(frozen=True)
+class EpochEnd:
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Finish:
+    pass
+
+
+Action = Admit | Flush | EpochEnd | Finish
+
+
+class Controller:
+    def __init__(
+        self,
+        dataset: Dataset,
+        mode: str = "amp",
+        max_active_keys: int = 4,
+        epochs: int = 1,
+        seed: int = 0,
+        shuffle: bool = True,
+        validate: bool = True,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+        if epochs < 1:
+            raise ValueError(f"epochs: expected at least 1, got {epochs}")
+        if not dataset.train:
+            raise ValueError(f"dataset {dataset.name!r} has no training keys")
+        self.dataset = dataset
+        self.mode = mode
+        self.max_active_keys = self._check_keys(max_active_keys)
+        self.epochs = epochs
+        self.shuffle = shuffle
+        self.validate = validate
+        self.rng = np.random.default_rng(seed)
+        self.epoch = -1
+        self.keys: dict[int, KeyInfo] = {}
+        self.active: set[int] = set()
+        self.pending: list[KeyInfo] = []
+        self.next_key = 0
+        self.next_flush = -1
+        self.flushing = False
+        self.group_admitted = 0
+        self.group_trains = False
+        self.stopping = False
+        self.finished = False
+        self.epoch_ending = False
+
+    @staticmethod
+    def _check_keys(k: int) -> int:
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"max_active_keys: expected an int >= 1, got {k!r}")
+        return k
+
+    # ----------------------------------------------------------------- events
+    def start(self) -> list[Action]:
+        return self._next_epoch()
+
+    def on_complete(self, key: int) -> list[Action]:
+        if key < 0:
+            self.flushing = False
+            return self._fill()
+        self.active.discard(key)
+        info = self.keys.pop(key)
+        actions: list[Action] = []
+        if self.mode == "sync" and info.train:
+            actions.append(self._flush())
+        elif self.mode == "pipeline" and not self.active:
+            if self.group_trains:
+                actions.append(self._flush())
+            self.group_admitted = 0
+            self.group_trains = False
+        return actions + self._fill()
+
+    def on_epoch_end(self) -> list[Action]:
+        """Called by the backend once it has finished its epoch-end work (replica averaging, metrics)."""
+        self.epoch_ending = False
+        return self._next_epoch()
+
+    def set_max_active_keys(self, k: int) -> list[Action]:
+        self.max_active_keys = self._check_keys(k)
+        return self._fill()
+
+    def stop(self) -> list[Action]:
+        """Admit nothing more; the run finishes when the keys in flight have completed."""
+        self.stopping = True
+        self.pending.clear()
+        return self._fill()
+
+    def info(self, key: int) -> KeyInfo | None:
+        return self.keys.get(key)
+
+    # ---------------------------------------------------------------- helpers
+    def _limit(self) -> int:
+        return 1 if self.mode == "sync" else self.max_active_keys
+
+    def _flush(self) -> Flush:
+        self.flushing = True
+        fid = self.next_flush
+        self.next_flush -= 1
+        return Flush(fid)
+
+    def _fill(self) -> list[Action]:
+        if self.flushing or self.finished:
+            return []
+        actions: list[Action] = []
+        while self.pending and len(self.active) < self._limit():
+            if self.mode == "pipeline" and self.group_admitted >= self.max_active_keys:
+                break
+            info = self.pending.pop()
+            self.keys[info.key] = info
+            self.active.add(info.key)
+            self.group_admitted += 1
+            self.group_trains |= info.train
+            actions.append(Admit(info))
+        if not self.pending and not self.active and not self.epoch_ending:
+            if self.stopping:
+                self.finished = True
+                return [*actions, Finish()]
+            self.epoch_ending = True
+            actions.append(EpochEnd(self.epoch))
+        return actions
+
+    def _next_epoch(self) -> list[Action]:
+        if self.stopping or self.epoch >= self.epochs - 1:
+            self.finished = True
+            return [Finish()]
+        self.epoch += 1
+        order = np.arange(len(self.dataset.train))
+        if self.shuffle:
+            self.rng.shuffle(order)
+        keys = [self._key(self.dataset.train[i], True) for i in order]
+        if self.validate:
+            keys += [self._key(b, False) for b in self.dataset.val]
+        self.pending = keys[::-1]  # popped from the end
+        return self._fill()
+
+    def _key(self, batch: Batch, train: bool) -> KeyInfo:
+        info = KeyInfo(self.next_key, self.epoch, train, batch)
+        self.next_key += 1
+        return info

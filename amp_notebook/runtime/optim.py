@@ -1,0 +1,161 @@
+"""Optimizers and the per-node update rule.
+
+A parameterized node sums the gradients of its backward messages and, when the runtime says so
+(``min_update_frequency`` gradients held in ``amp`` mode; at a flush in ``sync`` and ``pipeline`` mode),
+steps its optimizer on the *mean over keys* of that sum: a key's gradient is the gradient of its mean
+loss however many messages brought it (an RNN's step Linear gets one per time step), and several keys
+are averaged. With one key per update this is plain SGD on the key's loss.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+
+class OptimizerError(ValueError):
+    pass
+
+
+class Optimizer:
+    name = ""
+
+    def __init__(self, lr: float, clip_norm: float | None = None, lr_decay: float = 1.0) -> None:
+        if not isinstance(lr, (int, float)) or isinstance(lr, bool) or lr <= 0:
+            raise OptimizerError(f"{self.name} lr: expected a positive number, got {lr!r}")
+        if not isinstance(lr_decay, (int, float)) or not 0 < lr_decay <= 1:
+            raise OptimizerError(f"{self.name} lr_decay: expected a factor in (0, 1], got {lr_decay!r}")
+        self.lr_decay = float(lr_decay)
+        if clip_norm is not None and (not isinstance(clip_norm, (int, float)) or clip_norm <= 0):
+            raise OptimizerError(f"{self.name} clip_norm: expected a positive number or None, got {clip_norm!r}")
+        self.lr = float(lr)
+        self.clip_norm = None if clip_norm is None else float(clip_norm)
+
+    def step(
+        self, params: dict[str, np.ndarray], grads: dict[str, np.ndarray], state: dict[str, Any], scale: float
+    ) -> None:
+        """Update ``params`` in place from ``grads * scale``; ``state`` is this node's optimizer memory.
+
+        ``grads`` may be used as scratch space: the caller resets them after the step.
+        """
+        if self.clip_norm is not None:
+            norm = scale * float(np.sqrt(sum(float(np.vdot(g, g)) for g in grads.values())))
+            if norm > self.clip_norm:
+                scale *= self.clip_norm / norm
+        for name, p in params.items():
+            self.apply(name, p, grads[name], scale, state)
+
+    def apply(self, name: str, p: np.ndarray, g: np.ndarray, scale: float, state: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def end_epoch(self) -> None:
+        """Multiply the learning rate by ``lr_decay`` (the runtime calls this after each epoch)."""
+        self.lr *= self.lr_decay
+
+    def spec(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class SGD(Optimizer):
+    name = "sgd"
+
+    def apply(self, name: str, p: np.ndarray, g: np.ndarray, scale: float, state: dict[str, Any]) -> None:
+        g *= self.lr * scale  # in place: no temporary the size of the parameter
+        p -= g
+
+    def spec(self) -> dict[str, Any]:
+        return {"name": "sgd", "lr": self.lr, "clip_norm": self.clip_norm, "lr_decay": self.lr_decay}
+
+
+class Momentum(Optimizer):
+    name = "momentum"
+
+    def __init__(
+        self, lr: float, momentum: float = 0.9, clip_norm: float | None = None, lr_decay: float = 1.0
+    ) -> None:
+        super().__init__(lr, clip_norm, lr_decay)
+        if not 0 <= momentum < 1:
+            raise OptimizerError(f"momentum momentum: expected a value in [0, 1), got {momentum!r}")
+        self.momentum = float(momentum)
+
+    def apply(self, name: str, p: np.ndarray, g: np.ndarray, scale: float, state: dict[str, Any]) -> None:
+        v = state.get(name)
+        if v is None:
+            v = state[name] = np.zeros_like(p)
+        v *= self.momentum
+        v += scale * g
+        p -= self.lr * v
+
+    def spec(self) -> dict[str, Any]:
+        return {
+            "name": "momentum", "lr": self.lr, "momentum": self.momentum, "clip_norm": self.clip_norm,
+            "lr_decay": self.lr_decay,
+        }  # fmt: skip
+
+
+class Adam(Optimizer):
+    name = "adam"
+
+    def __init__(
+        self, lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
+        clip_norm: float | None = None, lr_decay: float = 1.0,
+    ) -> None:  # fmt: skip
+        super().__init__(lr, clip_norm, lr_decay)
+        for field, value in (("beta1", beta1), ("beta2", beta2)):
+            if not 0 <= value < 1:
+                raise OptimizerError(f"adam {field}: expected a value in [0, 1), got {value!r}")
+        self.beta1, self.beta2, self.eps = float(beta1), float(beta2), float(eps)
+
+    def step(
+        self, params: dict[str, np.ndarray], grads: dict[str, np.ndarray], state: dict[str, Any], scale: float
+    ) -> None:
+        state["t"] = state.get("t", 0) + 1
+        super().step(params, grads, state, scale)
+
+    def apply(self, name: str, p: np.ndarray, g: np.ndarray, scale: float, state: dict[str, Any]) -> None:
+        m = state.get(name + ".m")
+        if m is None:
+            m = state[name + ".m"] = np.zeros_like(p)
+            state[name + ".v"] = np.zeros_like(p)
+        v = state[name + ".v"]
+        g = scale * g
+        m *= self.beta1
+        m += (1 - self.beta1) * g
+        v *= self.beta2
+        v += (1 - self.beta2) * (g * g)
+        t = state["t"]
+        lr = self.lr * np.sqrt(1 - self.beta2**t) / (1 - self.beta1**t)
+        p -= lr * m / (np.sqrt(v) + self.eps)
+
+    def spec(self) -> dict[str, Any]:
+        return {
+            "name": "adam", "lr": self.lr, "beta1": self.beta1, "beta2": self.beta2, "eps": self.eps,
+            "clip_norm": self.clip_norm, "lr_decay": self.lr_decay,
+        }  # fmt: skip
+
+
+OPTIMIZERS: dict[str, type[Optimizer]] = {"sgd": SGD, "momentum": Momentum, "adam": Adam}
+
+
+def make_optimizer(spec: Optimizer | Mapping[str, Any] | str) -> Optimizer:
+    """An optimizer from an instance, a name (default settings) or a dict ``{"name": ..., **settings}``."""
+    if isinstance(spec, Optimizer):
+        return spec
+    if isinstance(spec, str):
+        spec = {"name": spec}
+    if not isinstance(spec, Mapping) or "name" not in spec:
+        raise OptimizerError(f"expected an optimizer name or a dict with 'name', got {spec!r}")
+    settings = dict(spec)
+    name = settings.pop("name")
+    if name not in OPTIMIZERS:
+        raise OptimizerError(f"unknown optimizer {name!r}; choose one of {sorted(OPTIMIZERS)}")
+    if name == "sgd" and "lr" not in settings:
+        settings["lr"] = 0.1
+    if name == "momentum" and "lr" not in settings:
+        settings["lr"] = 0.01
+    try:
+        return OPTIMIZERS[name](**settings)
+    except TypeError as exc:
+        raise OptimizerError(f"{name}: {exc}") from None

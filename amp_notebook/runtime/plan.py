@@ -1,0 +1,121 @@
+"""A graph compiled for execution: integer node ids, routing tables, and which edges carry gradients.
+
+Gradient flow is decided statically. An output *requires grad* when its node has parameters or one of
+its differentiable inputs is fed by an output that requires grad (a fixed point, so loops settle). An
+edge carries a backward message when its source output requires grad and its destination port is
+differentiable (a loss's ``target`` and an Embedding's ids are not). A node caches for backward only
+when a backward will come back to it; otherwise (token streams, validation keys) it caches nothing, so
+memory stays bounded by what is in flight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amp_notebook.ir import ops as O
+from amp_notebook.ir.graph import Graph
+from amp_notebook.ir.ops.base import Op
+from amp_notebook.runtime.optim import Optimizer, make_optimizer
+
+
+@dataclass
+class Plan:
+    graph: Graph
+    names: list[str]
+    index: dict[str, int]
+    ops: list[Op]
+    fwd_route: list[dict[str, tuple[int, str]]]
+    bwd_route: list[dict[str, tuple[int, str]]]
+    grad_inputs: list[frozenset[str]]
+    grad_outputs: list[frozenset[str]]
+    receives_backward: list[bool]
+    owner: list[int]
+    parameterized: list[bool]
+    is_loss: list[bool]
+    inputs: dict[str, int]
+    min_update_frequency: list[int]
+    optimizers: list[Optimizer | None]
+    replica_groups: list[list[int]]
+    workers: int
+
+    def describe(self, node: int) -> str:
+        return f"{type(self.ops[node]).__name__} {self.names[node]!r}"
+
+
+def requires_grad(graph: Graph) -> set[tuple[str, str]]:
+    """The output ports whose values depend on parameters."""
+    needs: set[tuple[str, str]] = set()
+    incoming = {n: graph.incoming(n) for n in graph.nodes}
+    changed = True
+    while changed:
+        changed = False
+        for name, node in graph.nodes.items():
+            op = node.op
+            live = node.kind in O.PARAMETERIZED or any(
+                (e.src, e.src_port) in needs
+                for port, e in incoming[name].items()
+                if port not in op.nondiff_inputs
+            )
+            if not live:
+                continue
+            for port in op.output_ports():
+                if (name, port) not in needs:
+                    needs.add((name, port))
+                    changed = True
+    return needs
+
+
+def compile_plan(
+    graph: Graph,
+    placement: dict[str, int],
+    workers: int,
+    min_update_frequency: int = 1,
+    optimizer: Optimizer | None = None,
+) -> Plan:
+    names = list(graph.nodes)
+    index = {n: i for i, n in enumerate(names)}
+    ops = [graph.nodes[n].op for n in names]
+    needs = requires_grad(graph)
+    fwd_route: list[dict[str, tuple[int, str]]] = [{} for _ in names]
+    bwd_route: list[dict[str, tuple[int, str]]] = [{} for _ in names]
+    grad_in: list[set[str]] = [set() for _ in names]
+    grad_out: list[set[str]] = [set() for _ in names]
+    for e in graph.edges:
+        s, d = index[e.src], index[e.dst]
+        fwd_route[s][e.src_port] = (d, e.dst_port)
+        if (e.src, e.src_port) in needs and e.dst_port not in ops[d].nondiff_inputs:
+            bwd_route[d][e.dst_port] = (s, e.src_port)
+            grad_in[d].add(e.dst_port)
+            grad_out[s].add(e.src_port)
+    is_loss = [graph.nodes[n].kind in O.LOSSES for n in names]
+    receives = [bool(grad_out[i]) or (is_loss[i] and bool(grad_in[i])) for i in range(len(names))]
+    default_opt = optimizer or make_optimizer("sgd")
+    parameterized = [graph.nodes[n].kind in O.PARAMETERIZED for n in names]
+    optimizers: list[Optimizer | None] = []
+    mufs: list[int] = []
+    for i, n in enumerate(names):
+        node = graph.nodes[n]
+        mufs.append(node.min_update_frequency or min_update_frequency)
+        if not parameterized[i]:
+            optimizers.append(None)
+        else:
+            optimizers.append(make_optimizer(node.optimizer) if node.optimizer is not None else default_opt)
+    return Plan(
+        graph=graph,
+        names=names,
+        index=index,
+        ops=ops,
+        fwd_route=fwd_route,
+        bwd_route=bwd_route,
+        grad_inputs=[frozenset(s) for s in grad_in],
+        grad_outputs=[frozenset(s) for s in grad_out],
+        receives_backward=receives,
+        owner=[placement[n] for n in names],
+        parameterized=parameterized,
+        is_loss=is_loss,
+        inputs={n: index[n] for n in names if graph.nodes[n].kind in O.INPUTS},
+        min_update_frequency=mufs,
+        optimizers=optimizers,
+        replica_groups=[[index[n] for n in group] for group in graph.replica_groups],
+        workers=workers,
+    )

@@ -1,0 +1,239 @@
+"""What every backend shares: the compiled plan, node contexts, workers, controller and epoch metrics.
+
+A backend only moves messages and keeps time; the session turns controller actions into messages
+(injecting a key's payloads into its Input nodes, sending update messages for a flush), does the
+epoch-end work (replica averaging, metrics) and collects the losses that loss nodes report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from amp_notebook.data.batch import Batch, Dataset
+from amp_notebook.ir.graph import Graph
+from amp_notebook.ir.message import FWD, UPDATE, Message, State
+from amp_notebook.ir.ops import NodeContext
+from amp_notebook.runtime.controller import Controller, KeyInfo
+from amp_notebook.runtime.optim import Optimizer
+from amp_notebook.runtime.placement import place
+from amp_notebook.runtime.plan import Plan, compile_plan
+from amp_notebook.runtime.worker import Worker
+from amp_notebook.trace.buffers import WorkerBuffer
+
+
+class DataError(ValueError):
+    """A dataset that does not fit the graph's inputs."""
+
+
+@dataclass
+class RunConfig:
+    workers: int = 2
+    mode: str = "amp"
+    max_active_keys: int = 4
+    min_update_frequency: int = 1
+    epochs: int = 1
+    seed: int = 0
+    dtype: str = "float32"
+    trace: bool = True
+    validate: bool = True
+    shuffle: bool = True
+    placement: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class EpochStats:
+    epoch: int
+    train_loss: float = 0.0
+    train_accuracy: float | None = None
+    train_instances: int = 0
+    val_loss: float | None = None
+    val_accuracy: float | None = None
+    val_instances: int = 0
+    end_s: float = 0.0
+    _sums: dict[str, float] = field(default_factory=dict, repr=False)
+
+    def add(self, train: bool, report: dict[str, Any]) -> None:
+        prefix = "train" if train else "val"
+        n = report["n"]
+        s = self._sums
+        s[prefix + "_n"] = s.get(prefix + "_n", 0) + n
+        s[prefix + "_loss"] = s.get(prefix + "_loss", 0.0) + report["loss"] * n
+        if "correct" in report:
+            s[prefix + "_correct"] = s.get(prefix + "_correct", 0) + report["correct"]
+
+    def finish(self, end_s: float) -> None:
+        s = self._sums
+        self.end_s = end_s
+        if s.get("train_n"):
+            self.train_instances = int(s["train_n"])
+            self.train_loss = s["train_loss"] / s["train_n"]
+            if "train_correct" in s:
+                self.train_accuracy = s["train_correct"] / s["train_n"]
+        if s.get("val_n"):
+            self.val_instances = int(s["val_n"])
+            self.val_loss = s["val_loss"] / s["val_n"]
+            if "val_correct" in s:
+                self.val_accuracy = s["val_correct"] / s["val_n"]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+
+
+class Session:
+    def __init__(
+        self,
+        graph: Graph,
+        dataset: Dataset,
+        config: RunConfig,
+        optimizer: Optimizer | None = None,
+        params: dict[str, dict[str, np.ndarray]] | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        graph.validate(require_loss=True)
+        self.graph = graph
+        self.dataset = dataset
+        self.config = config
+        self.dtype = np.dtype(config.dtype)
+        placement = place(graph, config.workers, config.placement)
+        self.plan: Plan = compile_plan(graph, placement, config.workers, config.min_update_frequency, optimizer)
+        check_dataset(self.plan, dataset)
+        initial = params if params is not None else graph.init_params(config.seed, self.dtype)
+        self.contexts: list[NodeContext] = []
+        for i, name in enumerate(self.plan.names):
+            p = {k: np.array(v, dtype=self.dtype) for k, v in initial.get(name, {}).items()}
+            if self.plan.parameterized[i]:
+                expected = graph.nodes[name].op.param_shapes()
+                found = {k: v.shape for k, v in p.items()}
+                if found != expected:
+                    raise DataError(
+                        f"params for {self.plan.describe(i)}: expected shapes {expected}, found {found}"
+                    )
+            ctx = NodeContext(name, p)
+            ctx.grad_inputs = self.plan.grad_inputs[i]
+            ctx.grad_outputs = self.plan.grad_outputs[i]
+            self.contexts.append(ctx)
+        self.controller = Controller(
+            dataset, config.mode, config.max_active_keys, config.epochs, config.seed, config.shuffle, config.validate
+        )
+        self.buffers = [WorkerBuffer() for _ in range(config.workers)]
+        self.workers = [
+            Worker(
+                w, self.plan,
+                {i: self.contexts[i] for i in range(len(self.plan.names)) if self.plan.owner[i] == w},
+                local_updates=config.mode == "amp", buffer=self.buffers[w], clock=clock,
+            )
+            for w in range(config.workers)
+        ]  # fmt: skip
+        self.key_epoch: dict[int, tuple[int, bool]] = {}
+        self.history: list[EpochStats] = []
+        self.current = EpochStats(0)
+        self.keys_done = 0
+        self.train_instances_done = 0
+        self.on_key_done: Callable[[KeyInfo], None] | None = None
+        self.on_epoch: Callable[[EpochStats], bool | None] | None = None
+
+    # ------------------------------------------------------------ actions -> messages
+    def inject(self, info: KeyInfo) -> list[Message]:
+        """The messages that admit a key: one per Input node, with state (key, **fields)."""
+        batch = info.batch
+        state = State(key=info.key, **batch.fields)
+        self.key_epoch[info.key] = (info.epoch, info.train)
+        out = []
+        for name, node in self.plan.inputs.items():
+            op = self.plan.ops[node]
+            if op.fill == "zeros":
+                payload = np.zeros((batch.size, op.width), dtype=self.dtype)
+            else:
+                payload = batch.inputs[name]
+                if op.dtype == "float" and payload.dtype != self.dtype:
+                    payload = payload.astype(self.dtype)
+            out.append(Message(node, "in", FWD, payload, state, info.train))
+        return out
+
+    def flush_messages(self, flush_id: int) -> list[Message]:
+        state = State(key=flush_id)
+        return [Message(i, "", UPDATE, None, state) for i, p in enumerate(self.plan.parameterized) if p]
+
+    # ---------------------------------------------------------------- bookkeeping
+    def collect_reports(self) -> None:
+        for worker in self.workers:
+            reports = worker.reports
+            while reports:
+                _, report = reports.popleft()
+                _, train = self.key_epoch.get(report["key"], (self.current.epoch, True))
+                self.current.add(train, report)
+
+    def key_done(self, key: int) -> None:
+        self.collect_reports()
+        epoch_train = self.key_epoch.pop(key, None)
+        self.keys_done += 1
+        info = self.controller.info(key)
+        if info is not None:
+            if epoch_train and epoch_train[1]:
+                self.train_instances_done += info.batch.size
+            if self.on_key_done is not None:
+                self.on_key_done(info)
+
+    def end_epoch(self, epoch: int, now_s: float) -> EpochStats:
+        """Epoch-end work while no message is in flight: replica averaging and the epoch's metrics."""
+        self.collect_reports()
+        self.average_replicas()
+        for opt in {id(o): o for o in self.plan.optimizers if o is not None}.values():
+            opt.end_epoch()
+        stats = self.current
+        stats.epoch = epoch
+        stats.finish(now_s)
+        self.history.append(stats)
+        self.current = EpochStats(epoch + 1)
+        if self.on_epoch is not None and self.on_epoch(stats):
+            self.controller.stop()  # the callback asked to stop: admit no further epoch
+        return stats
+
+    def average_replicas(self) -> None:
+        for group in self.plan.replica_groups:
+            ctxs = [self.contexts[i] for i in group]
+            for name in ctxs[0].params:
+                mean = np.mean([c.params[name] for c in ctxs], axis=0)
+                for c in ctxs:
+                    c.params[name][...] = mean
+
+    def params(self) -> dict[str, dict[str, np.ndarray]]:
+        """A copy of the current parameters of every parameterized node."""
+        return {
+            self.plan.names[i]: {k: v.copy() for k, v in self.contexts[i].params.items()}
+            for i, p in enumerate(self.plan.parameterized)
+            if p
+        }
+
+
+def check_dataset(plan: Plan, dataset: Dataset) -> None:
+    """Fail before any thread starts if a key lacks a payload some Input node needs."""
+    needed = [name for name, i in plan.inputs.items() if plan.ops[i].fill is None]
+    for split, batches in (("train", dataset.train), ("val", dataset.val)):
+        for j, batch in enumerate(batches[:1] + batches[-1:]):
+            if not isinstance(batch, Batch):
+                raise DataError(f"dataset {dataset.name!r} {split}[{j}]: expected a Batch, got {type(batch).__name__}")
+            missing = [n for n in needed if n not in batch.inputs]
+            if missing:
+                raise DataError(
+                    f"dataset {dataset.name!r} {split} key has no payload for Input node(s) {missing} "
+                    f"(it has {sorted(batch.inputs)}); name the graph's inputs after the data or add the payloads"
+                )
+    for name, i in plan.inputs.items():
+        op = plan.ops[i]
+        if op.fill is None and op.width is not None:
+            x = dataset.train[0].inputs[name]
+            if x.shape[-1] != op.width:
+                raise DataError(
+                    f"Input {name!r} declares width {op.width} but the data's payload has shape {x.shape}; "
+                    "fix the width or the data"
+                )
+
+
+
+
+__all__ = ["DataError", "EpochStats", "RunConfig", "Session", "check_dataset"]

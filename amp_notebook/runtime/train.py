@@ -1,0 +1,140 @@
+"""``train(graph, dataset, ...)``: validate, place, compile, run on a backend, and report.
+
+The result carries the per-epoch history (loss, accuracy), throughput, the staleness of every gradient,
+each worker's utilization, the full trace and the final parameters.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from amp_notebook.data.batch import Dataset
+from amp_notebook.ir.graph import Graph
+from amp_notebook.ir.serialize import save_params
+from amp_notebook.runtime.optim import Optimizer, make_optimizer
+from amp_notebook.runtime.session import EpochStats, RunConfig, Session
+from amp_notebook.trace.metrics import staleness_summary, utilization
+from amp_notebook.trace.trace import Trace
+
+BACKENDS = ("threads",)
+
+
+@dataclass
+class TrainResult:
+    config: RunConfig
+    optimizer: dict[str, Any]
+    history: list[EpochStats]
+    wall_s: float
+    train_instances: int
+    trace: Trace
+    params: dict[str, dict[str, np.ndarray]]
+    placement: dict[str, int]
+
+    @property
+    def val_accuracy(self) -> list[float | None]:
+        return [e.val_accuracy for e in self.history]
+
+    @property
+    def train_instances_per_s(self) -> float:
+        return self.train_instances / self.wall_s if self.wall_s > 0 else 0.0
+
+    def staleness(self) -> dict[str, float]:
+        return staleness_summary(self.trace)
+
+    def utilization(self) -> list[float]:
+        return utilization(self.trace, self.wall_s)
+
+    def summary(self, **extra: Any) -> dict[str, Any]:
+        """The JSON-ready summary the CLI prints (``amp-notebook train --json``)."""
+        c = self.config
+        st = self.staleness()
+        return {
+            **extra,
+            "mode": c.mode,
+            "workers": c.workers,
+            "max_active_keys": 1 if c.mode == "sync" else c.max_active_keys,
+            "min_update_frequency": c.min_update_frequency,
+            "epochs": c.epochs,
+            "seed": c.seed,
+            "optimizer": self.optimizer,
+            "wall_s": self.wall_s,
+            "train_instances": self.train_instances,
+            "train_instances_per_s": self.train_instances_per_s,
+            "val_accuracy": self.val_accuracy,
+            "val_loss": [e.val_loss for e in self.history],
+            "train_loss": [e.train_loss for e in self.history],
+            "staleness": {"mean": st["mean"], "p95": st["p95"], "max": st["max"]},
+            "utilization": self.utilization(),
+            "placement": self.placement,
+        }
+
+    def save_params(self, path: str | Path) -> None:
+        save_params(self.params, path)
+
+    def write_trace(self, path: str | Path) -> None:
+        self.trace.to_chrome(path)
+
+    def __repr__(self) -> str:
+        return f"TrainResult({json.dumps(self.summary(), default=str)[:300]}...)"
+
+
+def train(
+    graph: Graph,
+    dataset: Dataset,
+    *,
+    workers: int = 2,
+    mode: str = "amp",
+    max_active_keys: int = 4,
+    min_update_frequency: int = 1,
+    optimizer: Optimizer | dict[str, Any] | str = "sgd",
+    epochs: int = 1,
+    seed: int = 0,
+    dtype: str = "float32",
+    trace: bool = True,
+    validate: bool = True,
+    shuffle: bool = True,
+    params: dict[str, dict[str, np.ndarray]] | None = None,
+    placement: dict[str, int] | None = None,
+    backend: str = "threads",
+    on_key_done: Callable[[Any], None] | None = None,
+    on_epoch: Callable[[EpochStats], bool | None] | None = None,
+) -> TrainResult:
+    """Train ``graph`` on ``dataset`` and return a :class:`TrainResult`.
+
+    ``mode`` is ``amp`` (asynchronous: keep ``max_active_keys`` keys in flight, nodes update locally
+    after ``min_update_frequency`` gradients), ``sync`` (one key at a time, update after each) or
+    ``pipeline`` (fill ``max_active_keys`` keys, drain, update all). ``params`` starts from given
+    parameters (``graph.init_params(seed)`` otherwise); ``placement`` overrides node -> worker.
+    ``on_epoch(stats)`` is called after each epoch; returning True stops the run there.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
+    opt = make_optimizer(optimizer)
+    config = RunConfig(
+        workers=workers, mode=mode, max_active_keys=max_active_keys, min_update_frequency=min_update_frequency,
+        epochs=epochs, seed=seed, dtype=dtype, trace=trace, validate=validate, shuffle=shuffle,
+        placement=dict(placement or {}),
+    )  # fmt: skip
+    from amp_notebook.runtime.backends.threads import ThreadedBackend
+
+    session = Session(graph, dataset, config, opt, params)
+    session.on_key_done = on_key_done
+    session.on_epoch = on_epoch
+    runner = ThreadedBackend(session)
+    runner.run()
+    return TrainResult(
+        config=config,
+        optimizer=opt.spec(),
+        history=session.history,
+        wall_s=runner.wall_s,
+        train_instances=session.train_instances_done,
+        trace=Trace(session.buffers, session.plan.names, runner.origin),
+        params=session.params(),
+        placement={n: session.plan.owner[i] for i, n in enumerate(session.plan.names)},
+    )

@@ -1,0 +1,86 @@
+"""The command line: JSON contracts of train, demo and bench (figures are not asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from amp_notebook.cli import main
+
+TRAIN_KEYS = {
+    "model", "mode", "workers", "max_active_keys", "min_update_frequency", "replicas", "epochs", "wall_s",
+    "train_instances_per_s", "val_accuracy", "staleness", "utilization",
+}  # fmt: skip
+
+
+def last_json_line(text: str) -> dict:
+    return json.loads(text.strip().splitlines()[-1])
+
+
+def test_train_mlp_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", "--model", "mlp", "--epochs", "2", "--workers", "2", "--json", "--quiet"]) == 0
+    out = last_json_line(capsys.readouterr().out)
+    assert out.keys() >= TRAIN_KEYS
+    assert out["model"] == "mlp" and out["workers"] == 2 and out["epochs"] == 2
+    assert len(out["val_accuracy"]) == 2 and all(0.0 <= a <= 1.0 for a in out["val_accuracy"])
+    assert set(out["staleness"]) == {"mean", "p95", "max"}
+    assert len(out["utilization"]) == 2 and all(0.0 <= u <= 1.0 for u in out["utilization"])
+    assert out["train_instances_per_s"] > 0
+
+
+def test_train_rnn_replicas_sync_with_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "t.json"
+    args = ["train", "--model", "rnn", "--replicas", "2", "--mode", "sync", "--epochs", "1", "--n-train", "600",
+            "--n-val", "200", "--trace", str(trace), "--json", "--quiet"]  # fmt: skip
+    assert main(args) == 0
+    out = last_json_line(capsys.readouterr().out)
+    assert out["replicas"] == 2 and out["mode"] == "sync" and out["max_active_keys"] == 1
+    assert out["staleness"] == {"mean": 0.0, "p95": 0.0, "max": 0.0}
+    doc = json.loads(trace.read_text())
+    assert any(e["ph"] == "X" for e in doc["traceEvents"])
+
+
+def test_console_entry_point_runs_as_module() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "amp_notebook", "train", "--model", "mlp", "--epochs", "1", "--mode", "pipeline",
+         "--json"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = last_json_line(proc.stdout)
+    assert out["mode"] == "pipeline"
+    assert "key/s" in proc.stderr or "key" in proc.stderr  # the progress bar went to stderr
+
+
+def test_bad_arguments_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["train", "--model", "mlp", "--workers", "0"])
+    assert "expected an integer >= 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="--replicas applies to --model rnn only"):
+        main(["train", "--model", "mlp", "--replicas", "2", "--quiet"])
+    with pytest.raises(SystemExit):
+        main(["bench", "no-such-benchmark"])
+
+
+@pytest.mark.parametrize(
+    ("name", "keys"),
+    [
+        ("overhead", {"us_per_message"}),
+        ("speedup", {"amp_per_s", "sync_per_s", "ratio"}),
+        ("trace-overhead", {"ratio"}),
+        ("rnn-vs-torch", {"ours", "torch", "throughput_ratio"}),
+    ],
+)
+def test_bench_quick_json_contract(name: str, keys: set[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", name, "--quick", "--json"]) == 0
+    out = last_json_line(capsys.readouterr().out)
+    assert out["benchmark"] == name
+    assert keys <= out.keys()
+    if name == "rnn-vs-torch":
+        for side in ("ours", "torch"):
+            assert {"instances_per_s", "time_to_target_s", "epochs_to_target", "final_val_accuracy"} <= out[side].keys()
+            assert out[side]["instances_per_s"] > 0

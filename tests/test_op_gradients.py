@@ -1,0 +1,400 @@
+"""Every differentiable op's backward against central finite differences, through one harness.
+
+For a case (an op, its parameters, and the messages fed to its input ports), the harness runs forward
+with a fresh :class:`NodeContext`, projects every output payload that carries a gradient onto a fixed
+random tensor (a loss contributes its value), and calls backward with those projection tensors as the
+incoming gradients (a loss gets ``backward(ctx, "loss", 1.0, state)``). The gradients that come back,
+per (input port, state), and the parameter gradients accumulated in ``ctx.grads`` must match central
+finite differences of that scalar. Along the way it checks the caching contract: nothing is cached
+when ``ctx.train`` is False, and every cache and join entry is gone once backward has run.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+
+from amp_notebook.ir.message import State
+from amp_notebook.ir.ops import (
+    LOSS_PORT,
+    MSE,
+    OPS,
+    Add,
+    Bcast,
+    Concat,
+    Cond,
+    Embedding,
+    Group,
+    Identity,
+    Input,
+    Isu,
+    Linear,
+    Mul,
+    NodeContext,
+    Op,
+    Phi,
+    ReLU,
+    Sigmoid,
+    SoftmaxCrossEntropy,
+    Split,
+    Tanh,
+    Ungroup,
+)
+
+EPS = 1e-6
+RTOL = 1e-6
+ATOL = 1e-8
+
+# Op kinds that need no gradient case. Input is the only one: it has no input ports and no parameters,
+# so there is nothing to differentiate; gradients stop there (its backward emits nothing, checked below).
+EXEMPT = {"input": "no inputs and no parameters: the gradient stops at a graph input"}
+
+Feed = tuple[str, np.ndarray, State]
+
+
+@dataclass
+class Case:
+    id: str
+    op: Op
+    feeds: list[Feed]
+    params: dict[str, np.ndarray] = field(default_factory=dict)
+    grad_inputs: frozenset[str] | None = None  # default: every differentiable input port
+    grad_outputs: frozenset[str] | None = None  # default: every output port
+
+    def inputs_with_grad(self) -> frozenset[str]:
+        if self.grad_inputs is not None:
+            return self.grad_inputs
+        return frozenset(self.op.input_ports()) - self.op.nondiff_inputs
+
+    def outputs_with_grad(self) -> frozenset[str]:
+        if self.grad_outputs is not None:
+            return self.grad_outputs
+        return frozenset(self.op.output_ports())
+
+
+def st(**fields: Any) -> State:
+    return State(key=fields.pop("key", 0), **fields)
+
+
+def _cases() -> list[Case]:
+    rng = np.random.default_rng(20170101)
+
+    def randn(*shape: int) -> np.ndarray:
+        return rng.standard_normal(shape)
+
+    def away_from_zero(*shape: int) -> np.ndarray:
+        return rng.choice([-1.0, 1.0], size=shape) * rng.uniform(0.1, 2.0, size=shape)
+
+    s = st()
+    cases = [
+        Case("identity", Identity(), [("in", randn(3, 4), s)]),
+        Case("linear", Linear(4, 3), [("in", randn(5, 4), s)], {"W": randn(4, 3), "b": randn(3)}),
+        Case("linear_no_bias", Linear(4, 3, bias=False), [("in", randn(5, 4), s)], {"W": randn(4, 3)}),
+        # an input fed by data (no gradient wanted): parameters only, nothing sent back
+        Case(
+            "linear_params_only",
+            Linear(4, 3),
+            [("in", randn(5, 4), s)],
+            {"W": randn(4, 3), "b": randn(3)},
+            grad_inputs=frozenset(),
+        ),
+        # repeated ids accumulate into the same table row
+        Case("embedding", Embedding(6, 3), [("in", np.array([0, 2, 2, 5, 0, 1]), s)], {"E": randn(6, 3)}),
+        Case(
+            "embedding_2d_ids",
+            Embedding(5, 2),
+            [("in", np.array([[0, 4, 4], [1, 0, 4]]), s)],
+            {"E": randn(5, 2)},
+        ),
+        Case("relu", ReLU(), [("in", away_from_zero(4, 5), s)]),
+        Case("tanh", Tanh(), [("in", 2.0 * randn(4, 5), s)]),
+        Case(
+            "sigmoid",
+            Sigmoid(),
+            [
+                (
+                    "in",
+                    np.concatenate(
+                        [[-40.0, -12.0, -3.0, -0.5, 0.0, 0.5, 3.0, 12.0, 40.0], 3.0 * randn(9)]
+                    ).reshape(3, 6),
+                    s,
+                )
+            ],
+        ),
+        Case("add", Add(), [("a", randn(3, 4), s), ("b", randn(3, 4), s)]),
+        Case(
+            "add_match_on",
+            Add(match_on=("t",)),
+            [("b", randn(3, 4), st(t=2, length=5)), ("a", randn(3, 4), st(t=2))],
+        ),
+        Case("mul", Mul(), [("a", randn(3, 4), s), ("b", randn(3, 4), s)]),
+        Case("concat_2", Concat(2), [("in0", randn(3, 2), s), ("in1", randn(3, 4), s)]),
+        Case(
+            "concat_3_out_of_order",
+            Concat(3, match_on=("t",)),
+            [
+                ("in2", randn(3, 1), st(t=1)),
+                ("in0", randn(3, 2), st(t=1, length=4)),
+                ("in1", randn(3, 3), st(t=1)),
+            ],
+        ),
+        Case("split", Split([2, 3, 1]), [("in", randn(4, 6), s)]),
+        Case(
+            "split_some_outputs",
+            Split([2, 3, 1]),
+            [("in", randn(4, 6), s)],
+            grad_outputs=frozenset({"out0", "out2"}),
+        ),
+        Case("split_one_output", Split([2, 3]), [("in", randn(4, 5), s)], grad_outputs=frozenset({"out1"})),
+        Case("bcast", Bcast(3), [("in", randn(3, 4), s)]),
+        Case(
+            "bcast_some_outputs", Bcast(3), [("in", randn(3, 4), s)], grad_outputs=frozenset({"out0", "out2"})
+        ),
+        Case("ungroup", Ungroup("t"), [("in", randn(4, 3), st(length=4))]),
+        Case("ungroup_3d", Ungroup("step"), [("in", randn(3, 2, 2), st(length=3))]),
+        Case("group", Group("length", "t"), [("in", randn(3), st(length=4, t=i)) for i in (2, 0, 3, 1)]),
+        Case(
+            "cond",
+            Cond("t < length"),
+            [("in", randn(2, 3), st(t=1, length=3)), ("in", randn(2, 3), st(t=3, length=3))],
+        ),
+        Case("cond_3_way", Cond("key % 3", branches=3), [("in", randn(2, 3), st(key=k)) for k in (4, 0, 2)]),
+        Case(
+            "phi",
+            Phi(3),
+            [("in0", randn(2, 3), st(t=0)), ("in2", randn(2, 3), st(t=1)), ("in1", randn(2, 3), st(t=2))],
+        ),
+        Case("isu", Isu({"t": "t + 1"}, {"t": "t - 1"}), [("in", randn(2, 3), st(t=3, length=5))]),
+        Case("isu_add_field", Isu({"t": "0"}, {"t": None}), [("in", randn(2, 3), st(length=5))]),
+        Case(
+            "isu_two_fields",
+            Isu({"t": "t + 1", "u": "u * 2 + t"}, {"t": "t - 1", "u": "(u - t + 1) // 2"}),
+            [("in", randn(2, 3), st(t=3, u=7))],
+        ),
+        Case(
+            "softmax_cross_entropy",
+            SoftmaxCrossEntropy(),
+            [("logits", 3.0 * randn(5, 4), s), ("target", np.array([0, 3, 1, 1, 2]), s)],
+        ),
+        Case(
+            "softmax_cross_entropy_target_first_match_on",
+            SoftmaxCrossEntropy(match_on=("key",)),
+            [("target", np.array([2, 0, 1]), st(length=3)), ("logits", randn(3, 3), st(length=3, t=3))],
+        ),
+        Case(
+            "softmax_cross_entropy_large_logits",
+            SoftmaxCrossEntropy(),
+            [
+                ("logits", np.array([[800.0, -800.0, 0.0], [-1000.0, 1000.0, 999.0]]), s),
+                ("target", np.array([1, 2]), s),
+            ],
+        ),
+        Case("mse", MSE(), [("pred", randn(3, 2), s), ("target", randn(3, 2), s)]),
+        Case("mse_flat_target", MSE(), [("target", randn(6), s), ("pred", randn(3, 2), s)]),
+    ]
+    return cases
+
+
+CASES = _cases()
+
+
+# ---------------------------------------------------------------------------------------------- harness
+def _context(case: Case, params: dict[str, np.ndarray], train: bool) -> NodeContext:
+    ctx = NodeContext("node", {k: v.copy() for k, v in params.items()})
+    ctx.train = train
+    ctx.grad_inputs = case.inputs_with_grad()
+    ctx.grad_outputs = case.outputs_with_grad()
+    return ctx
+
+
+def _forward(case: Case, ctx: NodeContext, feeds: list[Feed]) -> list[tuple[str, Any, State]]:
+    emitted = []
+    for port, x, state in feeds:
+        emitted += case.op.forward(ctx, port, x.copy(), state)
+    return emitted
+
+
+def _projections(
+    case: Case, emitted: list[tuple[str, Any, State]], seed: int
+) -> dict[tuple[str, State], np.ndarray]:
+    rng = np.random.default_rng(seed)
+    proj = {}
+    for port, y, state in emitted:
+        if port != LOSS_PORT and port in case.outputs_with_grad():
+            assert (port, state) not in proj, f"output {port!r} emitted twice with state {state}"
+            proj[(port, state)] = rng.standard_normal(np.shape(y))
+    return proj
+
+
+def _scalar(emitted: list[tuple[str, Any, State]], proj: dict[tuple[str, State], np.ndarray]) -> float:
+    total = 0.0
+    for port, y, state in emitted:
+        if port == LOSS_PORT:
+            total += float(y)
+        elif (port, state) in proj:
+            total += float(np.vdot(proj[(port, state)], y))
+    return total
+
+
+def _objective(case: Case, proj: dict[tuple[str, State], np.ndarray]) -> Callable[[list[Feed], dict], float]:
+    def f(feeds: list[Feed], params: dict[str, np.ndarray]) -> float:
+        ctx = _context(case, params, train=False)
+        return _scalar(_forward(case, ctx, feeds), proj)
+
+    return f
+
+
+def _numeric_grad(f: Callable[[], float], x: np.ndarray) -> np.ndarray:
+    """Central differences of ``f`` with respect to ``x``, perturbed in place."""
+    grad = np.zeros_like(x)
+    for idx in np.ndindex(x.shape):
+        old = x[idx]
+        x[idx] = old + EPS
+        up = f()
+        x[idx] = old - EPS
+        down = f()
+        x[idx] = old
+        grad[idx] = (up - down) / (2 * EPS)
+    return grad
+
+
+def _backward(case: Case, ctx: NodeContext, emitted: list, proj: dict) -> dict[tuple[str, State], np.ndarray]:
+    """Backward for every emitted output that carries a gradient, in reverse order of emission."""
+    back: dict[tuple[str, State], np.ndarray] = {}
+    for port, _, state in reversed(emitted):
+        if port == LOSS_PORT:
+            got = case.op.backward(ctx, LOSS_PORT, 1.0, state)
+        elif (port, state) in proj:
+            got = case.op.backward(ctx, port, proj[(port, state)].copy(), state)
+        else:
+            continue
+        for in_port, g, s in got:
+            if in_port not in ctx.grad_inputs:
+                continue  # allowed to emit: the runtime drops gradients for ports that do not want one
+            assert (in_port, s) not in back, f"two gradients sent to input {in_port!r} with state {s}"
+            back[(in_port, s)] = np.asarray(g)
+    return back
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_backward_matches_finite_differences(case: Case) -> None:
+    params = {k: np.asarray(v, dtype=np.float64) for k, v in case.params.items()}
+    assert set(params) == set(case.op.param_shapes()), "case parameters must match the op's param_shapes"
+    for name, shape in case.op.param_shapes().items():
+        assert params[name].shape == shape
+
+    ctx = _context(case, params, train=True)
+    emitted = _forward(case, ctx, case.feeds)
+    assert not ctx.joins, f"joins still waiting after every input was fed: {ctx.joins}"
+    proj = _projections(case, emitted, seed=len(case.id))
+    back = _backward(case, ctx, emitted, proj)
+
+    # the caching contract: everything popped once every backward has arrived
+    assert not ctx.cache, f"cache entries left after backward: {list(ctx.cache)}"
+    assert not ctx.joins
+
+    f = _objective(case, proj)
+    feeds = [(port, x.copy(), state) for port, x, state in case.feeds]
+    wanted = {
+        (port, state): i
+        for i, (port, x, state) in enumerate(feeds)
+        if port in case.inputs_with_grad() and x.dtype.kind == "f"
+    }
+    # every differentiable input message gets exactly one gradient, with its own state, and nothing else
+    assert set(back) == set(wanted), (
+        f"gradients came back for {sorted(map(str, back))}, expected {sorted(map(str, wanted))}"
+    )
+    for (port, state), i in wanted.items():
+        x = feeds[i][1]
+        numeric = _numeric_grad(lambda: f(feeds, params), x)
+        analytic = back[(port, state)]
+        assert analytic.shape == x.shape, f"gradient for {port!r} has shape {analytic.shape}, input {x.shape}"
+        np.testing.assert_allclose(analytic, numeric, rtol=RTOL, atol=ATOL, err_msg=f"input {port!r} {state}")
+
+    for name, p in params.items():
+        numeric = _numeric_grad(lambda: f(feeds, params), p)
+        np.testing.assert_allclose(
+            ctx.grads[name], numeric, rtol=RTOL, atol=ATOL, err_msg=f"parameter {name!r}"
+        )
+    # the forward inputs were not modified
+    for (_, x0, _), (_, x1, _) in zip(case.feeds, feeds, strict=True):
+        np.testing.assert_array_equal(x0, x1)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_no_cache_when_not_training(case: Case) -> None:
+    params = {k: np.asarray(v, dtype=np.float64) for k, v in case.params.items()}
+    ctx_eval = _context(case, params, train=False)
+    emitted_eval = _forward(case, ctx_eval, case.feeds)
+    assert not ctx_eval.cache, f"cached {list(ctx_eval.cache)} with ctx.train False"
+    assert not ctx_eval.joins
+
+    ctx_train = _context(case, params, train=True)
+    emitted_train = _forward(case, ctx_train, case.feeds)
+    assert len(emitted_eval) == len(emitted_train)
+    for (p0, y0, s0), (p1, y1, s1) in zip(emitted_eval, emitted_train, strict=True):
+        assert (p0, s0) == (p1, s1)
+        np.testing.assert_array_equal(y0, y1)
+
+
+def test_every_op_kind_has_a_gradient_case() -> None:
+    covered = {c.op.kind for c in CASES}
+    missing = set(OPS) - covered - set(EXEMPT)
+    assert not missing, f"op kind(s) {sorted(missing)} have no gradient case in tests/test_op_gradients.py"
+    assert set(EXEMPT) <= set(OPS), "an exemption names an op kind that no longer exists"
+
+
+def test_input_is_exempt_because_it_has_nothing_to_differentiate() -> None:
+    op = Input(width=3)
+    assert op.input_ports() == ()
+    assert op.param_shapes() == {}
+    assert op.backward(NodeContext("x"), "out", np.ones((2, 3)), st()) == []
+
+
+@pytest.mark.parametrize("op", [SoftmaxCrossEntropy(), MSE()], ids=["softmax_cross_entropy", "mse"])
+def test_loss_backward_scales_by_the_incoming_gradient(op: Op) -> None:
+    rng = np.random.default_rng(3)
+    pred = rng.standard_normal((4, 3))
+    target = np.array([0, 2, 1, 1]) if op.kind == "softmax_cross_entropy" else rng.standard_normal((4, 3))
+    grads = []
+    for scale in (1.0, 2.5):
+        ctx = NodeContext("loss")
+        pred_port = op.input_ports()[0]
+        op.forward(ctx, pred_port, pred, st())
+        ((port, loss, state),) = op.forward(ctx, "target", target, st())
+        assert port == LOSS_PORT and np.isfinite(loss)
+        ((back_port, g, _),) = op.backward(ctx, LOSS_PORT, scale, state)
+        assert back_port == pred_port
+        grads.append(g)
+        assert not ctx.cache
+    np.testing.assert_allclose(grads[1], 2.5 * grads[0], rtol=1e-12)
+
+
+def test_sigmoid_is_stable_for_large_inputs() -> None:
+    x = np.array([-1000.0, -745.0, -40.0, 0.0, 40.0, 745.0, 1000.0])
+    ctx = NodeContext("sig")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ((_, y, s),) = Sigmoid().forward(ctx, "in", x, st())
+        ((_, g, _),) = Sigmoid().backward(ctx, "out", np.ones_like(x), s)
+    assert np.all(np.isfinite(y)) and np.all((y >= 0) & (y <= 1))
+    assert y[0] == 0.0 and y[-1] == 1.0 and y[3] == 0.5
+    assert np.all(np.isfinite(g)) and np.all(g >= 0)
+
+
+def test_softmax_cross_entropy_is_stable_for_large_logits() -> None:
+    ctx = NodeContext("loss")
+    op = SoftmaxCrossEntropy()
+    logits = np.array([[1000.0, -1000.0], [0.0, 1000.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        op.forward(ctx, "logits", logits, st())
+        ((_, loss, s),) = op.forward(ctx, "target", np.array([0, 0]), st())
+        ((_, g, _),) = op.backward(ctx, LOSS_PORT, 1.0, s)
+    assert loss == pytest.approx(500.0)
+    np.testing.assert_allclose(g, [[0.0, 0.0], [-0.5, 0.5]], atol=1e-12)
