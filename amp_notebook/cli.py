@@ -3,6 +3,7 @@
     amp-notebook train --model rnn --workers 2 --max-active-keys 4 --epochs 3 --json
     amp-notebook demo
     amp-notebook bench speedup --json
+    amp-notebook simulate --model mlp --devices 4 --flops 1T --bandwidth 10G --max-active-keys 4 --json
 
 With ``--json`` the last line on stdout is one JSON object; progress goes to stderr.
 """
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -67,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--epochs", type=positive_int, default=20, help="at most this many epochs")
     d.add_argument("--target", type=float, default=0.97, help="stop once validation accuracy reaches this")
     d.add_argument("--json", action="store_true")
+
+    add_simulate_parser(sub)
 
     b = sub.add_parser("bench", help="run a benchmark (figures against a peer, same run)")
     b.add_argument("name", choices=sorted(BENCHMARKS))
@@ -183,9 +188,89 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def quantity(text: str) -> float:
+    """A positive number with an optional SI prefix and unit: ``1e12``, ``1T``, ``10G``, ``10Gb/s``, ``inf``."""
+    match = re.fullmatch(r"\s*([0-9.eE+-]+|inf)\s*([kKMGTP]?)\s*(flops|FLOPS|b/s|bps|bit/s)?\s*", text)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"expected a number like 1e12, 1T or 10Gb/s, got {text!r}")
+    try:
+        value = float(match.group(1)) * SI_PREFIX[match.group(2)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number like 1e12, 1T or 10Gb/s, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+SI_PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+SIM_MODELS = (*MODELS, "ggsnn-like")
+
+
+def add_simulate_parser(sub: Any) -> None:
+    s = sub.add_parser("simulate", help="train on simulated hardware in virtual time (deterministic what-if)")
+    s.add_argument("--model", choices=SIM_MODELS, required=True)
+    s.add_argument("--devices", type=positive_int, default=4)
+    s.add_argument("--flops", type=quantity, default=1e12, help="FLOP/s per device (default 1T, the paper's device)")
+    s.add_argument("--bandwidth", type=quantity, default=math.inf, help="bits/s per link, e.g. 10G (default inf)")
+    s.add_argument("--latency", type=float, default=0.0, help="seconds per link hop")
+    s.add_argument("--overhead", type=float, default=0.0, help="seconds of overhead per message")
+    s.add_argument("--wire-dtype", choices=("float32", "float16", "bfloat16"), default="float32")
+    s.add_argument("--max-active-keys", type=positive_int, default=4)
+    s.add_argument("--min-update-frequency", type=positive_int, default=None,
+                   help="gradients a node holds before it updates; default 1 (mlp), 10 (rnn)")
+    s.add_argument("--mode", choices=MODES, default="amp")
+    s.add_argument("--epochs", type=positive_int, default=1)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--n-train", type=positive_int, default=2_000, help="list-reduction training instances (rnn)")
+    s.add_argument("--trace", type=Path, default=None, help="write a Chrome/Perfetto trace JSON (virtual time)")
+    s.add_argument("--json", action="store_true", help="print one JSON summary as the last stdout line")
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from amp_notebook.runtime.costs import CostModel, CostModelError
+    from amp_notebook.runtime.whatif import GGSNN_PLACEMENT, ggsnn_like, ggsnn_like_dataset, whatif
+
+    placement = None
+    if args.model == "ggsnn-like":
+        graph, data = ggsnn_like(), ggsnn_like_dataset()
+        placement = GGSNN_PLACEMENT if args.devices == 2 else None
+        optimizer: Any = {"name": "sgd", "lr": 1e-3}
+    elif args.model == "mlp":
+        data = load_digits_dataset(batch_size=100, seed=args.seed)
+        graph, optimizer = mlp(input_width=int(data.meta["input_width"]), hidden=784), {"name": "sgd", "lr": 0.05}
+    else:
+        data = list_reduction_dataset(n_train=args.n_train, n_val=100, seed=args.seed)
+        graph, optimizer = rnn(), {"name": "adam", "lr": 3e-3, "clip_norm": 5.0}
+    muf = args.min_update_frequency or (10 if args.model == "rnn" else 1)
+    try:
+        costs = CostModel(flops=args.flops, bandwidth_bits_per_s=args.bandwidth, latency_s=args.latency,
+                          message_overhead_s=args.overhead, wire_dtype=args.wire_dtype)  # fmt: skip
+    except CostModelError as exc:
+        raise SystemExit(f"amp-notebook simulate: {exc}") from None
+    start = time.perf_counter()
+    run = whatif(
+        graph, data, devices=args.devices, costs=costs, mode=args.mode, max_active_keys=args.max_active_keys,
+        min_update_frequency=muf, epochs=args.epochs, seed=args.seed, optimizer=optimizer, placement=placement,
+    )  # fmt: skip
+    summary = {"model": args.model, "virtual": True, "real_s": time.perf_counter() - start, **run.as_dict()}
+    if args.trace is not None:
+        run.result.trace.to_chrome(args.trace)
+        summary["trace"] = str(args.trace)
+    print(
+        f"simulated {args.model} on {args.devices} devices ({args.mode}, max_active_keys {run.max_active_keys}, "
+        f"min_update_frequency {muf}): {run.throughput_per_s:,.0f} instances/s, makespan {run.makespan_s:.4g} s "
+        f"(virtual), bandwidth {run.bandwidth_bits_per_s / 1e9:.3g} Gb/s, utilization "
+        f"{', '.join(f'{u:.0%}' for u in run.utilization)}, {run.messages} messages in {summary['real_s']:.2f} s",
+        file=sys.stderr,
+    )
+    if args.json:
+        print(json.dumps(summary, default=str))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    commands = {"train": cmd_train, "demo": cmd_demo, "bench": cmd_bench}
+    commands = {"train": cmd_train, "demo": cmd_demo, "bench": cmd_bench, "simulate": cmd_simulate}
     return commands[args.command](args)
 
 

@@ -23,7 +23,6 @@ STATE = {"t": 3, "length": 5, "key": 7, "n": -2}
         ("key % 4", 3),
         ("n % 3", 1),
         ("n // 3", -1),
-        ("2 ** t", 8),
         ("-t", -3),
         ("+n", -2),
         ("(t + 1) * (length - 1)", 16),
@@ -74,6 +73,8 @@ def test_equality_and_hash_follow_the_source() -> None:
 @pytest.mark.parametrize(
     ("source", "match"),
     [
+        # powers: t ** t ** t could run for ever
+        ("2 ** t", "Pow is not allowed"),
         # calls of anything but min/max/abs
         ("open('x')", "only calls of"),
         ("__import__('os')", "only calls of"),

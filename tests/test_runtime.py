@@ -71,7 +71,8 @@ def trace_counts(result) -> Counter:
     ev = result.trace.events()
     names = result.trace.node_names
     return Counter(
-        (names[n], int(p), int(k)) for n, p, k in zip(ev["node"].tolist(), ev["phase"].tolist(), ev["key"].tolist())
+        (names[n], int(p), int(k))
+        for n, p, k in zip(ev["node"].tolist(), ev["phase"].tolist(), ev["key"].tolist(), strict=True)
     )
 
 
@@ -80,7 +81,7 @@ def trace_counts(result) -> Counter:
 
 @pytest.mark.parametrize(
     ("model", "workers"),
-    [("mlp", 2), ("rnn", 2), ("rnn_x2", 2), ("rnn_x2", 3)],
+    [("mlp", 1), ("mlp", 2), ("rnn", 2), ("rnn", 3), ("rnn_x2", 2), ("rnn_x2", 3)],
 )
 def test_sync_runtime_equals_interpreter(digits, lists, model, workers):
     if model == "mlp":
@@ -166,8 +167,10 @@ def test_amp_one_key_update_every_gradient_is_plain_sgd(digits):
 
 def bwd_rows_at_parameterized(result) -> int:
     ev = result.trace.events()
-    parameterized = {i for i, n in enumerate(result.trace.node_names) if n.startswith(("linear", "step", "embed", "out"))}
-    return int(sum(1 for n, p in zip(ev["node"].tolist(), ev["phase"].tolist()) if p == BWD and n in parameterized))
+    names = result.trace.node_names
+    parameterized = {i for i, n in enumerate(names) if n.startswith(("linear", "step", "embed", "out"))}
+    rows = zip(ev["node"].tolist(), ev["phase"].tolist(), strict=True)
+    return sum(1 for n, p in rows if p == BWD and n in parameterized)
 
 
 @pytest.mark.parametrize(("mode", "keys"), [("sync", 1), ("pipeline", 4), ("pipeline", 7)])
@@ -190,7 +193,7 @@ def test_staleness_is_positive_under_amp_with_several_keys(digits):
     assert result.staleness()["count"] == len(st["value"]) == bwd_rows_at_parameterized(result)
     # one staleness row per (parameterized node, training key): the MLP's Linears see one gradient per key
     names = result.trace.node_names
-    per = Counter((names[n], k) for n, k in zip(st["node"].tolist(), st["key"].tolist()))
+    per = Counter((names[n], k) for n, k in zip(st["node"].tolist(), st["key"].tolist(), strict=True))
     assert set(per.values()) == {1}
     assert {n for n, _ in per} == set(MLP_LINEARS)
     assert len(per) == 4 * 2 * len(digits.train)
@@ -278,7 +281,7 @@ def mlp_with_cond(predicate: str):
     ("predicate", "cause"),
     [("key < missing_field", "missing_field"), ("1 // (key - key) > 0", "ZeroDivisionError")],
 )
-@pytest.mark.parametrize("mode", ["amp", "sync"])
+@pytest.mark.parametrize("mode", ["amp", "sync", "pipeline"])
 def test_failing_cond_predicate_surfaces_as_node_error(digits, predicate, cause, mode):
     graph = mlp_with_cond(predicate)
     graph.validate(require_loss=True)  # the problem only shows when a message arrives
@@ -311,7 +314,7 @@ def test_failing_predicate_mid_loop_names_the_state(lists):
 @pytest.mark.parametrize(("mode", "keys"), [("pipeline", 4), ("pipeline", 3), ("pipeline", 15), ("sync", 1)])
 def test_update_rows_equal_flushes(digits, mode, keys):
     epochs = 2
-    result, infos = run_with_keys(
+    result, _infos = run_with_keys(
         small_mlp(), digits, workers=2, mode=mode, max_active_keys=keys, epochs=epochs, seed=0
     )
     n_train = len(digits.train)
@@ -342,7 +345,9 @@ def test_amp_updates_every_min_update_frequency_gradients(digits, muf):
 # ------------------------------------------------------------------ credit counting and trace rows
 
 
-@pytest.mark.parametrize(("mode", "keys", "workers"), [("amp", 4, 2), ("amp", 8, 3), ("pipeline", 5, 2), ("sync", 1, 2)])
+@pytest.mark.parametrize(
+    ("mode", "keys", "workers"), [("amp", 4, 2), ("amp", 8, 3), ("pipeline", 5, 2), ("sync", 1, 2)]
+)
 def test_every_key_completes_with_one_row_per_message_mlp(digits, mode, keys, workers):
     epochs = 2
     result, infos = run_with_keys(small_mlp(), digits, workers=workers, mode=mode, max_active_keys=keys,
@@ -370,7 +375,9 @@ def test_every_key_completes_with_one_row_per_message_mlp(digits, mode, keys, wo
     assert int(np.sum(ev["phase"] == BWD)) == 7 * n_train
 
 
-@pytest.mark.parametrize(("replicas", "mode", "keys"), [(1, "amp", 4), (2, "amp", 6), (1, "sync", 1), (2, "pipeline", 3)])
+@pytest.mark.parametrize(
+    ("replicas", "mode", "keys"), [(1, "amp", 4), (2, "amp", 6), (1, "sync", 1), (2, "pipeline", 3)]
+)
 def test_every_key_completes_with_one_row_per_message_rnn(lists, replicas, mode, keys):
     result, infos = run_with_keys(small_rnn(replicas), lists, workers=3, mode=mode, max_active_keys=keys,
                                   epochs=1, seed=6)  # fmt: skip
@@ -383,11 +390,11 @@ def test_every_key_completes_with_one_row_per_message_rnn(lists, replicas, mode,
         for name in ("embed", "loop", "tick", "more"):
             assert counts[(name, FWD, k)] == n
             assert counts[(name, BWD, k)] == (n if info.train else 0)
-        # every step of a key runs through one replica (which one: test_torch_equivalence checks the route)
+        # every step of a key runs through one replica: step{key % replicas}
         steps = ["step"] if replicas == 1 else [f"step{i}" for i in range(replicas)]
         used = [s for s in steps if counts[(s, FWD, k)]]
-        assert len(used) == 1, f"key {k} ran through replicas {used}"
-        step = used[0]
+        step = "step" if replicas == 1 else f"step{k % replicas}"
+        assert used == [step], f"key {k} ran through replicas {used}"
         assert counts[(step, FWD, k)] == n
         assert counts[(step, BWD, k)] == (n if info.train else 0)
         assert counts[("cat", FWD, k)] == 2 * n
@@ -457,6 +464,18 @@ def test_missing_payload_in_validation_keys(digits, no_threads):
     dataset = Dataset("digits_bad_val", digits.train, val, num_classes=10)
     with pytest.raises(DataError, match=r"'x'"):
         train(small_mlp(), dataset, workers=2, epochs=1)
+
+
+def test_missing_payload_in_a_middle_key_raises_data_error_before_threads(digits, no_threads):
+    """Not only the first and last keys are checked: one key in the middle without its target fails early,
+    naming the key and the input (rather than a KeyError from the driver once threads run)."""
+    train_keys = list(digits.train)
+    b = train_keys[5]
+    train_keys[5] = Batch(inputs={"x": b.inputs["x"]}, size=b.size)
+    dataset = Dataset("digits_one_bad_key", train_keys, digits.val, num_classes=10)
+    with pytest.raises(DataError, match=r"train\[5\].*'target'"):
+        train(small_mlp(), dataset, workers=2, epochs=1)
+    assert worker_threads_alive() == []
 
 
 def test_input_width_mismatch_raises_data_error_before_threads(digits, no_threads):

@@ -176,8 +176,8 @@ def step_replicas_with_gradients(grads, replicas):
 
 @pytest.mark.parametrize("key", [0, 1, 2, 5])
 def test_rnn_replicas_only_routed_replica_gets_gradients(lists, key):
-    """With replicas=2 exactly one step replica takes part in a key; its gradients equal torch's, the
-    other replica's are exactly zero, and keys of the same parity share a replica."""
+    """With replicas=2 exactly one step replica, step{key % 2}, takes part in a key; its gradients equal
+    torch's, the other replica's are exactly zero, and keys of the same parity share a replica."""
     batch = one_bucket_per_length(lists, [6])[0]
     g = models.rnn(hidden=HIDDEN, embedding_dim=EMB, replicas=2)
     params = g.init_params(5, np.float64)
@@ -188,6 +188,7 @@ def test_rnn_replicas_only_routed_replica_gets_gradients(lists, key):
     assert set(grads) == {"embed", "step0", "step1", "out"}
 
     (routed_index,) = step_replicas_with_gradients(grads, 2)
+    assert routed_index == key % 2
     routed, other = f"step{routed_index}", f"step{1 - routed_index}"
     for k in ("W", "b"):
         assert np.all(grads[other][k] == 0), f"{other}.{k} got a gradient for key {key} routed to {routed}"

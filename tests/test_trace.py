@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import defaultdict
 
@@ -12,7 +13,13 @@ from amp_notebook import models
 from amp_notebook.data import list_reduction_dataset, load_digits_dataset
 from amp_notebook.runtime.train import train
 from amp_notebook.trace import (
-    PHASES, Trace, WorkerBuffer, chrome_trace, staleness_histogram, staleness_summary, utilization,
+    PHASES,
+    Trace,
+    WorkerBuffer,
+    chrome_trace,
+    staleness_histogram,
+    staleness_summary,
+    utilization,
 )  # fmt: skip
 
 EVENT_COLUMNS = ("worker", "node", "phase", "key", "start", "end", "depth")
@@ -188,7 +195,7 @@ def test_chrome_trace_slices(run, tmp_path):
         by_tid[e["tid"]].append(e)
     for tid, mine in by_tid.items():
         mine.sort(key=lambda e: e["ts"])
-        for a, b in zip(mine, mine[1:], strict=False):
+        for a, b in itertools.pairwise(mine):
             assert a["ts"] + a["dur"] <= b["ts"] + 1e-6, f"tid {tid}: {a} overlaps {b}"
     # microseconds: the slices add up to the busy time of the events (clipping only trims rounding)
     busy_us = float(np.sum(ev["end"] - ev["start"])) * 1e6
@@ -197,7 +204,8 @@ def test_chrome_trace_slices(run, tmp_path):
     # keys: every (node, phase, key) of the trace appears
     names = run.trace.node_names
     expected = sorted(
-        (names[n], PHASES[p], k) for n, p, k in zip(ev["node"].tolist(), ev["phase"].tolist(), ev["key"].tolist())
+        (names[n], PHASES[p], k)
+        for n, p, k in zip(ev["node"].tolist(), ev["phase"].tolist(), ev["key"].tolist(), strict=True)
     )
     assert sorted((e["args"]["node"], e["args"]["phase"], e["args"]["key"]) for e in slices) == expected
 
@@ -246,3 +254,17 @@ def test_untraced_run_has_empty_trace():
     assert result.utilization() == [0.0, 0.0]
     # staleness is still recorded (it does not depend on the event trace)
     assert result.staleness()["count"] == 4 * len(ds.train)
+
+
+def test_chrome_trace_window_keeps_slices_starting_in_it(mlp_run):
+    ev = mlp_run.trace.events()
+    lo, hi = float(np.quantile(ev["start"], 0.25)), float(np.quantile(ev["start"], 0.75))
+    doc = mlp_run.trace.to_chrome(window=(lo, hi))
+    slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    expected = int(np.sum((ev["start"] >= lo) & (ev["start"] < hi)))
+    assert len(slices) == expected > 0
+    # the slices' starts, like the window, are microseconds since the run began (rounded to 1 ns)
+    assert all(lo * 1e6 - 1e-3 <= e["ts"] <= hi * 1e6 + 1e-3 for e in slices)
+    for e in doc["traceEvents"]:
+        if e["ph"] == "C" and e["name"].startswith("staleness"):
+            assert lo * 1e6 - 1e-3 <= e["ts"] <= hi * 1e6 + 1e-3

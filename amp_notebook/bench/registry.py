@@ -10,6 +10,7 @@ BENCHMARKS: dict[str, str] = {
     "speedup": "amp_notebook.bench.speedup",
     "rnn-vs-torch": "amp_notebook.bench.rnn_vs_torch",
     "trace-overhead": "amp_notebook.bench.trace_overhead",
+    "simulator": "amp_notebook.bench.simulator",
 }
 
 

@@ -3,7 +3,7 @@
 Cond predicates and Isu updates must serialize to JSON without code, and nothing a user types may run
 arbitrary Python. Expressions are parsed with :mod:`ast` and checked against a whitelist: names (state
 fields), int/float/bool constants, arithmetic, comparisons, boolean logic, ``x if c else y`` and calls of
-``min``, ``max``, ``abs`` only. No attributes, subscripts, dunders, lambdas or other calls. A checked tree
+``min``, ``max``, ``abs`` only. No ``**`` (``t ** t ** t`` would stall a run), no attributes, subscripts, dunders, lambdas or other calls. A checked tree
 is compiled once; evaluation sees only the state's fields and the three allowed functions.
 
 >>> e = Expression("t < length")
@@ -21,7 +21,7 @@ ALLOWED_FUNCTIONS: dict[str, Any] = {"min": min, "max": max, "abs": abs}
 
 _ALLOWED_NODES = (
     ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div,
-    ast.FloorDiv, ast.Mod, ast.Pow, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd, ast.Compare, ast.Eq,
+    ast.FloorDiv, ast.Mod, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd, ast.Compare, ast.Eq,
     ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Name, ast.Load, ast.Constant, ast.IfExp, ast.Call,
 )  # fmt: skip
 
@@ -76,7 +76,8 @@ def _check_node(source: str, node: ast.AST, names: set[str]) -> None:
     if not isinstance(node, _ALLOWED_NODES):
         raise ExpressionError(
             f"{source!r}: {type(node).__name__} is not allowed; expressions may use state fields, numbers, "
-            "arithmetic, comparisons, and/or/not, 'a if c else b' and min/max/abs"
+            "+ - * / // %, comparisons, and/or/not, 'a if c else b' and min/max/abs (no ** so no expression can "
+            "run for long)"
         )
     if isinstance(node, ast.Name):
         if node.id.startswith("_"):

@@ -92,8 +92,16 @@ def graph_from_dict(data: dict[str, Any]) -> Graph:
         if not (isinstance(edge, list) and len(edge) == 4 and all(isinstance(x, str) for x in edge)):
             raise GraphError(f"graph JSON edges[{i}]: expected [src, src_port, dst, dst_port], found {edge!r}")
         src, src_port, dst, dst_port = edge
-        graph.connect(Ref(src, src_port), dst, dst_port)
-    graph.replica_groups = [list(g) for g in data.get("replica_groups", [])]
+        try:
+            graph.connect(Ref(src, src_port), dst, dst_port)
+        except GraphError as exc:
+            raise GraphError(f"graph JSON edges[{i}]: {exc}") from None
+    groups = data.get("replica_groups", [])
+    if not isinstance(groups, list) or not all(
+        isinstance(g, list) and all(isinstance(n, str) for n in g) for g in groups
+    ):
+        raise GraphError(f"graph JSON replica_groups: expected a list of lists of node names, found {groups!r}")
+    graph.replica_groups = [list(g) for g in groups]
     return graph
 
 

@@ -86,7 +86,10 @@ def _check_ports(graph: Graph) -> list[Problem]:
                 )  # fmt: skip
         for port in node.op.output_ports():
             if port not in outgoing:
-                hint = " (a Cond needs both branches connected)" if node.kind == "cond" else ""
+                hint = ""
+                if node.kind == "cond":
+                    hint = f" (a Cond needs all its branches connected: {', '.join(node.op.output_ports())}; " \
+                        "both branches of a 2-way Cond)"
                 problems.append(
                     Problem(
                         node.name, port,
@@ -154,7 +157,7 @@ def infer_widths(graph: Graph, strict: bool) -> tuple[dict[tuple[str, str], Widt
                         for p, e in incoming[name].items()
                     )
                     errors[name] = Problem(
-                        name, None,
+                        name, exc.port,
                         f"{node.describe()}: {exc} ({sources}); fix the op's size or the edge",
                     )  # fmt: skip
                 continue

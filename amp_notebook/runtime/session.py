@@ -214,13 +214,13 @@ def check_dataset(plan: Plan, dataset: Dataset) -> None:
     """Fail before any thread starts if a key lacks a payload some Input node needs."""
     needed = [name for name, i in plan.inputs.items() if plan.ops[i].fill is None]
     for split, batches in (("train", dataset.train), ("val", dataset.val)):
-        for j, batch in enumerate(batches[:1] + batches[-1:]):
+        for j, batch in enumerate(batches):  # every key: a dict lookup each, cheap next to a run
             if not isinstance(batch, Batch):
                 raise DataError(f"dataset {dataset.name!r} {split}[{j}]: expected a Batch, got {type(batch).__name__}")
             missing = [n for n in needed if n not in batch.inputs]
             if missing:
                 raise DataError(
-                    f"dataset {dataset.name!r} {split} key has no payload for Input node(s) {missing} "
+                    f"dataset {dataset.name!r} {split}[{j}] key has no payload for Input node(s) {missing} "
                     f"(it has {sorted(batch.inputs)}); name the graph's inputs after the data or add the payloads"
                 )
     for name, i in plan.inputs.items():

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from amp_notebook.runtime.session import EpochStats, RunConfig, Session
 from amp_notebook.trace.metrics import staleness_summary, utilization
 from amp_notebook.trace.trace import Trace
 
-BACKENDS = ("threads",)
+BACKENDS = ("threads", "simulated")
 
 
 @dataclass
@@ -35,6 +35,8 @@ class TrainResult:
     trace: Trace
     params: dict[str, dict[str, np.ndarray]]
     placement: dict[str, int]
+    virtual: bool = False  # wall_s is the simulated backend's virtual makespan, not measured time
+    backend_stats: dict[str, Any] = field(default_factory=dict)  # simulated: messages, bytes per link, bandwidth
 
     @property
     def val_accuracy(self) -> list[float | None]:
@@ -72,7 +74,9 @@ class TrainResult:
             "staleness": {"mean": st["mean"], "p95": st["p95"], "max": st["max"]},
             "utilization": self.utilization(),
             "placement": self.placement,
-        }
+            **({"virtual": True, "bandwidth_bits_per_s": self.backend_stats.get("bandwidth_bits_per_s", 0.0)}
+               if self.virtual else {}),
+        }  # fmt: skip
 
     def save_params(self, path: str | Path) -> None:
         save_params(self.params, path)
@@ -102,6 +106,7 @@ def train(
     params: dict[str, dict[str, np.ndarray]] | None = None,
     placement: dict[str, int] | None = None,
     backend: str = "threads",
+    costs: Any = None,
     on_key_done: Callable[[Any], None] | None = None,
     on_epoch: Callable[[EpochStats], bool | None] | None = None,
 ) -> TrainResult:
@@ -112,21 +117,32 @@ def train(
     ``pipeline`` (fill ``max_active_keys`` keys, drain, update all). ``params`` starts from given
     parameters (``graph.init_params(seed)`` otherwise); ``placement`` overrides node -> worker.
     ``on_epoch(stats)`` is called after each epoch; returning True stops the run there.
+    ``backend="simulated"`` runs on simulated hardware described by ``costs`` (a
+    :class:`~amp_notebook.runtime.costs.CostModel`, default the paper's 1 TFLOPS device) in virtual time:
+    then ``wall_s`` is the virtual makespan and ``virtual`` is True.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
+    if costs is not None and backend != "simulated":
+        raise ValueError(f"costs= describes simulated hardware; it needs backend='simulated', got {backend!r}")
     opt = make_optimizer(optimizer)
     config = RunConfig(
         workers=workers, mode=mode, max_active_keys=max_active_keys, min_update_frequency=min_update_frequency,
         epochs=epochs, seed=seed, dtype=dtype, trace=trace, validate=validate, shuffle=shuffle,
         placement=dict(placement or {}),
     )  # fmt: skip
-    from amp_notebook.runtime.backends.threads import ThreadedBackend
-
     session = Session(graph, dataset, config, opt, params)
     session.on_key_done = on_key_done
     session.on_epoch = on_epoch
-    runner = ThreadedBackend(session)
+    runner: Any
+    if backend == "simulated":
+        from amp_notebook.runtime.backends.simulated import SimulatedBackend
+
+        runner = SimulatedBackend(session, costs)
+    else:
+        from amp_notebook.runtime.backends.threads import ThreadedBackend
+
+        runner = ThreadedBackend(session)
     runner.run()
     return TrainResult(
         config=config,
@@ -137,4 +153,6 @@ def train(
         trace=Trace(session.buffers, session.plan.names, runner.origin),
         params=session.params(),
         placement={n: session.plan.owner[i] for i, n in enumerate(session.plan.names)},
+        virtual=backend == "simulated",
+        backend_stats=runner.stats() if backend == "simulated" else {},
     )

@@ -25,7 +25,14 @@ Emitted = list[tuple[str, Any, State]]
 
 
 class OpError(ValueError):
-    """A configuration or payload problem inside one op; the runtime adds the node name and state."""
+    """A configuration or payload problem inside one op; the runtime adds the node name and state.
+
+    ``port`` names the input port concerned, when there is one.
+    """
+
+    def __init__(self, message: str, port: str | None = None) -> None:
+        super().__init__(message)
+        self.port = port
 
 
 class NodeContext:
@@ -136,7 +143,7 @@ def positive_int(op: str, field: str, value: Any) -> int:
 
 def check_width(op: str, port: str, expected: int, found: Width) -> None:
     if found is not None and found != expected:
-        raise OpError(f"{op} input {port!r}: expected width {expected}, got {found}")
+        raise OpError(f"{op} input {port!r}: expected width {expected}, got {found}", port=port)
 
 
 class JoinMixin:
