@@ -16,12 +16,15 @@ from amp_notebook.ir.interpret import Interpreter
 from amp_notebook.ir.message import State
 from amp_notebook.ir.serialize import load_graph, load_params, save_graph, save_params
 from amp_notebook.ir.validate import ValidationError
+from amp_notebook.runtime.costs import CostModel, NodeCost
 from amp_notebook.runtime.train import TrainResult, train
+from amp_notebook.runtime.whatif import sweep, whatif
 from amp_notebook.runtime.worker import NodeError
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Graph", "GraphError", "Interpreter", "NodeError", "Ref", "State", "TrainResult", "ValidationError", "data",
-    "load_graph", "load_params", "models", "save_graph", "save_params", "trace", "train",
+    "CostModel", "Graph", "GraphError", "Interpreter", "NodeCost", "NodeError", "Ref", "State", "TrainResult",
+    "ValidationError", "data", "load_graph", "load_params", "models", "save_graph", "save_params", "sweep", "trace",
+    "train", "whatif",
 ]  # fmt: skip

@@ -23,9 +23,12 @@ from amp_notebook.bench.registry import BENCHMARKS, run_benchmark
 from amp_notebook.data.batch import Dataset
 from amp_notebook.data.digits import load_digits_dataset
 from amp_notebook.data.list_reduction import list_reduction_dataset
+from amp_notebook.data.mnist import load_mnist_dataset
 from amp_notebook.ir.graph import Graph
 from amp_notebook.models import mlp, rnn
 from amp_notebook.runtime.controller import MODES
+from amp_notebook.runtime.placement import STRATEGIES
+from amp_notebook.runtime.session import PRIORITIES
 from amp_notebook.runtime.train import TrainResult, train
 
 MODELS = ("mlp", "rnn")
@@ -52,12 +55,18 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--min-update-frequency", type=positive_int, default=None,
                    help="gradients a node holds before it updates (amp mode); default 1 (mlp), 10 (rnn)")
     t.add_argument("--mode", choices=MODES, default="amp")
+    t.add_argument("--placement", choices=STRATEGIES, default="round_robin",
+                   help="heavy ops round-robin over workers (the paper) or in contiguous cost-balanced stages")
+    t.add_argument("--priority", choices=PRIORITIES, default="backward_first",
+                   help="worker inbox order: backward messages first (the paper) or arrival order")
     t.add_argument("--epochs", type=positive_int, default=3)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--optimizer", choices=("sgd", "momentum", "adam"), default=None)
     t.add_argument("--lr", type=float, default=None)
     t.add_argument("--n-train", type=positive_int, default=20_000, help="list-reduction training instances (rnn)")
     t.add_argument("--n-val", type=positive_int, default=2_000, help="list-reduction validation instances (rnn)")
+    t.add_argument("--mnist", type=Path, default=None, metavar="DIR",
+                   help="train the mlp on MNIST IDX files in DIR instead of the embedded digits")
     t.add_argument("--trace", type=Path, default=None, help="write a Chrome/Perfetto trace JSON here")
     t.add_argument("--trace-window", type=float, nargs=2, default=None, metavar=("START_S", "END_S"),
                    help="only export slices starting in this window of seconds")
@@ -84,7 +93,10 @@ def model_and_data(args: argparse.Namespace) -> tuple[Graph, Dataset]:
     if args.model == "mlp":
         if args.replicas != 1:
             raise SystemExit("amp-notebook: --replicas applies to --model rnn only")
-        data = load_digits_dataset(batch_size=100, seed=args.seed)
+        if getattr(args, "mnist", None) is not None:
+            data = load_mnist_dataset(args.mnist, batch_size=100, seed=args.seed)
+        else:
+            data = load_digits_dataset(batch_size=100, seed=args.seed)
         return mlp(input_width=int(data.meta["input_width"]), hidden=784), data
     data = list_reduction_dataset(n_train=args.n_train, n_val=args.n_val, seed=args.seed)
     return rnn(replicas=args.replicas), data
@@ -123,6 +135,7 @@ def run_training(
         return train(
             graph, data, workers=args.workers, mode=args.mode, max_active_keys=args.max_active_keys,
             min_update_frequency=muf, optimizer=optimizer, epochs=args.epochs, seed=args.seed,
+            placement=getattr(args, "placement", "round_robin"), priority=getattr(args, "priority", "backward_first"),
             on_key_done=on_key, on_epoch=on_epoch,
         )  # fmt: skip
     finally:

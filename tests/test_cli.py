@@ -84,3 +84,18 @@ def test_bench_quick_json_contract(name: str, keys: set[str], capsys: pytest.Cap
         for side in ("ours", "torch"):
             assert {"instances_per_s", "time_to_target_s", "epochs_to_target", "final_val_accuracy"} <= out[side].keys()
             assert out[side]["instances_per_s"] > 0
+
+
+def test_train_mlp_on_mnist_idx_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.test_mnist_idx import write_mnist
+
+    write_mnist(tmp_path, n_train=300, n_test=100, gz=True)
+    args = ["train", "--model", "mlp", "--mnist", str(tmp_path), "--epochs", "1", "--json", "--quiet"]
+    assert main(args) == 0
+    out = last_json_line(capsys.readouterr().out)
+    assert out["train_instances"] == 300 and len(out["val_accuracy"]) == 1
+
+
+def test_train_mlp_mnist_missing_files_names_them(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="train-images-idx3-ubyte"):
+        main(["train", "--model", "mlp", "--mnist", str(tmp_path), "--epochs", "1", "--quiet"])

@@ -3,8 +3,9 @@
 Cond predicates and Isu updates must serialize to JSON without code, and nothing a user types may run
 arbitrary Python. Expressions are parsed with :mod:`ast` and checked against a whitelist: names (state
 fields), int/float/bool constants, arithmetic, comparisons, boolean logic, ``x if c else y`` and calls of
-``min``, ``max``, ``abs`` only. No ``**`` (``t ** t ** t`` would stall a run), no attributes, subscripts, dunders, lambdas or other calls. A checked tree
-is compiled once; evaluation sees only the state's fields and the three allowed functions.
+``min``, ``max``, ``abs`` only. No ``**`` (``t ** t ** t`` would stall a run), no attributes,
+subscripts, dunders, lambdas or other calls. A checked tree is compiled once; evaluation sees only the
+state's fields and the three allowed functions.
 
 >>> e = Expression("t < length")
 >>> e.evaluate({"t": 2, "length": 5})

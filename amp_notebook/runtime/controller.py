@@ -17,7 +17,8 @@ Admission per mode (invariant 6):
 
 Each epoch admits its training keys in a seeded shuffled order, then its validation keys (forward only,
 running alongside training keys of the same epoch); the epoch ends when all of them have completed and
-no flush is pending. ``max_active_keys`` can change while the run goes (``set_max_active_keys``).
+no flush is pending. ``max_active_keys`` can change while the run goes (``set_max_active_keys``), and
+admission can be paused (``pause``/``resume``: keys in flight go on, none is admitted; epochs still end).
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ class Controller:
         self.stopping = False
         self.finished = False
         self.epoch_ending = False
+        self.paused = False
 
     @staticmethod
     def _check_keys(k: int) -> int:
@@ -134,6 +136,15 @@ class Controller:
         self.max_active_keys = self._check_keys(k)
         return self._fill()
 
+    def pause(self) -> list[Action]:
+        """Admit no key until ``resume``; keys in flight go on (a background run's ``Run.pause``)."""
+        self.paused = True
+        return []
+
+    def resume(self) -> list[Action]:
+        self.paused = False
+        return self._fill()
+
     def stop(self) -> list[Action]:
         """Admit nothing more; the run finishes when the keys in flight have completed."""
         self.stopping = True
@@ -157,7 +168,7 @@ class Controller:
         if self.flushing or self.finished:
             return []
         actions: list[Action] = []
-        while self.pending and len(self.active) < self._limit():
+        while self.pending and not self.paused and len(self.active) < self._limit():
             if self.mode == "pipeline" and self.group_admitted >= self.max_active_keys:
                 break
             info = self.pending.pop()

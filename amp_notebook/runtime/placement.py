@@ -1,9 +1,17 @@
 """Which worker runs each node.
 
-Heavy ops (the parameterized Linear and Embedding) go round-robin over the workers in topological
-order, so consecutive layers land on different workers and pipeline. Light ops follow the worker of the
-node that feeds them (fewer cross-worker hops); inputs go where their consumer is. A node's own
-``worker`` attribute overrides all of this.
+Two strategies place the heavy ops (the parameterized Linear and Embedding):
+
+* ``round_robin`` (the default, as in the paper): heavy ops in topological order go to workers 0, 1, 2,
+  ... in turn, so consecutive layers land on different workers;
+* ``balanced``: the heavy ops in topological order are cut into contiguous stages, one per worker, with
+  the largest stage cost (parameter count, a proxy for FLOPs per instance) as small as possible: the
+  partition pipeline-parallel systems use. A key then crosses workers once per stage boundary instead of
+  at every layer, which avoids the stalls where every worker waits on the other (see
+  ``amp-notebook bench speedup``).
+
+Light ops follow the worker of the node that feeds them (fewer cross-worker hops); inputs go where their
+consumer is. A node's own ``worker`` attribute, or an explicit override, beats both strategies.
 """
 
 from __future__ import annotations
@@ -18,9 +26,56 @@ class PlacementError(ValueError):
     pass
 
 
-def place(graph: Graph, workers: int, overrides: dict[str, int] | None = None) -> dict[str, int]:
+STRATEGIES = ("round_robin", "balanced")
+
+
+def heavy_cost(graph: Graph, name: str) -> int:
+    """Cost proxy of a heavy node: multiply-adds per instance (Linear) or the row width it gathers."""
+    op = graph.nodes[name].op
+    if isinstance(op, O.Linear):
+        return op.in_features * op.out_features
+    if isinstance(op, O.Embedding):
+        return op.embedding_dim
+    return 1
+
+
+def contiguous_partition(costs: list[int], parts: int) -> list[int]:
+    """Stage index of each item: contiguous groups, at most ``parts``, minimizing the largest group sum."""
+    n = len(costs)
+    if n == 0:
+        return []
+    parts = min(parts, n)
+    prefix = [0]
+    for c in costs:
+        prefix.append(prefix[-1] + c)
+    inf = float("inf")
+    # best[k][i]: smallest possible largest-group cost splitting the first i items into k groups
+    best = [[inf] * (n + 1) for _ in range(parts + 1)]
+    cut = [[0] * (n + 1) for _ in range(parts + 1)]
+    best[0][0] = 0
+    for k in range(1, parts + 1):
+        for i in range(1, n + 1):
+            for j in range(k - 1, i):
+                value = max(best[k - 1][j], prefix[i] - prefix[j])
+                if value < best[k][i]:
+                    best[k][i], cut[k][i] = value, j
+    stage = [0] * n
+    i = n
+    for k in range(parts, 0, -1):
+        j = cut[k][i]
+        for item in range(j, i):
+            stage[item] = k - 1
+        i = j
+    return stage
+
+
+def place(
+    graph: Graph, workers: int, overrides: dict[str, int] | None = None, strategy: str = "round_robin"
+) -> dict[str, int]:
     if workers < 1:
         raise PlacementError(f"workers: expected at least 1, got {workers}")
+    if strategy not in STRATEGIES:
+        raise PlacementError(f"placement strategy: expected one of {STRATEGIES}, got {strategy!r}")
     overrides = dict(overrides or {})
     for name, node in graph.nodes.items():
         if node.worker is not None:
@@ -36,8 +91,12 @@ def place(graph: Graph, workers: int, overrides: dict[str, int] | None = None) -
     order = graph.topological_order()
     placed: dict[str, int] = dict(overrides)
     heavy = [n for n in order if graph.nodes[n].kind in O.HEAVY and n not in placed]
-    for i, name in enumerate(heavy):
-        placed[name] = i % workers
+    if strategy == "balanced":
+        stages = contiguous_partition([heavy_cost(graph, n) for n in heavy], workers)
+        placed.update(zip(heavy, stages, strict=True))
+    else:
+        for i, name in enumerate(heavy):
+            placed[name] = i % workers
     incoming = {n: graph.incoming(n) for n in graph.nodes}
     outgoing = {n: graph.outgoing(n) for n in graph.nodes}
     for _ in range(2):  # a second sweep places inputs whose consumer was placed late

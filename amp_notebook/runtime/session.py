@@ -22,7 +22,13 @@ from amp_notebook.runtime.optim import Optimizer
 from amp_notebook.runtime.placement import place
 from amp_notebook.runtime.plan import Plan, compile_plan
 from amp_notebook.runtime.worker import Worker
-from amp_notebook.trace.buffers import WorkerBuffer
+from amp_notebook.trace.buffers import DEFAULT_CAPACITY, WorkerBuffer
+
+PRIORITIES = ("backward_first", "fifo")
+"""How a worker orders its inbox: backward (and update) messages before forward ones, as in the paper's
+appendix A (less staleness, fewer cached activations), or plain arrival order. With several nodes per
+worker, strict backward-first can make the workers take turns: one drains its backward work while the
+other starves of forward work; arrival order keeps both fed (``amp-notebook bench speedup`` shows both)."""
 
 
 class DataError(ValueError):
@@ -42,6 +48,9 @@ class RunConfig:
     validate: bool = True
     shuffle: bool = True
     placement: dict[str, int] = field(default_factory=dict)
+    trace_capacity: int | None = DEFAULT_CAPACITY  # trace rows kept per worker; None keeps every row
+    placement_strategy: str = "round_robin"
+    priority: str = "backward_first"
 
 
 @dataclass
@@ -98,7 +107,9 @@ class Session:
         self.dataset = dataset
         self.config = config
         self.dtype = np.dtype(config.dtype)
-        placement = place(graph, config.workers, config.placement)
+        if config.priority not in PRIORITIES:
+            raise ValueError(f"priority: expected one of {PRIORITIES}, got {config.priority!r}")
+        placement = place(graph, config.workers, config.placement, config.placement_strategy)
         self.plan: Plan = compile_plan(graph, placement, config.workers, config.min_update_frequency, optimizer)
         check_dataset(self.plan, dataset)
         initial = params if params is not None else graph.init_params(config.seed, self.dtype)
@@ -119,7 +130,7 @@ class Session:
         self.controller = Controller(
             dataset, config.mode, config.max_active_keys, config.epochs, config.seed, config.shuffle, config.validate
         )
-        self.buffers = [WorkerBuffer() for _ in range(config.workers)]
+        self.buffers = [WorkerBuffer(config.trace_capacity) for _ in range(config.workers)]
         self.workers = [
             Worker(
                 w, self.plan,

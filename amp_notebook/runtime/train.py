@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,8 +19,13 @@ from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.serialize import save_params
 from amp_notebook.runtime.optim import Optimizer, make_optimizer
 from amp_notebook.runtime.session import EpochStats, RunConfig, Session
+from amp_notebook.trace.buffers import DEFAULT_CAPACITY
 from amp_notebook.trace.metrics import staleness_summary, utilization
 from amp_notebook.trace.trace import Trace
+
+if TYPE_CHECKING:
+    from amp_notebook.runtime.run import Run
+    from amp_notebook.ui.report import Report
 
 BACKENDS = ("threads", "simulated")
 
@@ -74,6 +79,8 @@ class TrainResult:
             "staleness": {"mean": st["mean"], "p95": st["p95"], "max": st["max"]},
             "utilization": self.utilization(),
             "placement": self.placement,
+            "placement_strategy": c.placement_strategy if not c.placement else "overrides",
+            "priority": c.priority,
             **({"virtual": True, "bandwidth_bits_per_s": self.backend_stats.get("bandwidth_bits_per_s", 0.0)}
                if self.virtual else {}),
         }  # fmt: skip
@@ -83,6 +90,12 @@ class TrainResult:
 
     def write_trace(self, path: str | Path) -> None:
         self.trace.to_chrome(path)
+
+    def report(self) -> Report:
+        """Plotly figures and the summary table of this run; ``.write_html(path)`` makes one HTML file."""
+        from amp_notebook.ui.report import Report
+
+        return Report(self)
 
     def __repr__(self) -> str:
         return f"TrainResult({json.dumps(self.summary(), default=str)[:300]}...)"
@@ -104,33 +117,45 @@ def train(
     validate: bool = True,
     shuffle: bool = True,
     params: dict[str, dict[str, np.ndarray]] | None = None,
-    placement: dict[str, int] | None = None,
+    placement: dict[str, int] | str | None = None,
+    priority: str = "backward_first",
     backend: str = "threads",
     costs: Any = None,
     on_key_done: Callable[[Any], None] | None = None,
     on_epoch: Callable[[EpochStats], bool | None] | None = None,
-) -> TrainResult:
+    trace_capacity: int | None = DEFAULT_CAPACITY,
+    background: bool = False,
+) -> TrainResult | Run:
     """Train ``graph`` on ``dataset`` and return a :class:`TrainResult`.
 
     ``mode`` is ``amp`` (asynchronous: keep ``max_active_keys`` keys in flight, nodes update locally
     after ``min_update_frequency`` gradients), ``sync`` (one key at a time, update after each) or
     ``pipeline`` (fill ``max_active_keys`` keys, drain, update all). ``params`` starts from given
-    parameters (``graph.init_params(seed)`` otherwise); ``placement`` overrides node -> worker.
+    parameters (``graph.init_params(seed)`` otherwise). ``placement`` is a strategy (``"round_robin"``, the
+    default, or ``"balanced"``: contiguous cost-balanced stages) or a dict of node -> worker overrides.
+    ``priority`` orders each worker's inbox: ``"backward_first"`` (the paper) or ``"fifo"``.
     ``on_epoch(stats)`` is called after each epoch; returning True stops the run there.
     ``backend="simulated"`` runs on simulated hardware described by ``costs`` (a
     :class:`~amp_notebook.runtime.costs.CostModel`, default the paper's 1 TFLOPS device) in virtual time:
     then ``wall_s`` is the virtual makespan and ``virtual`` is True.
+    ``trace_capacity`` bounds the trace rows kept per worker (the most recent; None keeps all); metrics
+    stay exact over the whole run. ``background=True`` returns a :class:`~amp_notebook.runtime.run.Run`
+    at once and trains in background threads: pause, resume, stop or retune it live, ``wait()`` for the result.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
     if costs is not None and backend != "simulated":
         raise ValueError(f"costs= describes simulated hardware; it needs backend='simulated', got {backend!r}")
+    if background and backend != "threads":
+        raise ValueError(f"background=True runs on the threads backend; got backend={backend!r}, drop one of them")
     opt = make_optimizer(optimizer)
     config = RunConfig(
         workers=workers, mode=mode, max_active_keys=max_active_keys, min_update_frequency=min_update_frequency,
         epochs=epochs, seed=seed, dtype=dtype, trace=trace, validate=validate, shuffle=shuffle,
-        placement=dict(placement or {}),
+        placement=dict(placement) if isinstance(placement, dict) else {},
+        placement_strategy=placement if isinstance(placement, str) else "round_robin", priority=priority,
     )  # fmt: skip
+    config.trace_capacity = trace_capacity
     session = Session(graph, dataset, config, opt, params)
     session.on_key_done = on_key_done
     session.on_epoch = on_epoch
@@ -143,16 +168,24 @@ def train(
         from amp_notebook.runtime.backends.threads import ThreadedBackend
 
         runner = ThreadedBackend(session)
+
+    def result() -> TrainResult:
+        return TrainResult(
+            config=config,
+            optimizer=opt.spec(),
+            history=session.history,
+            wall_s=runner.wall_s,
+            train_instances=session.train_instances_done,
+            trace=Trace(session.buffers, session.plan.names, runner.origin),
+            params=session.params(),
+            placement={n: session.plan.owner[i] for i, n in enumerate(session.plan.names)},
+            virtual=backend == "simulated",
+            backend_stats=runner.stats() if backend == "simulated" else {},
+        )
+
+    if background:
+        from amp_notebook.runtime.run import Run
+
+        return Run(session, runner, result)
     runner.run()
-    return TrainResult(
-        config=config,
-        optimizer=opt.spec(),
-        history=session.history,
-        wall_s=runner.wall_s,
-        train_instances=session.train_instances_done,
-        trace=Trace(session.buffers, session.plan.names, runner.origin),
-        params=session.params(),
-        placement={n: session.plan.owner[i] for i, n in enumerate(session.plan.names)},
-        virtual=backend == "simulated",
-        backend_stats=runner.stats() if backend == "simulated" else {},
-    )
+    return result()

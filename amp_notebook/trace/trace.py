@@ -2,6 +2,11 @@
 
 ``Trace`` reads the per-worker buffers (live, while the run goes, or after it) and gives columns as
 numpy arrays with times in seconds since the run started (virtual seconds for the simulator).
+
+Buffers hold at most ``capacity`` recent rows per worker (``train(..., trace_capacity=...)``), so
+:meth:`Trace.events` and :meth:`Trace.staleness` give the rows still held, while :meth:`Trace.event_totals`
+and :meth:`Trace.staleness_totals` are exact over the whole run (the metrics use them). :meth:`Trace.window`
+and :meth:`Trace.since` read a time window or only the new rows (:mod:`amp_notebook.trace.window`).
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from typing import Any
 import numpy as np
 
 from amp_notebook.trace.buffers import PHASES, WorkerBuffer
+from amp_notebook.trace.totals import EventTotals, StalenessTotals, sum_totals
+from amp_notebook.trace.window import Cursor, Increment, since, window
 
 
 class Trace:
@@ -49,6 +56,30 @@ class Trace:
         cols["time"] = cols["time"] - self.origin
         order = np.argsort(cols["time"], kind="stable")
         return {name: col[order] for name, col in cols.items()}
+
+    def window(self, start_s: float, end_s: float) -> dict[str, np.ndarray]:
+        """Event rows overlapping ``[start_s, end_s)`` (seconds since the run began), sorted by start."""
+        return window(self, start_s, end_s)
+
+    def since(self, cursor: Cursor | None = None) -> Increment:
+        """Rows written after ``cursor`` (all held rows when None) and the cursor to pass next time."""
+        return since(self, cursor)
+
+    def event_totals(self) -> list[EventTotals]:
+        """Per worker, over the whole run (rows dropped from the buffers included): rows, busy s, rows per phase."""
+        return [buf.event_totals() for buf in self.buffers]
+
+    def staleness_totals(self) -> StalenessTotals:
+        """Every gradient's staleness over the whole run, as a histogram per node (exact after drops)."""
+        return sum_totals((buf.staleness_totals() for buf in self.buffers), StalenessTotals())
+
+    def busy_s(self) -> list[float]:
+        """Seconds each worker spent handling messages and updates, over the whole run."""
+        return [t.busy_s for t in self.event_totals()]
+
+    def dropped_rows(self) -> int:
+        """Event rows written but no longer held (the buffers keep the most recent ``capacity`` per worker)."""
+        return sum(buf.total_rows - len(buf) for buf in self.buffers)
 
     def table(self) -> Any:
         """The events as a pandas DataFrame when pandas is installed, else the dict of columns."""

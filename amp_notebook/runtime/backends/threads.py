@@ -36,8 +36,10 @@ class _WorkerThread:
         self.index = index
         self.backend = backend
         self.worker = backend.session.workers[index]
-        self.fwd: deque[Message] = deque()
         self.bwd: deque[Message] = deque()
+        self.fifo = backend.session.config.priority == "fifo"
+        # arrival order: one inbox for both directions; otherwise backward (and updates) first
+        self.fwd: deque[Message] = self.bwd if self.fifo else deque()
         self.wake = threading.Event()
         self.sleeping = False
         self.thread = threading.Thread(target=self.run, name=f"amp-worker-{index}", daemon=True)
@@ -63,8 +65,12 @@ class _WorkerThread:
         perf = time.perf_counter
         tracing = backend.session.config.trace
         paused = backend.paused
+        fifo = self.fifo
         while not backend.stopped:
             if bwdq:
+                if fifo and bwdq[0].direction == FWD and paused.is_set():
+                    self._idle()
+                    continue
                 msg = bwdq.popleft()
             elif fwdq and not paused.is_set():
                 msg = fwdq.popleft()
@@ -79,6 +85,15 @@ class _WorkerThread:
             if tracing:
                 record(msg.node, msg.direction, key, t0, t1, depth)
             if due:
+                # Send the gradients on first, then update: the previous stage need not wait for our
+                # optimizer step. The handled message keeps its credit until the update is done, so
+                # the key cannot complete (and an epoch end cannot average replicas) mid-update.
+                if outs:
+                    with lock:
+                        counts[key] += len(outs)
+                    for m in outs:
+                        deliver(m)
+                    outs = ()
                 for node in due:
                     u0 = perf()
                     apply_update(node)
@@ -96,10 +111,16 @@ class _WorkerThread:
             for m in outs:
                 deliver(m)
 
+    def _has_work(self) -> bool:
+        paused = self.backend.paused.is_set()
+        if self.fifo:
+            return bool(self.bwd) and not (paused and self.bwd[0].direction == FWD)
+        return bool(self.bwd) or (bool(self.fwd) and not paused)
+
     def _idle(self) -> None:
         self.sleeping = True
         self.wake.clear()
-        if (self.bwd or (self.fwd and not self.backend.paused.is_set())) or self.backend.stopped:
+        if self._has_work() or self.backend.stopped:
             self.sleeping = False
             return
         self.wake.wait(0.05)
@@ -116,6 +137,7 @@ class ThreadedBackend:
         self.events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self.stopped = False
         self.paused = threading.Event()  # set: workers take no new forward messages
+        self.started = threading.Event()  # set once `origin` is fixed (a background Run waits for it)
         self.threads = [_WorkerThread(w, self) for w in range(session.config.workers)]
         self._owner = session.plan.owner
         self.finished = False
@@ -143,6 +165,7 @@ class ThreadedBackend:
         session = self.session
         with threadpool_limits(limits=1, user_api="blas"):
             self.origin = time.perf_counter()
+            self.started.set()
             for t in self.threads:
                 t.thread.start()
             try:

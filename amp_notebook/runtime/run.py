@@ -1,0 +1,302 @@
+"""A run training in the background: ``train(..., background=True)`` returns a :class:`Run` at once.
+
+How it works. ``train`` builds the session and a :class:`~amp_notebook.runtime.backends.threads.ThreadedBackend`
+as usual, but instead of driving it in the caller's thread, :class:`Run` starts a *driver thread* that calls
+``backend.run()``: the loop that turns key completions into controller actions, while the worker threads
+move messages. The caller (a notebook kernel) gets the Run back at once and stays responsive; the run's
+trace, history and status can be read while it goes (all reads are of single values or of the trace
+buffers, which are built for concurrent readers).
+
+Live control. The controller and the session are touched only by the driver thread. A change made from
+the kernel is a function queued with ``backend.call``; the driver runs it between two events and applies
+the actions it returns (admitting keys when ``max_active_keys`` grows). Arguments are checked in the
+caller's thread first, so a bad value raises in the cell with a message naming it and the queued function
+cannot fail; then the caller waits until the driver has run it, so when a method returns its change is in
+effect:
+
+* ``pause()``: workers take no new forward message (``backend.paused``) but finish the message in hand
+  and all backward work (gradients and updates drain); the controller admits no key. Keys in flight
+  stay in flight, held in their forward pass, so ``keys_in_flight`` does not drop to zero.
+* ``resume()``: admission and forward work go on.
+* ``stop()``: admit nothing more (also when paused: it lets held forward work go on); the run finishes
+  once the keys in flight complete, and ``stop`` joins its threads. The result holds the epochs that
+  completed.
+* ``set_max_active_keys(k)``: the controller's limit; a larger one admits keys at once.
+* ``set_min_update_frequency(node, m)``: the plan's per-node threshold, which workers read at every
+  gradient (``amp`` mode); a node that holds more gradients than a lowered threshold updates at its next.
+
+Threads never outlive their run: worker threads and the driver are daemon threads; ``backend.run()``
+joins the workers before the driver ends; ``stop()`` and ``wait()`` join the driver. The driver thread
+holds no reference to the Run, so a Run that is garbage collected asks its run to stop (its threads then
+end on their own), and a KeyboardInterrupt (a kernel interrupt) while in ``wait()`` stops the run, joins
+its threads and re-raises. An error in a node stops every worker; ``wait()`` (and ``result``) re-raise it:
+a :class:`~amp_notebook.runtime.worker.NodeError` naming the node, direction, port and message state.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from amp_notebook.runtime.controller import Action, Controller
+from amp_notebook.trace.trace import Trace
+
+if TYPE_CHECKING:
+    from amp_notebook.runtime.backends.threads import ThreadedBackend
+    from amp_notebook.runtime.session import EpochStats, Session
+    from amp_notebook.runtime.train import TrainResult
+
+STATES = ("running", "paused", "stopping", "finished", "failed")
+POLL_S = 0.05  # how often a waiting caller checks that the run has not ended under it
+
+
+class _Driver:
+    """The background thread's side: runs the backend, keeps the outcome. Holds no reference to the Run."""
+
+    def __init__(self, backend: ThreadedBackend, make_result: Callable[[], TrainResult]) -> None:
+        self.backend = backend
+        self.make_result = make_result
+        self.result: TrainResult | None = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.run, name="amp-driver", daemon=True)
+
+    def run(self) -> None:
+        try:
+            self.backend.run()  # joins the worker threads before it returns or raises
+            self.result = self.make_result()
+        except BaseException as exc:  # handed to whoever waits for the run
+            self.error = exc
+        finally:
+            self.done.set()
+
+
+def _request_stop(backend: ThreadedBackend, done: threading.Event) -> None:
+    """Ask a run to stop without waiting: safe from a finalizer, on any thread."""
+    if not done.is_set():
+        backend.call(backend.session.controller.stop)
+        backend.paused.clear()  # keys held in their forward pass must finish for the run to end
+        for t in backend.threads:
+            t.wake.set()
+
+
+class Run:
+    """A training run going on in background threads; see the module docstring."""
+
+    def __init__(
+        self, session: Session, backend: ThreadedBackend, make_result: Callable[[], TrainResult]
+    ) -> None:
+        self._session = session
+        self._controller: Controller = session.controller
+        self._backend = backend
+        self._driver = _Driver(backend, make_result)
+        self._paused = False
+        self._stopping = False
+        self._trace = Trace(session.buffers, session.plan.names)
+        self._driver.thread.start()
+        while not backend.started.wait(POLL_S):  # the trace's time origin is fixed when the run starts
+            if self._driver.done.is_set():
+                break
+        self._trace.origin = backend.origin
+        weakref.finalize(self, _request_stop, backend, self._driver.done)
+
+    # ------------------------------------------------------------------ reading
+    @property
+    def state(self) -> str:
+        """One of ``running``, ``paused``, ``stopping``, ``finished``, ``failed``."""
+        if self._driver.done.is_set():
+            return "failed" if self._driver.error is not None else "finished"
+        if self._stopping:
+            return "stopping"
+        return "paused" if self._paused else "running"
+
+    @property
+    def status(self) -> dict[str, Any]:
+        """Where the run is now: state, epoch, keys done and in flight, instances trained, elapsed seconds."""
+        session, controller = self._session, self._controller
+        plan = session.plan
+        done = self._driver.done.is_set()
+        error = self._driver.error
+        return {
+            "state": self.state,
+            "epoch": max(controller.epoch, 0),
+            "epochs": session.config.epochs,
+            "keys_done": session.keys_done,
+            "train_instances_done": session.train_instances_done,
+            "elapsed_s": self._backend.wall_s if done else self._backend.now(),
+            "keys_in_flight": len(controller.active),
+            "max_active_keys": 1 if controller.mode == "sync" else controller.max_active_keys,
+            "min_update_frequency": {
+                plan.names[i]: plan.min_update_frequency[i] for i, p in enumerate(plan.parameterized) if p
+            },
+            "error": None if error is None else f"{type(error).__name__}: {error}",
+        }
+
+    @property
+    def trace(self) -> Trace:
+        """The live trace: read it while the run goes (``events()``, ``since(cursor)``, ``window(a, b)``)."""
+        return self._trace
+
+    @property
+    def history(self) -> list[EpochStats]:
+        """Statistics of the epochs completed so far."""
+        return list(self._session.history)
+
+    @property
+    def result(self) -> TrainResult | None:
+        """The :class:`TrainResult` once finished, None before; re-raises the run's error if it failed."""
+        if self._driver.error is not None:
+            raise self._driver.error
+        return self._driver.result if self._driver.done.is_set() else None
+
+    @property
+    def error(self) -> BaseException | None:
+        return self._driver.error
+
+    def done(self) -> bool:
+        return self._driver.done.is_set()
+
+    # ------------------------------------------------------------------ control
+    def pause(self) -> None:
+        """Take no new forward work and admit no key; backward work in flight drains. No-op once ended."""
+        if self._ended():
+            return
+        self._backend.paused.set()
+        self._apply(self._controller.pause)
+        self._paused = True
+
+    def resume(self) -> None:
+        """Undo :meth:`pause`. No-op when not paused."""
+        if self._ended() or not self._paused:
+            return
+        self._backend.paused.clear()
+        self._apply(self._controller.resume)
+        self._paused = False
+        for t in self._backend.threads:  # held forward work: wake the workers now, not at their next poll
+            t.wake.set()
+
+    def stop(self, wait: bool = True, timeout: float | None = None) -> None:
+        """Admit nothing more; the run finishes when the keys in flight complete. With ``wait`` (the default)
+        return once every thread of the run has ended (or after ``timeout`` seconds)."""
+        if not self._driver.done.is_set() and not self._stopping:
+            self._stopping = True
+            _request_stop(self._backend, self._driver.done)
+        if wait and threading.current_thread() is not self._driver.thread:
+            self._driver.thread.join(timeout)
+
+    def wait(self, timeout: float | None = None) -> TrainResult:
+        """Block until the run ends and return its :class:`TrainResult`; re-raise its error if it failed."""
+        try:
+            self._driver.thread.join(timeout)
+        except KeyboardInterrupt:  # a kernel interrupt: leave no thread running behind
+            self.stop()
+            raise
+        if self._driver.thread.is_alive():
+            raise TimeoutError(
+                f"the run is still {self.state} after {timeout} s; call wait() again, or stop() it first"
+            )
+        if self._driver.error is not None:
+            raise self._driver.error
+        assert self._driver.result is not None
+        return self._driver.result
+
+    def set_max_active_keys(self, k: int) -> None:
+        """Keys in flight at most (``amp`` and ``pipeline`` modes); takes effect at once, no restart."""
+        Controller._check_keys(k)
+        if self._controller.mode == "sync":
+            raise ValueError(
+                "max_active_keys: a sync run admits one key at a time whatever max_active_keys says; "
+                "train with mode='amp' or mode='pipeline' to change it"
+            )
+        self._require_live("set_max_active_keys")
+        self._apply(lambda: self._controller.set_max_active_keys(k))
+
+    def set_min_update_frequency(self, node: str | None, m: int) -> None:
+        """Gradients a node holds before it updates (``amp`` mode): one node by name, or every parameterized
+        node when ``node`` is None. Workers read it at every gradient: it takes effect at once."""
+        targets = self._update_targets(node)
+        which = "every parameterized node" if node is None else f"node {node!r}"
+        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+            raise ValueError(f"min_update_frequency for {which}: expected an int >= 1, got {m!r}")
+        mode = self._controller.mode
+        if mode != "amp":
+            raise ValueError(
+                f"min_update_frequency: this run is in {mode!r} mode, where every node updates at a flush, "
+                "so it has no effect; train with mode='amp' to update after min_update_frequency gradients"
+            )
+        self._require_live("set_min_update_frequency")
+        thresholds = self._session.plan.min_update_frequency
+
+        def change() -> list[Action]:
+            for i in targets:
+                thresholds[i] = m
+            return []
+
+        self._apply(change)
+
+    # ------------------------------------------------------------------ helpers
+    def _update_targets(self, node: str | None) -> list[int]:
+        plan = self._session.plan
+        parameterized = [i for i, p in enumerate(plan.parameterized) if p]
+        names = [plan.names[i] for i in parameterized]
+        if node is None:
+            return parameterized
+        if not isinstance(node, str):
+            raise TypeError(f"node: expected a node name (str) or None for all, got {type(node).__name__}")
+        i = plan.index.get(node)
+        if i is None:
+            raise ValueError(f"min_update_frequency: the graph has no node {node!r}; parameterized nodes: {names}")
+        if not plan.parameterized[i]:
+            raise ValueError(
+                f"min_update_frequency: {plan.describe(i)} has no parameters, so it never updates; "
+                f"name one of the parameterized nodes {names}, or None for all"
+            )
+        return [i]
+
+    def _ended(self) -> bool:
+        return self._driver.done.is_set() or self._stopping
+
+    def _require_live(self, what: str) -> None:
+        if self._ended():
+            raise RuntimeError(
+                f"{what}: the run is {self.state}, so nothing would take the change; "
+                "start a new one with train(..., background=True)"
+            )
+
+    def _apply(self, fn: Callable[[], list[Action]]) -> None:
+        """Run ``fn`` on the driver thread and wait until it has (or the run has ended)."""
+        if threading.current_thread() is self._driver.thread:  # from a callback: the driver is busy with us
+            self._backend.call(fn)
+            return
+        applied = threading.Event()
+
+        def run() -> list[Action]:
+            try:
+                return fn()
+            finally:
+                applied.set()
+
+        self._backend.call(run)
+        while not applied.wait(POLL_S):
+            if self._driver.done.is_set():
+                return
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        s = self.status
+        text = (
+            f"Run(state={s['state']!r}, epoch={s['epoch']}, epochs={s['epochs']}, keys_done={s['keys_done']}, "
+            f"keys_in_flight={s['keys_in_flight']}, max_active_keys={s['max_active_keys']}, "
+            f"elapsed_s={s['elapsed_s']:.2f}"
+        )
+        return text + (f", error={s['error']!r})" if s["error"] else ")")
+
+
+__all__ = ["STATES", "Run"]
