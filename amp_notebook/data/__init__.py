@@ -1,21 +1,59 @@
-"""Datasets as keys (`Batch`) for the AMPNet controller: digits, MNIST (IDX) and list reduction."""
+"""Datasets as keys (`Batch`) for the AMPNet controller: digits, MNIST (IDX), list reduction, trees, graphs."""
 
 from amp_notebook.data.batch import Batch, Dataset
 from amp_notebook.data.digits import load_digits_dataset
+from amp_notebook.data.graphs import (
+    GraphInstance,
+    babi15_graphs,
+    graph_dataset,
+    load_qm9_directory,
+    load_qm9_xyz,
+    molecule_graphs,
+    qm9_graph,
+)
 from amp_notebook.data.list_reduction import (
     generate_list_reduction,
     label_sequences,
     list_reduction_dataset,
 )
 from amp_notebook.data.mnist import load_mnist_dataset, read_idx
+from amp_notebook.data.trees import (
+    Tree,
+    TreeFormatError,
+    Vocab,
+    load_sst_file,
+    parse_ptb_tree,
+    sentiment_tree_dataset,
+    synthetic_sentiment_trees,
+    tree_arrays,
+    tree_to_ptb,
+    trees_dataset,
+)
 
 __all__ = [
     "Batch",
     "Dataset",
+    "GraphInstance",
+    "Tree",
+    "TreeFormatError",
+    "Vocab",
+    "babi15_graphs",
     "generate_list_reduction",
+    "graph_dataset",
     "label_sequences",
     "list_reduction_dataset",
     "load_digits_dataset",
     "load_mnist_dataset",
+    "load_qm9_directory",
+    "load_qm9_xyz",
+    "load_sst_file",
+    "molecule_graphs",
+    "parse_ptb_tree",
+    "qm9_graph",
     "read_idx",
+    "sentiment_tree_dataset",
+    "synthetic_sentiment_trees",
+    "tree_arrays",
+    "tree_to_ptb",
+    "trees_dataset",
 ]

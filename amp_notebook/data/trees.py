@@ -289,7 +289,7 @@ def load_sst_file(path: str | Path) -> list[Tree]:
     return [
         parse_ptb_tree(line, source=str(path), line=number)
         for number, line in enumerate(text.splitlines(), start=1)
-        if True
+        if line.strip()
     ]
 
 

@@ -27,7 +27,7 @@ from amp_notebook.ir.message import BWD, FWD, State
 from amp_notebook.ir.ops import LOSS_PORT, NodeContext
 from amp_notebook.runtime.controller import Admit, Controller, EpochEnd, Finish, Flush
 from amp_notebook.runtime.optim import Optimizer, make_optimizer
-from amp_notebook.runtime.plan import compile_plan
+from amp_notebook.runtime.plan import average_replicas, compile_plan, end_epoch_optimizers
 
 
 class InvariantError(AssertionError):
@@ -190,8 +190,7 @@ class Interpreter:
                 actions += controller.on_complete(action.flush_id)
             elif isinstance(action, EpochEnd):
                 self.average_replicas()
-                for opt in {id(o): o for o in self.plan.optimizers if o is not None}.values():
-                    opt.end_epoch()
+                end_epoch_optimizers(self.plan)
                 epoch_reports.append({"epoch": action.epoch, "reports": current})
                 current = []
                 actions += controller.on_epoch_end()
@@ -200,9 +199,4 @@ class Interpreter:
         return epoch_reports
 
     def average_replicas(self) -> None:
-        for group in self.plan.replica_groups:
-            ctxs = [self.contexts[i] for i in group]
-            for name in ctxs[0].params:
-                mean = np.mean([c.params[name] for c in ctxs], axis=0)
-                for c in ctxs:
-                    c.params[name][...] = mean
+        average_replicas(self.plan, self.contexts)

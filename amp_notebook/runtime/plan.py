@@ -10,7 +10,10 @@ memory stays bounded by what is in flight.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from amp_notebook.ir import ops as O
 from amp_notebook.ir.graph import Graph
@@ -119,3 +122,20 @@ def compile_plan(
         replica_groups=[[index[n] for n in group] for group in graph.replica_groups],
         workers=workers,
     )
+
+
+def average_replicas(plan: Plan, contexts: Sequence[O.NodeContext]) -> None:
+    """Set every replica in each group to the exact mean of the group's parameters (epoch-end work,
+    while no message is in flight)."""
+    for group in plan.replica_groups:
+        ctxs = [contexts[i] for i in group]
+        for name in ctxs[0].params:
+            mean = np.mean([c.params[name] for c in ctxs], axis=0)
+            for c in ctxs:
+                c.params[name][...] = mean
+
+
+def end_epoch_optimizers(plan: Plan) -> None:
+    """Let each distinct optimizer apply its per-epoch schedule (``lr_decay``) once."""
+    for opt in {id(o): o for o in plan.optimizers if o is not None}.values():
+        opt.end_epoch()

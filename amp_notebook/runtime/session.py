@@ -20,7 +20,7 @@ from amp_notebook.ir.ops import NodeContext
 from amp_notebook.runtime.controller import Controller, KeyInfo
 from amp_notebook.runtime.optim import Optimizer
 from amp_notebook.runtime.placement import place
-from amp_notebook.runtime.plan import Plan, compile_plan
+from amp_notebook.runtime.plan import Plan, average_replicas, compile_plan, end_epoch_optimizers
 from amp_notebook.runtime.worker import Worker
 from amp_notebook.trace.buffers import DEFAULT_CAPACITY, WorkerBuffer
 
@@ -193,8 +193,7 @@ class Session:
         """Epoch-end work while no message is in flight: replica averaging and the epoch's metrics."""
         self.collect_reports()
         self.average_replicas()
-        for opt in {id(o): o for o in self.plan.optimizers if o is not None}.values():
-            opt.end_epoch()
+        end_epoch_optimizers(self.plan)
         stats = self.current
         stats.epoch = epoch
         stats.finish(now_s)
@@ -205,12 +204,7 @@ class Session:
         return stats
 
     def average_replicas(self) -> None:
-        for group in self.plan.replica_groups:
-            ctxs = [self.contexts[i] for i in group]
-            for name in ctxs[0].params:
-                mean = np.mean([c.params[name] for c in ctxs], axis=0)
-                for c in ctxs:
-                    c.params[name][...] = mean
+        average_replicas(self.plan, self.contexts)
 
     def params(self) -> dict[str, dict[str, np.ndarray]]:
         """A copy of the current parameters of every parameterized node."""
