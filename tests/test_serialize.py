@@ -117,6 +117,17 @@ EVERY_OP = [
     ops.Group("length - 1", counter="step"),
     ops.SoftmaxCrossEntropy(match_on=("key",)),
     ops.MSE(),
+    ops.Sub(match_on=["t"]),
+    ops.Discard(),
+    ops.Distribute("etype", 4),
+    ops.Flatmap("node", keep_2d=False),
+    ops.Collect("parent", "slot", "arity", "node"),
+    ops.Gather(match_on=("t",)),
+    ops.ScatterSum(),
+    ops.ScatterMean(match_on=()),
+    ops.SelectRows(),
+    ops.SumRows(),
+    ops.MeanRows(),
 ]
 
 

@@ -350,6 +350,57 @@ class Graph:
         self.replica_groups.extend([list(group) for group in zip(*made, strict=True)])
         return self.phi(*outs, name=f"{name}_merge")
 
+    # ------------------------------------------- structures known from the data: trees and graphs
+    def sub(self, a: Ref, b: Ref, name: str | None = None, match_on: Sequence[str] | None = None) -> Ref:
+        """``a - b`` elementwise."""
+        return self._single(O.Sub(match_on), [a, b], name, {})
+
+    def discard(self, x: Ref, name: str | None = None) -> str:
+        """A sink for a value nobody reads (no gradient flows back from it); returns the node's name."""
+        return self._add(O.Discard(), [x], name, {}).name
+
+    def flatmap(self, x: Ref, field: str = "pos", keep_2d: bool = True, name: str | None = None) -> Ref:
+        """One message per row of a matrix (n, 1 + k): column 0 becomes state field ``field``, the rest the
+        payload ((1, k), or (k,) with ``keep_2d=False`` for ids and class labels)."""
+        return self._single(O.Flatmap(field, keep_2d), [x], name, {})
+
+    def collect(self, x: Ref, key: str, index: str, count: int | str, field: str, name: str | None = None) -> Ref:
+        """Merge the messages whose ``key`` expression agrees into one, concatenated in ``index`` order, with
+        ``field`` set to the key value: ``g.collect(x, "pos // 2", "pos % 2", 2, "pos")`` joins tree children."""
+        return self._single(O.Collect(key, index, count, field), [x], name, {})
+
+    def distribute(self, x: Ref, by: str, branches: int, name: str | None = None) -> tuple[Ref, ...]:
+        """Route each message to output ``b{i}``, ``i`` the value of ``by`` on its state (one Ref per branch)."""
+        return self._multi(O.Distribute(by, branches), [x], name, {})
+
+    def gather(self, x: Ref, index: Ref, name: str | None = None, match_on: Sequence[str] | None = None) -> Ref:
+        """``x[index]``: node states (N, H) read at an int index (E,), e.g. each edge's source."""
+        return self._single(O.Gather(match_on), [x, index], name, {})
+
+    def scatter_sum(
+        self, x: Ref, index: Ref, like: Ref, name: str | None = None, match_on: Sequence[str] | None = None
+    ) -> Ref:
+        """Rows of ``x`` (E, H) summed into ``len(like)`` rows at ``index`` (E,), e.g. each edge's destination."""
+        return self._single(O.ScatterSum(match_on), [x, index, like], name, {})
+
+    def scatter_mean(
+        self, x: Ref, index: Ref, like: Ref, name: str | None = None, match_on: Sequence[str] | None = None
+    ) -> Ref:
+        """As :meth:`scatter_sum`, divided by each row's number of incoming rows (0 where none)."""
+        return self._single(O.ScatterMean(match_on), [x, index, like], name, {})
+
+    def select_rows(self, x: Ref, rows: Ref, name: str | None = None, match_on: Sequence[str] | None = None) -> Ref:
+        """The rows of ``x`` picked by a boolean mask or an int index (the edges of one type, say)."""
+        return self._single(O.SelectRows(match_on), [x, rows], name, {})
+
+    def sum_rows(self, x: Ref, name: str | None = None) -> Ref:
+        """Readout: (N, ...) -> (1, ...) by summing rows."""
+        return self._single(O.SumRows(), [x], name, {})
+
+    def mean_rows(self, x: Ref, name: str | None = None) -> Ref:
+        """Readout: (N, ...) -> (1, ...) by averaging rows."""
+        return self._single(O.MeanRows(), [x], name, {})
+
 
 def op_error(node: Node, exc: OpError) -> GraphError:
     return GraphError(f"{node.describe()}: {exc}")

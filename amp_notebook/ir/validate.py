@@ -5,7 +5,8 @@ way to fix it, and all problems are reported together. The rules:
 
 * every input port of every node is connected, and every output port feeds exactly one input (a Cond
   needs both branches);
-* every cycle passes through a Phi (the loop's entry) and an Isu (so each pass has a fresh state);
+* every cycle passes through a Phi (the loop's entry) and a state-updating op (an Isu, or a Collect, which
+  maps each group to a new state such as pos -> pos // 2), so each pass has a fresh state;
 * widths (last payload dimensions) agree along every edge, inferred to a fixed point around loops;
 * per-node attributes are well formed (min_update_frequency, worker, optimizer);
 * replica groups name existing parameterized nodes of equal shapes;
@@ -123,13 +124,15 @@ def _check_cycles(graph: Graph) -> list[Problem]:
     for component in nx.strongly_connected_components(view):
         if len(component) < 2 and not any(view.has_edge(n, n) for n in component):
             continue
-        if not any(graph.nodes[n].kind == "isu" for n in component):
+        if not any(graph.nodes[n].kind in O.STATE_UPDATING for n in component):
             name = sorted(component)[0]
             problems.append(
                 Problem(
                     name, None,
-                    f"the loop through {sorted(component)} has no Isu: every pass would carry the same state, "
-                    "so caches and joins would collide; add g.isu(x, {'t': 't + 1'}, {'t': 't - 1'}) in the loop",
+                    f"the loop through {sorted(component)} has no Isu (nor any other state-updating op: "
+                    f"{', '.join(sorted(O.STATE_UPDATING))}): every pass would carry the same state, so caches and "
+                    "joins would collide; add g.isu(x, {'t': 't + 1'}, {'t': 't - 1'}) in the loop, or a "
+                    "g.collect(...) that maps each group to a new state",
                 )
             )  # fmt: skip
     return problems

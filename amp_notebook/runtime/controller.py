@@ -100,6 +100,7 @@ class Controller:
         self.finished = False
         self.epoch_ending = False
         self.paused = False
+        self.admitted = 0  # keys admitted so far (a live run's status reads it)
 
     @staticmethod
     def _check_keys(k: int) -> int:
@@ -174,6 +175,7 @@ class Controller:
             info = self.pending.pop()
             self.keys[info.key] = info
             self.active.add(info.key)
+            self.admitted += 1
             self.group_admitted += 1
             self.group_trains |= info.train
             actions.append(Admit(info))

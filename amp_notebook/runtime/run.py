@@ -114,7 +114,7 @@ class Run:
 
     @property
     def status(self) -> dict[str, Any]:
-        """Where the run is now: state, epoch, keys done and in flight, instances trained, elapsed seconds."""
+        """Where the run is now: state, epoch, keys done, admitted and in flight, instances trained, elapsed s."""
         session, controller = self._session, self._controller
         plan = session.plan
         done = self._driver.done.is_set()
@@ -127,6 +127,7 @@ class Run:
             "train_instances_done": session.train_instances_done,
             "elapsed_s": self._backend.wall_s if done else self._backend.now(),
             "keys_in_flight": len(controller.active),
+            "keys_admitted": controller.admitted,
             "max_active_keys": 1 if controller.mode == "sync" else controller.max_active_keys,
             "min_update_frequency": {
                 plan.names[i]: plan.min_update_frequency[i] for i, p in enumerate(plan.parameterized) if p
@@ -184,16 +185,16 @@ class Run:
             self._stopping = True
             _request_stop(self._backend, self._driver.done)
         if wait and threading.current_thread() is not self._driver.thread:
-            self._driver.thread.join(timeout)
+            self._join(timeout)
 
     def wait(self, timeout: float | None = None) -> TrainResult:
         """Block until the run ends and return its :class:`TrainResult`; re-raise its error if it failed."""
         try:
-            self._driver.thread.join(timeout)
+            ended = self._join(timeout)
         except KeyboardInterrupt:  # a kernel interrupt: leave no thread running behind
             self.stop()
             raise
-        if self._driver.thread.is_alive():
+        if not ended:
             raise TimeoutError(
                 f"the run is still {self.state} after {timeout} s; call wait() again, or stop() it first"
             )
@@ -254,6 +255,15 @@ class Run:
                 f"name one of the parameterized nodes {names}, or None for all"
             )
         return [i]
+
+    def _join(self, timeout: float | None) -> bool:
+        """Wait for the run to end, then join the driver; False on timeout. Waits on an Event, not on
+        ``Thread.join``: on CPython 3.11 a KeyboardInterrupt inside ``join`` can leave the thread marked as
+        stopped while it still runs (bpo-45274), after which ``join`` would no longer wait."""
+        if not self._driver.done.wait(timeout):
+            return False
+        self._driver.thread.join()  # it has set `done` as its last step (its workers are joined already)
+        return True
 
     def _ended(self) -> bool:
         return self._driver.done.is_set() or self._stopping

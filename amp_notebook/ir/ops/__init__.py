@@ -6,31 +6,57 @@ runtime or an analysis may rely on without isinstance checks scattered around th
 
 from __future__ import annotations
 
-from amp_notebook.ir.ops.aggregate import Bcast, Concat, Group, Split, Ungroup
+from amp_notebook.ir.ops.aggregate import (
+    Bcast,
+    Collect,
+    Concat,
+    Discard,
+    Distribute,
+    Flatmap,
+    Gather,
+    Group,
+    MeanRows,
+    ScatterMean,
+    ScatterSum,
+    SelectRows,
+    Split,
+    SumRows,
+    Ungroup,
+)
 from amp_notebook.ir.ops.base import NodeContext, Op, OpError
 from amp_notebook.ir.ops.control import Cond, Isu, Phi
 from amp_notebook.ir.ops.loss import LOSS_PORT, MSE, SoftmaxCrossEntropy
-from amp_notebook.ir.ops.payload import Add, Embedding, Identity, Input, Linear, Mul, ReLU, Sigmoid, Tanh
+from amp_notebook.ir.ops.payload import Add, Embedding, Identity, Input, Linear, Mul, ReLU, Sigmoid, Sub, Tanh
 
 OPS: dict[str, type[Op]] = {
     cls.kind: cls
     for cls in (
-        Input, Identity, Linear, Embedding, ReLU, Tanh, Sigmoid, Add, Mul,
-        Cond, Phi, Isu,
-        Concat, Split, Bcast, Ungroup, Group,
-        SoftmaxCrossEntropy, MSE,
+        Input, Identity, Linear, Embedding, ReLU, Tanh, Sigmoid, Add, Sub, Mul,
+        Cond, Phi, Isu, Distribute,
+        Concat, Split, Bcast, Ungroup, Group, Flatmap, Collect,
+        Gather, ScatterSum, ScatterMean, SelectRows, SumRows, MeanRows,
+        SoftmaxCrossEntropy, MSE, Discard,
     )
 }
 
 PARAMETERIZED = frozenset({"linear", "embedding"})
 HEAVY = frozenset(kind for kind, cls in OPS.items() if cls.heavy)
-CONTROL_FLOW = frozenset({"cond", "phi", "isu"})
-AGGREGATION = frozenset({"concat", "split", "bcast", "ungroup", "group"})
+CONTROL_FLOW = frozenset({"cond", "phi", "isu", "distribute"})
+AGGREGATION = frozenset({
+    "concat", "split", "bcast", "ungroup", "group", "flatmap", "collect",
+    "gather", "scatter_sum", "scatter_mean", "select_rows", "sum_rows", "mean_rows",
+})  # fmt: skip
+# Ops that change the state of every message they pass, so a loop through one never sees the same state
+# twice: the validator accepts any of them in place of an Isu on a cycle (a Collect maps pos -> pos // 2).
+STATE_UPDATING = frozenset({"isu", "collect"})
 LOSSES = frozenset({"softmax_cross_entropy", "mse"})
 INPUTS = frozenset({"input"})
 
 __all__ = [
     "AGGREGATION", "CONTROL_FLOW", "HEAVY", "INPUTS", "LOSSES", "LOSS_PORT", "MSE", "OPS", "PARAMETERIZED",
-    "Add", "Bcast", "Concat", "Cond", "Embedding", "Group", "Identity", "Input", "Isu", "Linear", "Mul",
-    "NodeContext", "Op", "OpError", "Phi", "ReLU", "Sigmoid", "SoftmaxCrossEntropy", "Split", "Tanh", "Ungroup",
+    "STATE_UPDATING",
+    "Add", "Bcast", "Collect", "Concat", "Cond", "Discard", "Distribute", "Embedding", "Flatmap", "Gather",
+    "Group", "Identity", "Input", "Isu", "Linear", "MeanRows", "Mul", "NodeContext", "Op", "OpError", "Phi",
+    "ReLU", "ScatterMean", "ScatterSum", "SelectRows", "Sigmoid", "SoftmaxCrossEntropy", "Split", "Sub",
+    "SumRows", "Tanh", "Ungroup",
 ]  # fmt: skip

@@ -285,6 +285,18 @@ class Add(_Binary):
         return g, g
 
 
+class Sub(_Binary):
+    """``a - b`` (the GRU's ``h - n``)."""
+
+    kind = "sub"
+
+    def f(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return a - b
+
+    def df(self, a: np.ndarray, b: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return g, -g
+
+
 class Mul(_Binary):
     kind = "mul"
 
