@@ -22,18 +22,30 @@ from typing import Any
 from amp_notebook.bench.registry import BENCHMARKS, run_benchmark
 from amp_notebook.data.batch import Dataset
 from amp_notebook.data.digits import load_digits_dataset
+from amp_notebook.data.graphs import (
+    BABI15_FEATURE_WIDTH,
+    BABI15_TYPES,
+    TASKS,
+    babi15_graphs,
+    ggsnn_dataset,
+    molecule_graphs,
+)
 from amp_notebook.data.list_reduction import list_reduction_dataset
 from amp_notebook.data.mnist import load_mnist_dataset
+from amp_notebook.data.trees import sentiment_tree_dataset
 from amp_notebook.ir.graph import Graph
-from amp_notebook.models import mlp, rnn
+from amp_notebook.models import ggsnn, mlp, rnn, tree_lstm
+from amp_notebook.models.tree_lstm import root_accuracy
 from amp_notebook.runtime.controller import MODES
 from amp_notebook.runtime.placement import STRATEGIES
 from amp_notebook.runtime.session import PRIORITIES
 from amp_notebook.runtime.train import TrainResult, train
 
-MODELS = ("mlp", "rnn")
-DEFAULT_LR = {"mlp": 0.05, "rnn": 3e-3}
-DEFAULT_OPTIMIZER = {"mlp": "sgd", "rnn": "adam"}
+MODELS = ("mlp", "rnn")  # also simulated; the dynamic models train only
+TRAIN_MODELS = (*MODELS, "tree-lstm", "ggsnn")
+DEFAULT_LR = {"mlp": 0.05, "rnn": 3e-3, "tree-lstm": 0.01, "ggsnn": 0.003}
+DEFAULT_OPTIMIZER = {"mlp": "sgd", "rnn": "adam", "tree-lstm": "adam", "ggsnn": "adam"}
+DEFAULT_SIZES = {"rnn": (20_000, 2_000), "tree-lstm": (2_000, 500), "ggsnn": (1_000, 200)}
 
 
 def positive_int(text: str) -> int:
@@ -48,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("train", help="train a model from the zoo on its default data")
-    t.add_argument("--model", choices=MODELS, required=True)
+    t.add_argument("--model", choices=TRAIN_MODELS, required=True)
     t.add_argument("--replicas", type=positive_int, default=1, help="replicas of the RNN step (rnn only)")
     t.add_argument("--workers", type=positive_int, default=2)
     t.add_argument("--max-active-keys", type=positive_int, default=4)
@@ -63,8 +75,14 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--optimizer", choices=("sgd", "momentum", "adam"), default=None)
     t.add_argument("--lr", type=float, default=None)
-    t.add_argument("--n-train", type=positive_int, default=20_000, help="list-reduction training instances (rnn)")
-    t.add_argument("--n-val", type=positive_int, default=2_000, help="list-reduction validation instances (rnn)")
+    t.add_argument("--n-train", type=positive_int, default=None,
+                   help="training instances: lists (rnn, 20000), trees (tree-lstm, 2000), graphs (ggsnn, 1000)")
+    t.add_argument("--n-val", type=positive_int, default=None, help="validation instances (2000, 500, 200)")
+    t.add_argument("--task", choices=TASKS, default="node_selection",
+                   help="ggsnn: bAbI-15 node_selection (default) or classification, or molecule regression")
+    t.add_argument("--graph-nodes", type=positive_int, default=8,
+                   help="ggsnn bAbI-15: nodes per graph (8 = the original task; the paper inflates to 54)")
+    t.add_argument("--steps", type=positive_int, default=4, help="ggsnn propagation steps")
     t.add_argument("--mnist", type=Path, default=None, metavar="DIR",
                    help="train the mlp on MNIST IDX files in DIR instead of the embedded digits")
     t.add_argument("--trace", type=Path, default=None, help="write a Chrome/Perfetto trace JSON here")
@@ -98,7 +116,38 @@ def model_and_data(args: argparse.Namespace) -> tuple[Graph, Dataset]:
         else:
             data = load_digits_dataset(batch_size=100, seed=args.seed)
         return mlp(input_width=int(data.meta["input_width"]), hidden=784), data
-    data = list_reduction_dataset(n_train=args.n_train, n_val=args.n_val, seed=args.seed)
+    if args.replicas != 1 and args.model != "rnn":
+        raise SystemExit("amp-notebook: --replicas applies to --model rnn only")
+    n_train, n_val = DEFAULT_SIZES[args.model]
+    n_train, n_val = getattr(args, "n_train", None) or n_train, getattr(args, "n_val", None) or n_val
+    if args.model == "tree-lstm":
+        data = sentiment_tree_dataset(n_train=n_train, n_val=n_val, seed=args.seed)
+        # the paper's per-node frequencies (embedding 1000, the rest 50) unless --min-update-frequency is given
+        paper = getattr(args, "min_update_frequency", None) is None
+        graph = tree_lstm(
+            int(data.meta["vocab_size"]),  # type: ignore[call-overload]
+            embed_update_frequency=1000 if paper else None, update_frequency=50 if paper else None,
+        )  # fmt: skip
+        return graph, data
+    if args.model == "ggsnn":
+        task = getattr(args, "task", "node_selection")
+        steps = getattr(args, "steps", 4)
+        if task == "regression":
+            train_graphs, val_graphs = (
+                molecule_graphs(n_train, seed=args.seed),
+                molecule_graphs(n_val, seed=args.seed + 1),
+            )
+            data = ggsnn_dataset(train_graphs, 3, "regression", steps, val_instances=val_graphs, name="molecules")
+            return ggsnn(3, train_graphs[0].feature_width, steps=steps, task="regression"), data
+        nodes = getattr(args, "graph_nodes", 8)
+        train_graphs = babi15_graphs(n_train, seed=args.seed, inflate_to=nodes, task=task)
+        val_graphs = babi15_graphs(n_val, seed=args.seed + 1, inflate_to=nodes, task=task)
+        classes = len(BABI15_TYPES) if task == "classification" else None
+        data = ggsnn_dataset(
+            train_graphs, 4, task, steps, val_instances=val_graphs, num_classes=classes, name="babi15"
+        )  # fmt: skip
+        return ggsnn(4, BABI15_FEATURE_WIDTH, steps=steps, task=task, classes=classes), data
+    data = list_reduction_dataset(n_train=n_train, n_val=n_val, seed=args.seed)
     return rnn(replicas=args.replicas), data
 
 
@@ -152,6 +201,16 @@ def cmd_train(args: argparse.Namespace) -> int:
         optimizer.update(clip_norm=5.0, lr_decay=0.85)
     result = run_training(args, graph, data, muf, optimizer)
     summary = result.summary(model=args.model, replicas=args.replicas)
+    per_node = {
+        n: graph.nodes[n].min_update_frequency for n in graph.parameterized() if graph.nodes[n].min_update_frequency
+    }
+    if per_node:
+        summary["node_min_update_frequency"] = per_node
+    if args.model == "tree-lstm":
+        summary["val_root_accuracy"] = root_accuracy(result.params, data.val)  # val_accuracy is per tree node
+    if args.model == "ggsnn":
+        summary["task"] = getattr(args, "task", "node_selection")
+        summary["val_metric"] = [e.val_loss for e in result.history] if summary["task"] == "regression" else None
     if args.trace is not None:
         result.trace.to_chrome(args.trace, window=tuple(args.trace_window) if args.trace_window else None)
         summary["trace"] = str(args.trace)

@@ -73,6 +73,8 @@ def test_bad_arguments_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
         ("speedup", {"amp_per_s", "sync_per_s", "ratio"}),
         ("trace-overhead", {"ratio"}),
         ("rnn-vs-torch", {"ours", "torch", "throughput_ratio"}),
+        ("tree-vs-torch", {"ours", "torch_eager", "torch_batched", "ratio_vs_eager", "ratio_vs_batched"}),
+        ("ggsnn-vs-torch", {"ours", "torch_dense", "torch_scatter", "ratio_vs_dense", "ratio_vs_scatter"}),
     ],
 )
 def test_bench_quick_json_contract(name: str, keys: set[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -84,6 +86,11 @@ def test_bench_quick_json_contract(name: str, keys: set[str], capsys: pytest.Cap
         for side in ("ours", "torch"):
             assert {"instances_per_s", "time_to_target_s", "epochs_to_target", "final_val_accuracy"} <= out[side].keys()
             assert out[side]["instances_per_s"] > 0
+    sides = {"tree-vs-torch": ("ours", "torch_eager", "torch_batched"),
+             "ggsnn-vs-torch": ("ours", "torch_dense", "torch_scatter")}.get(name, ())  # fmt: skip
+    for side in sides:
+        assert {"instances_per_s", "final_metric", "settings"} <= out[side].keys()
+        assert out[side]["instances_per_s"] > 0 and 0.0 <= out[side]["final_metric"] <= 1.0
 
 
 def test_train_mlp_on_mnist_idx_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

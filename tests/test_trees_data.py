@@ -328,8 +328,10 @@ def test_sentiment_tree_dataset() -> None:
     for batch in ds.train + ds.val:
         x = batch.inputs
         assert batch.size == 1
-        assert set(x) == {"leaf_words", "leaf_positions", "positions", "labels", "is_leaf"}
-        for key in ("leaf_words", "leaf_positions", "positions", "labels"):
+        assert set(x) == {"leaf_words", "leaf_positions", "positions", "labels", "is_leaf", "leaf_table", "label_table"}
+        assert x["leaf_table"].tolist() == np.column_stack([x["leaf_positions"], x["leaf_words"]]).tolist()
+        assert x["label_table"].tolist() == np.column_stack([x["positions"], x["labels"]]).tolist()
+        for key in ("leaf_words", "leaf_positions", "positions", "labels", "leaf_table", "label_table"):
             assert x[key].dtype == np.int64, key
         assert x["is_leaf"].dtype == bool
         assert batch.fields == {"n_nodes": x["positions"].size, "n_leaves": x["leaf_positions"].size}

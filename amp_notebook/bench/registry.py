@@ -9,6 +9,8 @@ BENCHMARKS: dict[str, str] = {
     "overhead": "amp_notebook.bench.overhead",
     "speedup": "amp_notebook.bench.speedup",
     "rnn-vs-torch": "amp_notebook.bench.rnn_vs_torch",
+    "tree-vs-torch": "amp_notebook.bench.tree_vs_torch",
+    "ggsnn-vs-torch": "amp_notebook.bench.ggsnn_vs_torch",
     "trace-overhead": "amp_notebook.bench.trace_overhead",
     "simulator": "amp_notebook.bench.simulator",
 }

@@ -146,6 +146,52 @@ def graph_batch(instance: GraphInstance, task: str) -> Batch:
     return Batch(inputs=inputs, size=1, fields={"n_nodes": instance.num_nodes, "n_edges": instance.num_edges})
 
 
+def ggsnn_batch(instance: GraphInstance, n_edge_types: int, steps: int, task: str) -> Batch:
+    """One graph as one key for the GGS-NN graph (`amp_notebook.models.ggsnn`).
+
+    Inputs: `node_features` (N, F) float64; for every edge type e, `src{e}` and `dst{e}` (steps, E_e) int64,
+    the sources and destinations of that type's edges tiled once per propagation step (the graph ungroups
+    them with counter `t`, so step t's Gather and ScatterSum join the index message of the same state; E_e
+    may be 0); `target` (1,) (int64 class id or node index, float64 for regression); for node selection also
+    `node_ids` (N, 1) float64 = 0..N-1, the column a Flatmap turns into the state field `node`.
+    Fields: `n_nodes`, `n_edges`.
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps: expected an int >= 1 (propagation steps), got {steps!r}")
+    base = graph_batch(instance, task)
+    inputs = {"node_features": base.inputs["node_features"], "target": base.inputs["target"]}
+    for e in range(n_edge_types):
+        typed = instance.edges[instance.edge_types == e].astype(np.int64)
+        inputs[f"src{e}"] = np.ascontiguousarray(np.tile(typed[:, 0], (steps, 1)))
+        inputs[f"dst{e}"] = np.ascontiguousarray(np.tile(typed[:, 1], (steps, 1)))
+    if task == "node_selection":
+        inputs["node_ids"] = np.arange(instance.num_nodes, dtype=np.float64)[:, None]
+    return Batch(inputs=inputs, size=1, fields=dict(base.fields))
+
+
+def ggsnn_dataset(
+    instances: Sequence[GraphInstance],
+    n_edge_types: int,
+    task: Task,
+    steps: int,
+    *,
+    val_instances: Sequence[GraphInstance] = (),
+    num_classes: int | None = None,
+    name: str = "graphs",
+) -> Dataset:
+    """As `graph_dataset` (same checks and meta, plus `steps`), with keys built by `ggsnn_batch`."""
+    checked = graph_dataset(
+        instances, n_edge_types, task, val_instances=val_instances, num_classes=num_classes, name=name
+    )
+    return Dataset(
+        name=name,
+        train=[ggsnn_batch(g, n_edge_types, steps, task) for g in instances],
+        val=[ggsnn_batch(g, n_edge_types, steps, task) for g in val_instances],
+        num_classes=checked.num_classes,
+        meta={**checked.meta, "steps": steps},
+    )
+
+
 def graph_dataset(
     instances: Sequence[GraphInstance],
     n_edge_types: int,

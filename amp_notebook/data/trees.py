@@ -387,7 +387,9 @@ def tree_arrays(tree: Tree, vocab: Vocab) -> TreeArrays:
 
 
 def tree_batch(tree: Tree, vocab: Vocab) -> Batch:
-    """One tree as one key: inputs `leaf_words`, `leaf_positions`, `positions`, `labels`, `is_leaf`."""
+    """One tree as one key: inputs `leaf_words`, `leaf_positions`, `positions`, `labels`, `is_leaf`, and the
+    two tables the Tree-LSTM graph flatmaps: `leaf_table` (n_leaves, 2) = [heap position, word id] and
+    `label_table` (n_nodes, 2) = [heap position, label] (int64)."""
     arrays = tree_arrays(tree, vocab)
     return Batch(
         inputs={
@@ -396,6 +398,8 @@ def tree_batch(tree: Tree, vocab: Vocab) -> Batch:
             "positions": arrays["positions"],
             "labels": arrays["labels"],
             "is_leaf": arrays["is_leaf"],
+            "leaf_table": np.column_stack([arrays["leaf_positions"], arrays["leaf_words"]]),
+            "label_table": np.column_stack([arrays["positions"], arrays["labels"]]),
         },
         size=1,
         fields={"n_nodes": int(arrays["positions"].size), "n_leaves": int(arrays["leaf_positions"].size)},

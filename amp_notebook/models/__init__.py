@@ -1,6 +1,8 @@
 """The model zoo: functions that return an IR Graph."""
 
+from amp_notebook.models.ggsnn import ggsnn
 from amp_notebook.models.mlp import mlp
 from amp_notebook.models.rnn import rnn
+from amp_notebook.models.tree_lstm import tree_lstm
 
-__all__ = ["mlp", "rnn"]
+__all__ = ["ggsnn", "mlp", "rnn", "tree_lstm"]

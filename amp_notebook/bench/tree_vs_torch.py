@@ -1,0 +1,180 @@
+"""The binary Tree-LSTM, ours (asynchronous, 2 workers) against two PyTorch baselines, same data, same run.
+
+Data: ``sentiment_tree_dataset`` (synthetic compositional sentiment trees, 3..12 words, a 5-class label at
+every node). Model everywhere: embedding 64, hidden 64, binary Tree-LSTM leaf and branch cells, a classifier
+at every node (``models.tree_lstm``; the torch side is ``bench.torch_baselines.TorchTreeLSTM``, the same
+math, checked against our interpreter in ``tests/test_bench_dynamic.py``). Optimizer: Adam, same learning rate.
+
+- ours: one tree per key, mode amp, 2 workers, ``max_active_keys`` trees in flight, the paper's per-node
+  update frequencies (embedding 1000 gradients, other nodes 50), no trace recording.
+- torch_eager: one tree at a time, a Python loop over its nodes (``eager_tree_losses``); gradients of a
+  minibatch of 25 trees accumulate before each Adam step.
+- torch_batched: minibatches of 25 trees run level by level (``batched_tree_losses``), one branch cell per
+  depth across the minibatch; the index plan is built inside the timed loop (it changes with every shuffle).
+
+torch runs with ``torch.set_num_threads(2)`` (the same 2 cores). Each side trains the same number of epochs
+and evaluates on the validation trees after every epoch; evaluation time counts, as it does in our
+``train_instances_per_s``. Figures per side: ``instances_per_s`` = the median over epochs of training trees
+per second of that epoch (the per-epoch values are in ``epoch_instances_per_s``), ``overall_instances_per_s``
+over the whole run, ``final_metric`` = validation node-level accuracy after the last epoch and
+``root_accuracy`` (whole-sentence accuracy). ratio = ours / theirs in ``instances_per_s``.
+``load_average_1min`` records the machine's load before and after (other processes on a small machine
+distort both sides, torch's OpenMP threads most).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from amp_notebook.bench.common import report
+from amp_notebook.data.batch import Batch, Dataset
+from amp_notebook.data.trees import sentiment_tree_dataset
+
+EMBED, HIDDEN, CLASSES = 64, 64, 5
+OPTIMIZER: dict[str, Any] = {"name": "adam", "lr": 3e-3}
+OURS: dict[str, Any] = {"mode": "amp", "workers": 2, "max_active_keys": 8, "trace": False}
+TORCH_THREADS, TORCH_BATCH, EVAL_BATCH = 2, 25, 250
+
+
+def ours(data: Dataset, epochs: int, seed: int) -> dict[str, Any]:
+    from amp_notebook.models.tree_lstm import (
+        PAPER_EMBED_UPDATE_FREQUENCY,
+        PAPER_UPDATE_FREQUENCY,
+        root_accuracy,
+        tree_lstm,
+    )
+    from amp_notebook.runtime.train import TrainResult, train
+
+    graph = tree_lstm(data.meta["vocab_size"], EMBED, HIDDEN, CLASSES)
+    r = train(graph, data, epochs=epochs, seed=seed, optimizer=OPTIMIZER, **OURS)
+    assert isinstance(r, TrainResult)
+    per_epoch: list[float] = []
+    previous = 0.0
+    for stats in r.history:  # stats.train_instances counts loss reports (tree nodes); every epoch trains all trees
+        per_epoch.append(len(data.train) / (stats.end_s - previous))
+        previous = stats.end_s
+    return {
+        "instances_per_s": statistics.median(per_epoch),
+        "epoch_instances_per_s": per_epoch,
+        "overall_instances_per_s": r.train_instances_per_s,
+        "final_metric": r.history[-1].val_accuracy,
+        "root_accuracy": root_accuracy(r.params, data.val),
+        "val_accuracy": [e.val_accuracy for e in r.history],
+        "wall_s": r.wall_s,
+        "epochs_run": len(r.history),
+        "settings": {**OURS, "min_update_frequency": {"embed": PAPER_EMBED_UPDATE_FREQUENCY,
+                                                      "others": PAPER_UPDATE_FREQUENCY}, "optimizer": OPTIMIZER},
+    }  # fmt: skip
+
+
+def torch_side(data: Dataset, epochs: int, seed: int, batched: bool) -> dict[str, Any]:
+    import torch
+
+    from amp_notebook.bench import torch_baselines as tb
+
+    torch.set_num_threads(TORCH_THREADS)
+    model = tb.TorchTreeLSTM(data.meta["vocab_size"], EMBED, HIDDEN, CLASSES, seed=seed)
+    opt = torch.optim.Adam(model.parameters(), lr=OPTIMIZER["lr"])
+
+    def losses_and_logits(trees: list[Batch]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per-node losses, logits and node -> tree index of a minibatch, by this side's method."""
+        if batched:
+            plan = tb.level_plan(trees)
+            node_losses, logits = tb.batched_tree_losses(model, plan)
+            return node_losses, logits, plan.node_tree
+        pairs = [tb.eager_tree_losses(model, t) for t in trees]
+        return torch.cat([p[0] for p in pairs]), torch.cat([p[1] for p in pairs]), tb.node_tree_index(trees)
+
+    _warm_up(data, losses_and_logits)
+    rng = np.random.default_rng(seed)
+    per_epoch: list[float] = []
+    node_acc: list[float] = []
+    root_acc = 0.0
+    start = time.perf_counter()
+    for _ in range(epochs):
+        epoch_start = time.perf_counter()
+        order = rng.permutation(len(data.train))
+        for i in range(0, len(order), TORCH_BATCH):
+            trees = [data.train[j] for j in order[i : i + TORCH_BATCH]]
+            node_losses, _, node_tree = losses_and_logits(trees)
+            opt.zero_grad()
+            tb.minibatch_loss(node_losses, node_tree, len(trees)).backward()
+            opt.step()
+        accuracy, root_acc = _evaluate(data.val, losses_and_logits)
+        node_acc.append(accuracy)
+        per_epoch.append(len(order) / (time.perf_counter() - epoch_start))
+    wall = time.perf_counter() - start
+    return {
+        "instances_per_s": statistics.median(per_epoch),
+        "epoch_instances_per_s": per_epoch,
+        "overall_instances_per_s": epochs * len(data.train) / wall,
+        "final_metric": node_acc[-1],
+        "root_accuracy": root_acc,
+        "val_accuracy": node_acc,
+        "wall_s": wall,
+        "epochs_run": epochs,
+        "settings": {"threads": TORCH_THREADS, "batch_trees": TORCH_BATCH,
+                     "method": "level-wise batched" if batched else "one tree at a time, node loop",
+                     "optimizer": OPTIMIZER, "torch": torch.__version__},
+    }  # fmt: skip
+
+
+def _warm_up(data: Dataset, losses_and_logits: Callable[[list[Batch]], tuple[Any, Any, Any]]) -> None:
+    """One untimed forward and backward pass (torch initialises its kernels and allocator lazily)."""
+    node_losses, _, _ = losses_and_logits(data.train[:TORCH_BATCH])
+    node_losses.sum().backward()
+
+
+def _evaluate(
+    val: list[Batch], losses_and_logits: Callable[[list[Batch]], tuple[Any, Any, Any]]
+) -> tuple[float, float]:
+    """Node-level and root accuracy on the validation trees (the root is last in each tree's post-order)."""
+    import torch
+
+    correct = nodes = roots = 0
+    with torch.no_grad():
+        for i in range(0, len(val), EVAL_BATCH):
+            trees = val[i : i + EVAL_BATCH]
+            _, logits, node_tree = losses_and_logits(trees)
+            labels = torch.from_numpy(np.concatenate([t.inputs["labels"] for t in trees]))
+            hit = logits.argmax(1) == labels
+            correct += int(hit.sum())
+            nodes += hit.numel()
+            last = torch.cumsum(torch.bincount(node_tree, minlength=len(trees)), 0) - 1
+            roots += int(hit[last].sum())
+    return correct / max(nodes, 1), roots / max(len(val), 1)
+
+
+def run(
+    quick: bool = False, n_train: int = 2000, n_val: int = 500, epochs: int = 4, seed: int = 0
+) -> dict[str, Any]:  # fmt: skip
+    """Train all three sides on the same trees and return their figures (module docstring)."""
+    if quick:
+        n_train, n_val, epochs = 200, 60, 3
+    data = sentiment_tree_dataset(n_train=n_train, n_val=n_val, seed=seed)
+    load_before = os.getloadavg()
+    a = ours(data, epochs, seed)
+    eager = torch_side(data, epochs, seed, batched=False)
+    batched = torch_side(data, epochs, seed, batched=True)
+    result = {
+        "ours": a, "torch_eager": eager, "torch_batched": batched,
+        "ratio_vs_eager": a["instances_per_s"] / eager["instances_per_s"],
+        "ratio_vs_batched": a["instances_per_s"] / batched["instances_per_s"],
+        "n_train": n_train, "n_val": n_val, "epochs": epochs, "seed": seed,
+        "model": {"embedding_dim": EMBED, "hidden": HIDDEN, "classes": CLASSES},
+        "load_average_1min": {"before": load_before[0], "after": os.getloadavg()[0], "cpus": os.cpu_count()},
+    }  # fmt: skip
+    rows: list[tuple[str, Any]] = [("", "trees/s (median epoch)   val node acc   val root acc")]
+    for name, side in (("ours (amp, 2 workers)", a), ("torch eager", eager), ("torch level-batched", batched)):
+        rows.append((name, f"{side['instances_per_s']:>10.0f}   {side['final_metric']:>20.4f}"
+                           f"   {side['root_accuracy']:>12.4f}"))  # fmt: skip
+    rows += [("ours / torch eager", f"{result['ratio_vs_eager']:.2f}"),
+             ("ours / torch batched", f"{result['ratio_vs_batched']:.2f}")]  # fmt: skip
+    print(report(rows))
+    return result

@@ -1,0 +1,102 @@
+"""The gated graph neural network (GG-NN, Li et al. 2016) of the paper's bAbI-15 and QM9 experiments.
+
+How one static graph runs every graph
+-------------------------------------
+A key is one graph. Its node states ``h`` (N, hidden) travel as ONE message, and the graph's structure
+travels as int index payloads, so nothing in the IR depends on N or on the edges::
+
+    node_features (N, F) -> Linear 'init' -> Isu 'start' (t = 0) -> Phi 'loop' <---------------------+
+      -> Bcast 'h_fanout'                                                                              |
+           for each edge type e:                                                                       |
+             Gather 'gather{e}' (h, src{e}[t]) -> Linear 'edge{e}' (message per edge)                  |
+             -> ScatterSum 'scatter{e}' (messages, dst{e}[t], like=h)  (summed into destinations)      |
+           Add 'sum{e}' chain over types -> a (N, hidden)                                              |
+           gru_cell 'gru' (x = a, h) -> h'                                                             |
+      -> Isu 'tick' (t + 1) -> Cond 'more' on ``t < steps`` -- true ---------------------------------+
+                                                           -- false -> readout -> loss
+
+The index payloads ``src{e}`` / ``dst{e}`` arrive as (steps, E_e) matrices (the edge list tiled once per
+step, see :func:`amp_notebook.data.graphs.ggsnn_batch`) and pass through an Ungroup with counter ``t``,
+exactly as the RNN's tokens do: step t's Gather and ScatterSum join the index message whose state equals
+the node states' state (key, ..., t). The number of steps is a literal in the Cond's predicate, so the
+data must be built with the same ``steps``. An edge type with no edges in a graph (E_e = 0) sends empty
+index vectors: the Gather gives (0, hidden), the Linear (0, hidden) and the ScatterSum zeros (N, hidden).
+
+Readouts
+--------
+* ``classification`` / ``regression``: the gated sum of Li et al.,
+  ``r = sum_v sigmoid(gate(h_v)) * tanh(value(h_v))`` (Linears 'gate' and 'value', hidden -> hidden, then
+  Mul 'gated' and SumRows 'sum_nodes'), then Linear 'readout' (hidden -> classes, or 1) -> SoftmaxCrossEntropy
+  or MSE 'loss' against ``target``.
+* ``node_selection``: a score per node, Linear 'score' (hidden -> 1), turned into one row of logits (1, N)
+  with the tree machinery: Concat 'numbered' puts the input ``node_ids`` (N, 1) in front of the scores,
+  Flatmap 'per_node' makes one message per node with state field ``node``, and Collect 'as_logits' (group
+  ``0``, slot ``node``, count ``n_nodes``) concatenates them in node order; SoftmaxCrossEntropy 'loss' against
+  the target node index. N may differ from key to key.
+
+Weights (each Linear holds ``W`` (in, out) = torch ``weight.T`` and ``b``): 'init' (F, hidden);
+'edge{e}' (hidden, hidden), applied to each edge's source row, its bias added once per edge; the GRU's
+'gru_x' (hidden, 3 hidden) on ``a`` and 'gru_h' (hidden, 3 hidden) on ``h``, gates (r, z, n) as
+torch.nn.GRUCell (see :func:`amp_notebook.ir.cells.gru_cell`); readout 'gate', 'value', 'readout' or 'score'.
+"""
+
+from __future__ import annotations
+
+from amp_notebook.data.graphs import TASKS
+from amp_notebook.ir.cells import gru_cell
+from amp_notebook.ir.graph import Graph, GraphError, Ref
+
+
+def ggsnn(
+    n_edge_types: int,
+    feature_width: int,
+    hidden: int = 32,
+    steps: int = 4,
+    task: str = "classification",
+    classes: int | None = None,
+) -> Graph:
+    """A GG-NN over ``steps`` propagation steps; inputs as built by :func:`~amp_notebook.data.graphs.ggsnn_batch`."""
+    if task not in TASKS:
+        raise GraphError(f"ggsnn task: expected one of {TASKS}, got {task!r}")
+    if task == "classification" and (classes is None or classes < 2):
+        raise GraphError(f"ggsnn classes: task 'classification' needs classes >= 2, got {classes!r}")
+    for what, value in (("n_edge_types", n_edge_types), ("feature_width", feature_width), ("steps", steps)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise GraphError(f"ggsnn {what}: expected a positive int, got {value!r}")
+    g = Graph(f"ggsnn_{task}")
+    h0 = g.linear(g.input("node_features", width=feature_width), hidden, name="init")
+    h0 = g.isu(h0, forward={"t": "0"}, backward={"t": None}, name="start")
+    h = g.phi(h0, None, name="loop")
+    copies = g.bcast(h, 2 * n_edge_types + 1, name="h_fanout")
+    incoming: Ref | None = None
+    for e in range(n_edge_types):
+        src = g.ungroup(g.input(f"src{e}", dtype="int"), counter="t", name=f"src{e}_steps")
+        dst = g.ungroup(g.input(f"dst{e}", dtype="int"), counter="t", name=f"dst{e}_steps")
+        messages = g.linear(g.gather(copies[2 * e], src, name=f"gather{e}"), hidden, name=f"edge{e}")
+        summed = g.scatter_sum(messages, dst, copies[2 * e + 1], name=f"scatter{e}")
+        incoming = summed if incoming is None else g.add(incoming, summed, name=f"sum{e}")
+    assert incoming is not None
+    h_new = gru_cell(g, incoming, copies[-1], hidden, name="gru", in_features=hidden)
+    h_new = g.isu(h_new, forward={"t": "t + 1"}, backward={"t": "t - 1"}, name="tick")
+    again, final = g.cond(h_new, f"t < {steps}", name="more")
+    g.connect(again, "loop", "in1")
+
+    if task == "node_selection":
+        scores = g.linear(final, 1, name="score")
+        numbered = g.concat(g.input("node_ids", width=1), scores, name="numbered", match_on=("key",))
+        rows = g.flatmap(numbered, "node", keep_2d=True, name="per_node")
+        logits = g.collect(rows, key="0", index="node", count="n_nodes", field="node", name="as_logits")
+        g.softmax_cross_entropy(logits, g.input("target", dtype="int"), name="loss", match_on=("key",))
+        return g
+    to_gate, to_value = g.bcast(final, 2, name="final_fanout")
+    gate = g.sigmoid(g.linear(to_gate, hidden, name="gate"), name="gate_sigmoid")
+    value = g.tanh(g.linear(to_value, hidden, name="value"), name="value_tanh")
+    pooled = g.sum_rows(g.mul(gate, value, name="gated"), name="sum_nodes")
+    if task == "classification":
+        assert classes is not None
+        logits = g.linear(pooled, classes, name="readout")
+        g.softmax_cross_entropy(logits, g.input("target", dtype="int"), name="loss", match_on=("key",))
+    else:
+        prediction = g.linear(pooled, 1, name="readout")
+        g.mse(prediction, g.input("target", width=1), name="loss", match_on=("key",))
+    return g
