@@ -90,7 +90,7 @@ def test_background_run_returns_at_once_and_trains_like_a_foreground_one(digits)
     fg = train(models.mlp(input_width=64, hidden=16), digits, **kwargs)
     run = train(models.mlp(input_width=64, hidden=16), digits, background=True, **kwargs)
     assert isinstance(run, Run) and run.state in ("running", "finished")
-    bg = run.wait()
+    bg = run.wait(DEADLINE_S)
     assert isinstance(bg, TrainResult)
     assert run.state == "finished" and run.result is bg and run.status["state"] == "finished"
     assert [e.val_loss for e in bg.history] == [e.val_loss for e in fg.history]
@@ -112,7 +112,7 @@ def test_status_transitions_and_repr(digits):
     seen.append(run.state)
     run.stop(wait=False)
     seen.append(run.state)
-    run.wait()
+    run.wait(DEADLINE_S)
     seen.append(run.state)
     assert seen[:3] == ["running", "paused", "running"]
     assert seen[3] in ("stopping", "finished") and seen[4] == "finished"
@@ -155,9 +155,9 @@ def test_pause_stops_forward_work_and_admission_resume_continues(digits):
 def test_stop_ends_early_and_joins_threads(digits):
     run = start(digits)
     until(lambda: run.status["keys_done"] >= 100, "some keys done")
-    run.stop()
+    run.stop(timeout=DEADLINE_S)
     assert run.state == "finished" and not [t for t in run_threads() if t.is_alive()]
-    result = run.wait()
+    result = run.wait(DEADLINE_S)
     assert run.status["keys_in_flight"] == 0
     assert len(result.history) < MANY_EPOCHS and result.train_instances < MANY_EPOCHS * 1440
     assert len(result.history) == run.status["epoch"]  # the epochs that completed; the stopped one is not one
@@ -172,9 +172,9 @@ def test_stop_while_paused(digits):
     run.pause()
     settle(run)
     assert run.state == "paused"
-    run.stop()
+    run.stop(timeout=DEADLINE_S)
     assert run.state == "finished" and run.status["keys_in_flight"] == 0
-    assert isinstance(run.wait(), TrainResult)
+    assert isinstance(run.wait(DEADLINE_S), TrainResult)
 
 
 def test_garbage_collected_run_stops_its_threads(digits):
@@ -198,7 +198,7 @@ def test_keyboard_interrupt_in_wait_stops_the_run(digits):
     interrupt = threading.Timer(0.2, signal.pthread_kill, (main, signal.SIGINT))
     with pytest.raises(KeyboardInterrupt):
         interrupt.start()
-        run.wait()
+        run.wait(DEADLINE_S)
     interrupt.join()
     assert run.state == "finished" and not [t for t in run_threads() if t.is_alive()]
 
@@ -217,7 +217,7 @@ def mlp_failing_at_key(key: int) -> Graph:
 def test_background_error_surfaces_from_wait(digits):
     run = train(mlp_failing_at_key(30), digits, workers=2, epochs=3, background=True)
     with pytest.raises(NodeError) as info:
-        run.wait()
+        run.wait(DEADLINE_S)
     err = info.value
     assert err.node == "check" and err.state["key"] == 30 and "ZeroDivisionError" in str(err)
     assert run.state == "failed" and "NodeError" in run.status["error"] and "'check'" in run.status["error"]

@@ -15,11 +15,13 @@ from amp_notebook.runtime.train import train
 
 @pytest.mark.parametrize(("mode", "keys", "epochs"), [("amp", 4, 8), ("sync", 1, 4)])
 def test_mlp_learns_digits(mode, keys, epochs):
-    # amp, 4 keys: final val accuracy 0.94-0.98 over seeds 0-4 (about 0.3 s); sync: 0.96 after 4 epochs
+    # amp, 4 keys: final val accuracy 0.94-0.98 over seeds 0-4 (about 0.3 s); sync: 0.96 after 4 epochs. The
+    # lr decay steadies the last epochs: without it a run on a loaded machine once ended below 0.90 (with it,
+    # 30 runs, two at a time: 0.955-0.969).
     ds = load_digits_dataset(batch_size=32, seed=0)
     result = train(
         models.mlp(input_width=64, hidden=128), ds, workers=2, mode=mode, max_active_keys=keys,
-        optimizer={"name": "adam", "lr": 2e-3}, epochs=epochs, seed=1,
+        optimizer={"name": "adam", "lr": 2e-3, "lr_decay": 0.8}, epochs=epochs, seed=1,
     )  # fmt: skip
     assert len(result.val_accuracy) == epochs
     assert result.val_accuracy[-1] >= 0.90, result.val_accuracy
