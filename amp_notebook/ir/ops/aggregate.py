@@ -585,10 +585,15 @@ class Gather(_Sparse):
         return [("out", xs[idx], sx)]
 
     def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
-        idx, shape = ctx.cache.pop(state)
-        dx = np.zeros(shape, dtype=g.dtype)
-        np.add.at(dx, idx, g)
-        return [("x", dx, state)]
+        return _rows_backward(ctx, g, state)
+
+
+def _rows_backward(ctx: NodeContext, g: Any, state: State) -> Emitted:
+    """Backward of taking rows ``x[idx]``: each row's gradient added back where it came from."""
+    idx, shape = ctx.cache.pop(state)
+    dx = np.zeros(shape, dtype=g.dtype)
+    np.add.at(dx, idx, g)
+    return [("x", dx, state)]
 
 
 class ScatterSum(_Sparse):
@@ -722,10 +727,7 @@ class SelectRows(_Sparse):
         return [("out", xs[idx], sx)]
 
     def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
-        idx, shape = ctx.cache.pop(state)
-        dx = np.zeros(shape, dtype=g.dtype)
-        np.add.at(dx, idx, g)
-        return [("x", dx, state)]
+        return _rows_backward(ctx, g, state)
 
 
 # --------------------------------------------------------------------------------------------------------
