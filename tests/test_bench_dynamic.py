@@ -19,8 +19,8 @@ from amp_notebook.data.graphs import (
     GraphInstance,
     babi15_graphs,
     ggsnn_batch,
-    molecule_graphs,
 )
+from amp_notebook.data.molecules import molecule_graphs
 from amp_notebook.data.trees import Tree, Vocab, sentiment_tree_dataset, tree_batch
 from amp_notebook.ir.interpret import Interpreter
 from amp_notebook.models import ggsnn, tree_lstm

@@ -12,16 +12,12 @@ from amp_notebook.data.graphs import (
     BABI15_EDGE_TYPES,
     BABI15_FEATURE_WIDTH,
     BABI15_TYPES,
-    ELEMENTS,
-    QM9_PROPERTIES,
     GraphInstance,
     babi15_graphs,
     graph_dataset,
-    load_qm9_directory,
-    load_qm9_xyz,
-    molecule_graphs,
-    qm9_graph,
 )
+from amp_notebook.data.molecules import ELEMENTS, molecule_graphs
+from amp_notebook.data.qm9 import QM9_PROPERTIES, load_qm9_directory, load_qm9_xyz, qm9_graph
 
 
 def small_graph(**changes: object) -> GraphInstance:

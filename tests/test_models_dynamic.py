@@ -21,8 +21,8 @@ from amp_notebook.data.graphs import (
     babi15_graphs,
     ggsnn_batch,
     ggsnn_dataset,
-    molecule_graphs,
 )
+from amp_notebook.data.molecules import molecule_graphs
 from amp_notebook.data.trees import Tree, Vocab, sentiment_tree_dataset, synthetic_sentiment_trees, tree_batch
 from amp_notebook.ir.interpret import Interpreter
 from amp_notebook.models import ggsnn, tree_lstm

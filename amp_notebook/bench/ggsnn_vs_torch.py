@@ -36,13 +36,11 @@ from amp_notebook.bench.common import report
 from amp_notebook.data.graphs import (
     BABI15_FEATURE_WIDTH,
     BABI15_TYPES,
-    BOND_TYPES,
-    ELEMENTS,
     GraphInstance,
     babi15_graphs,
     ggsnn_dataset,
-    molecule_graphs,
 )
+from amp_notebook.data.molecules import BOND_TYPES, ELEMENTS, molecule_graphs
 
 HIDDEN, STEPS = 32, 4
 OPTIMIZER: dict[str, Any] = {"name": "adam", "lr": 3e-3}

@@ -6,10 +6,6 @@ from amp_notebook.data.graphs import (
     GraphInstance,
     babi15_graphs,
     graph_dataset,
-    load_qm9_directory,
-    load_qm9_xyz,
-    molecule_graphs,
-    qm9_graph,
 )
 from amp_notebook.data.list_reduction import (
     generate_list_reduction,
@@ -17,6 +13,8 @@ from amp_notebook.data.list_reduction import (
     list_reduction_dataset,
 )
 from amp_notebook.data.mnist import load_mnist_dataset, read_idx
+from amp_notebook.data.molecules import molecule_graphs
+from amp_notebook.data.qm9 import load_qm9_directory, load_qm9_xyz, qm9_graph
 from amp_notebook.data.trees import (
     Tree,
     TreeFormatError,

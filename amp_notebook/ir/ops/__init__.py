@@ -6,27 +6,25 @@ runtime or an analysis may rely on without isinstance checks scattered around th
 
 from __future__ import annotations
 
-from amp_notebook.ir.ops.aggregate import (
-    Bcast,
-    Collect,
-    Concat,
-    Discard,
-    Distribute,
-    Flatmap,
-    Gather,
-    Group,
-    MeanRows,
-    ScatterMean,
-    ScatterSum,
-    SelectRows,
-    Split,
-    SumRows,
-    Ungroup,
-)
+from amp_notebook.ir.ops.aggregate import Bcast, Concat, Group, Split, Ungroup
 from amp_notebook.ir.ops.base import NodeContext, Op, OpError
 from amp_notebook.ir.ops.control import Cond, Isu, Phi
+from amp_notebook.ir.ops.dynamic import Collect, Distribute, Flatmap
 from amp_notebook.ir.ops.loss import LOSS_PORT, MSE, SoftmaxCrossEntropy
-from amp_notebook.ir.ops.payload import Add, Embedding, Identity, Input, Linear, Mul, ReLU, Sigmoid, Sub, Tanh
+from amp_notebook.ir.ops.payload import (
+    Add,
+    Discard,
+    Embedding,
+    Identity,
+    Input,
+    Linear,
+    Mul,
+    ReLU,
+    Sigmoid,
+    Sub,
+    Tanh,
+)  # fmt: skip
+from amp_notebook.ir.ops.sparse import Gather, MeanRows, ScatterMean, ScatterSum, SelectRows, SumRows
 
 OPS: dict[str, type[Op]] = {
     cls.kind: cls

@@ -305,3 +305,28 @@ class Mul(_Binary):
 
     def df(self, a: np.ndarray, b: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return g * b, g * a
+
+
+class Discard(Op):
+    """A sink: consumes a message and sends nothing on, not even a gradient (its input is not
+    differentiable, so the producer sees no gradient from here: a Split fills zeros for that piece).
+
+    Every output must feed an input, so this is how a graph drops a value it does not need, such as
+    the memory cell c of a Tree-LSTM node state [h; c] in front of a classifier that reads h only.
+    """
+
+    kind = "discard"
+    group = "io"
+    nondiff_inputs = frozenset({"in"})
+
+    def output_ports(self) -> tuple[str, ...]:
+        return ()
+
+    def infer_widths(self, widths: Mapping[str, Width]) -> dict[str, Width]:
+        return {}
+
+    def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
+        return []
+
+    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+        return []

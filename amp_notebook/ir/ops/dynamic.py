@@ -1,0 +1,295 @@
+"""Dynamic (dis)aggregation by state information: Flatmap, Collect and Distribute.
+
+These let one static graph walk a per-instance structure (a tree, say) whose shape is only known from
+the key's data: Flatmap turns one message holding a table into one message per row addressed by a
+state field, Collect merges the messages whose state maps to the same group (the children of one tree
+node) into one, and Distribute routes each message to a branch chosen by its state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from amp_notebook.ir.expr import Expression, ExpressionError
+from amp_notebook.ir.message import State
+from amp_notebook.ir.ops.base import Emitted, NodeContext, Op, OpError, Width, positive_int
+from amp_notebook.ir.ops.control import Cond
+
+
+class Flatmap(Op):
+    """One message holding a matrix (n, 1 + k) -> n messages, one per row, addressed by column 0.
+
+    Row i's column 0 becomes the state field ``field`` (``state.replace(pos=int(row[0]))``) and the rest
+    of the row, ``row[1:]``, becomes the payload: with ``keep_2d=True`` (the default) as a batch of one
+    row of shape (1, k), what Linear and the other payload ops expect; with ``keep_2d=False`` as shape
+    (k,), what Embedding ids and SoftmaxCrossEntropy targets expect (k = 1: a batch of one id or label).
+    A tree's ``np.column_stack([leaf_positions, leaf_words])`` becomes one word-id message per leaf with
+    state ``pos``; ``np.column_stack([positions, labels])`` one target message per node.
+
+    Column 0 must hold integers; in a float matrix (positions next to float features) it is rounded to
+    the nearest integer and must lie within 1e-3 of it. Its values must be distinct (two rows with the
+    same value would carry equal states), and the incoming state must not have ``field`` yet.
+
+    Backward collects the n row gradients (only float payloads carry any, so an id or label table
+    usually gets none) and sends one gradient of the input's shape, zero in column 0.
+    """
+
+    kind = "flatmap"
+    group = "aggregation"
+
+    def __init__(self, field: str = "pos", keep_2d: bool = True) -> None:
+        self.field = _field_name("Flatmap", "field", field)
+        if not isinstance(keep_2d, bool):
+            raise OpError(f"Flatmap keep_2d: expected True or False, got {keep_2d!r}")
+        self.keep_2d = keep_2d
+
+    def infer_widths(self, widths: Mapping[str, Width]) -> dict[str, Width]:
+        found = widths.get("in")
+        if found is not None and found < 2:
+            raise OpError(
+                f"Flatmap input 'in': expected width >= 2 (column 0 holds {self.field!r}, the rest the payload), "
+                f"got {found}",
+                port="in",
+            )
+        return {"out": None if found is None else found - 1}
+
+    def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
+        if self.field in state:
+            raise OpError(
+                f"Flatmap: state {state} already has field {self.field!r}; choose another field name, or remove "
+                f"the field upstream with an Isu ({{{self.field!r}: None}})",
+                port="in",
+            )
+        x = np.asarray(x)
+        if x.ndim != 2 or x.shape[1] < 2:
+            raise OpError(
+                f"Flatmap input 'in': expected a matrix (n, 1 + k) with k >= 1, column 0 holding {self.field!r}, "
+                f"got shape {x.shape}; build it with np.column_stack([positions, values])",
+                port="in",
+            )
+        values = _row_addresses(self.field, x[:, 0])
+        rows = x[:, 1:]
+        out = [
+            ("out", rows[i : i + 1] if self.keep_2d else rows[i], state.replace(**{self.field: v}))
+            for i, v in enumerate(values)
+        ]
+        if ctx.train and values:
+            ctx.cache[state] = _RowGradients(x.shape, {v: i for i, v in enumerate(values)})
+        return out
+
+    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+        parent = state.replace(**{self.field: None})
+        entry: _RowGradients = ctx.cache[parent]
+        if entry.grad is None:
+            entry.grad = np.zeros(entry.shape, dtype=np.result_type(g, np.float64))
+        entry.grad[entry.rows[state[self.field]], 1:] = np.reshape(g, -1)
+        entry.remaining -= 1
+        if entry.remaining:
+            return []
+        del ctx.cache[parent]
+        return [("in", entry.grad, parent)]
+
+    def config(self) -> dict[str, Any]:
+        return {"field": self.field, "keep_2d": self.keep_2d}
+
+
+class _RowGradients:
+    """What Flatmap's backward fills in: the input's shape, row of each field value, rows still owed."""
+
+    __slots__ = ("grad", "remaining", "rows", "shape")
+
+    def __init__(self, shape: tuple[int, ...], rows: dict[int, int]) -> None:
+        self.shape = shape
+        self.rows = rows
+        self.remaining = len(rows)
+        self.grad: np.ndarray | None = None
+
+
+def _row_addresses(field: str, column: np.ndarray) -> list[int]:
+    if column.dtype.kind == "f":
+        rounded = np.rint(column)
+        bad = np.flatnonzero(np.abs(column - rounded) > 1e-3)
+        if bad.size:
+            raise OpError(
+                f"Flatmap input 'in': column 0 holds {field!r} and must hold integers, found "
+                f"{float(column[bad[0]])!r} in row {bad[0]}",
+                port="in",
+            )
+        column = rounded
+    elif column.dtype.kind not in "iu":
+        raise OpError(f"Flatmap input 'in': expected an int (or float) matrix, got dtype {column.dtype}", port="in")
+    values = [int(v) for v in column]
+    first: dict[int, int] = {}
+    for i, v in enumerate(values):
+        if v in first:
+            raise OpError(
+                f"Flatmap input 'in': column 0 repeats {field}={v} (rows {first[v]} and {i}); each row needs a "
+                f"distinct {field!r}, or two messages would carry equal states",
+                port="in",
+            )
+        first[v] = i
+    return values
+
+
+def _field_name(op: str, what: str, name: Any) -> str:
+    if not isinstance(name, str) or not name.isidentifier() or name.startswith("_") or name == "key":
+        raise OpError(f"{op} {what}: expected a state field name other than 'key' (an identifier), got {name!r}")
+    return name
+
+
+def _expression(op: str, what: str, source: Any) -> Expression:
+    try:
+        return Expression(source)
+    except ExpressionError as exc:
+        raise OpError(f"{op} {what}: {exc}") from None
+
+
+class Collect(Op):
+    """The dynamic merge by state information: a "group by a key function" over the message stream.
+
+    Messages of one key id whose ``key`` expression evaluates equal form a group; the ``index``
+    expression gives each member its slot ``0 .. count-1`` (``count`` an int or an expression over the
+    first member's state). When every slot is filled Collect emits ONE message: the members' payloads
+    concatenated along the last axis in slot order, with the state of the slot-0 member in which
+    ``field`` is set to the group's key value. Members are matched on the key id and the key value
+    only, so other fields that distinguish groups (a loop counter) must appear in the key expression.
+
+    A Tree-LSTM joins each node's two children into their parent with
+    ``Collect(key="pos // 2", index="pos % 2", count=2, field="pos")``: the children at heap positions
+    2p and 2p+1 become one message [left; right] with ``pos = p``. Because the state changes on each
+    pass, a Collect may close a loop in place of an Isu (``STATE_UPDATING``).
+
+    Backward splits the gradient by the members' widths and returns each piece with its member's own
+    state (cached at forward).
+    """
+
+    kind = "collect"
+    group = "aggregation"
+
+    def __init__(self, key: str, index: str, count: int | str, field: str) -> None:
+        self.key = _expression("Collect", "key", key)
+        self.index = _expression("Collect", "index", index)
+        if isinstance(count, str):
+            self.count: int | Expression = _expression("Collect", "count", count)
+        else:
+            self.count = positive_int("Collect", "count", count)
+        self.field = _field_name("Collect", "field", field)
+
+    def infer_widths(self, widths: Mapping[str, Width]) -> dict[str, Width]:
+        found = widths.get("in")
+        if found is None or not isinstance(self.count, int):
+            return {"out": None}
+        return {"out": self.count * found}
+
+    def _evaluate(self, what: str, expr: Expression, state: State) -> Any:
+        try:
+            return expr.evaluate(state)
+        except ExpressionError as exc:
+            raise OpError(f"Collect {what}: {exc}", port="in") from exc
+
+    def _group_size(self, state: State) -> int:
+        if isinstance(self.count, int):
+            return self.count
+        n = self._evaluate("count", self.count, state)
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+            raise OpError(
+                f"Collect count {self.count.source!r} gave {n!r} on state {state}; expected a positive int",
+                port="in",
+            )
+        return n
+
+    def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
+        value = self._evaluate("key", self.key, state)
+        slot = self._evaluate("index", self.index, state)
+        group = (state["key"], value)
+        members: list[tuple[Any, State] | None] | None = ctx.joins.get(group)  # type: ignore[assignment]
+        n = len(members) if members is not None else self._group_size(state)
+        if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < n:
+            raise OpError(
+                f"Collect index {self.index.source!r} gave slot {slot!r} on state {state}; expected an int in "
+                f"[0, {n}) (count {self._count_source()}); fix the index expression or the count",
+                port="in",
+            )
+        if members is None:
+            members = [None] * n
+            ctx.joins[group] = members  # type: ignore[assignment]
+        taken = members[slot]
+        if taken is not None:
+            raise OpError(
+                f"Collect: slot {slot} of group {self.key.source}={value!r} (key {state['key']}) is filled twice, by "
+                f"state {taken[1]} and by {state}; members of a group need distinct {self.index.source!r}",
+                port="in",
+            )
+        members[slot] = (x, state)
+        if any(m is None for m in members):
+            return []
+        del ctx.joins[group]
+        xs = [m[0] for m in members]  # type: ignore[index]
+        states = [m[1] for m in members]  # type: ignore[index]
+        lead = np.shape(xs[0])[:-1]
+        for i, xi in enumerate(xs):
+            if np.shape(xi)[:-1] != lead:
+                raise OpError(
+                    f"Collect: member in slot {i} (state {states[i]}) has leading shape {np.shape(xi)[:-1]}, "
+                    f"expected {lead} (as slot 0); members are concatenated along the last axis",
+                    port="in",
+                )
+        out_state = states[0].replace(**{self.field: value})
+        if ctx.train:
+            if out_state in ctx.cache:
+                raise OpError(
+                    f"Collect: two groups produced the same output state {out_state} while the first is in flight; "
+                    f"setting {self.field!r} to {self.key.source!r} must give each group its own state",
+                    port="in",
+                )
+            ctx.cache[out_state] = ([np.shape(xi)[-1] for xi in xs], states)
+        return [("out", np.concatenate(xs, axis=-1), out_state)]
+
+    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+        sizes, states = ctx.cache.pop(state)
+        pieces = np.split(g, np.cumsum(sizes)[:-1], axis=-1)
+        return [("in", gi, s) for gi, s in zip(pieces, states, strict=True)]
+
+    def _count_source(self) -> str:
+        return repr(self.count.source) if isinstance(self.count, Expression) else str(self.count)
+
+    def config(self) -> dict[str, Any]:
+        count = self.count.source if isinstance(self.count, Expression) else self.count
+        return {"key": self.key.source, "index": self.index.source, "count": count, "field": self.field}
+
+
+class Distribute(Cond):
+    """The dynamic partition by state information: each message goes to output ``b{i}`` where ``i`` is
+    the value of the ``by`` expression on its state (an edge type, a node arity).
+
+    A multi-way Cond whose predicate is an index; unlike Cond it names its outputs ``b0 .. b{n-1}`` for
+    any number of branches (one included), so a builder can loop over edge types without a special
+    case for two. Backward sends each gradient back unchanged, like Cond.
+    """
+
+    kind = "distribute"
+    group = "control"
+
+    def __init__(self, by: str, branches: int) -> None:  # Cond.__init__ would name two branches true/false
+        self.predicate = _expression("Distribute", "by", by)
+        self.branches = positive_int("Distribute", "branches", branches)
+        self._outs = tuple(f"b{i}" for i in range(self.branches))
+
+    def choose(self, state: State) -> str:
+        try:
+            value = self.predicate.evaluate(state)
+        except ExpressionError as exc:
+            raise OpError(f"Distribute by: {exc}", port="in") from exc
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < self.branches:
+            raise OpError(
+                f"Distribute by {self.predicate.source!r} gave {value!r} on state {state}; expected an int branch "
+                f"index in [0, {self.branches}); raise branches or fix the expression",
+                port="in",
+            )
+        return self._outs[value]
+
+    def config(self) -> dict[str, Any]:
+        return {"by": self.predicate.source, "branches": self.branches}

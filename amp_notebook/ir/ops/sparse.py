@@ -1,0 +1,221 @@
+"""Sparse message passing on one graph per message: node states (N, H), edges as int index payloads.
+
+Gather takes the rows of the edges' source nodes, ScatterSum/ScatterMean add per-edge rows into their
+destination nodes, SelectRows keeps a subset of rows (the edges of one type), SumRows/MeanRows read a
+graph out. Index payloads are joined by state and carry no gradient.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from amp_notebook.ir.message import State
+from amp_notebook.ir.ops.base import Emitted, JoinMixin, NodeContext, Op, OpError, Width
+
+
+def _index_vector(op: str, port: str, index: Any, size: int) -> np.ndarray:
+    idx = np.asarray(index)
+    if idx.ndim != 1 or idx.dtype.kind not in "iu":
+        raise OpError(
+            f"{op} input {port!r}: expected a 1-D integer index vector, got shape {idx.shape} dtype {idx.dtype}",
+            port=port,
+        )
+    if idx.size and (idx.min() < 0 or idx.max() >= size):
+        raise OpError(
+            f"{op} input {port!r}: indices must lie in [0, {size}) (the number of rows), found "
+            f"[{idx.min()}, {idx.max()}]; fix the edge list or the node count",
+            port=port,
+        )
+    return idx
+
+
+class _Sparse(JoinMixin, Op):
+    """Shared shape of the index ops: a differentiable ``x`` joined by state with int index payloads.
+
+    The output carries ``x``'s state. Index payloads are usually per key (an Input), so with the node
+    states coming round a loop with a counter, join them on the key alone (``match_on=()``) and feed a
+    fresh index message for every pass.
+    """
+
+    group = "aggregation"
+
+    def __init__(self, match_on: tuple[str, ...] | list[str] | None = None) -> None:
+        self.match_on = None if match_on is None else tuple(match_on)
+
+    def infer_widths(self, widths: Mapping[str, Width]) -> dict[str, Width]:
+        return {"out": widths.get("x")}
+
+    def config(self) -> dict[str, Any]:
+        return {"match_on": None if self.match_on is None else list(self.match_on)}
+
+
+class Gather(_Sparse):
+    """``out = x[index]``: node states (N, H) and an index (E,) give one row per edge (E, H).
+
+    With ``index = edges[:, 0]`` it reads each edge's source node. Backward adds the rows back into
+    zeros of shape (N, H) (``np.add.at``, so repeated indices accumulate); the index gets no gradient.
+    """
+
+    kind = "gather"
+    nondiff_inputs = frozenset({"index"})
+
+    def input_ports(self) -> tuple[str, ...]:
+        return ("x", "index")
+
+    def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
+        got = self.join(ctx, port, x, state, ("x", "index"))
+        if got is None:
+            return []
+        (xs, sx), (index, _) = got["x"], got["index"]
+        idx = _index_vector("Gather", "index", index, len(xs))
+        if ctx.train:
+            ctx.cache[sx] = (idx, np.shape(xs))
+        return [("out", xs[idx], sx)]
+
+    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+        return _rows_backward(ctx, g, state)
+
+
+def _rows_backward(ctx: NodeContext, g: Any, state: State) -> Emitted:
+    """Backward of taking rows ``x[idx]``: each row's gradient added back where it came from."""
+    idx, shape = ctx.cache.pop(state)
+    dx = np.zeros(shape, dtype=g.dtype)
+    np.add.at(dx, idx, g)
+    return [("x", dx, state)]
+
+
+class ScatterSum(_Sparse):
+    """``out[index[e]] += x[e]``: per-edge rows (E, H) summed into their destination nodes (N, H).
+
+    ``like`` is any payload whose first dimension is N (the node states, say, via a Bcast); it only
+    gives the output's row count and gets no gradient, nor does the index. A node that no edge points
+    to gets zeros. Backward gives each edge its destination's gradient, ``g[index]``.
+    """
+
+    kind = "scatter_sum"
+    nondiff_inputs = frozenset({"index", "like"})
+
+    def input_ports(self) -> tuple[str, ...]:
+        return ("x", "index", "like")
+
+    def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
+        got = self.join(ctx, port, x, state, ("x", "index", "like"))
+        if got is None:
+            return []
+        (xs, sx), (index, _), (like, _) = got["x"], got["index"], got["like"]
+        n = len(like)
+        idx = _index_vector(type(self).__name__, "index", index, n)
+        if len(idx) != len(xs):
+            raise OpError(
+                f"{type(self).__name__} inputs 'x' and 'index': expected one index per row of 'x' ({len(xs)}), "
+                f"got {len(idx)}",
+                port="index",
+            )
+        out = np.zeros((n, *np.shape(xs)[1:]), dtype=xs.dtype)
+        np.add.at(out, idx, xs)
+        scale = self.row_scale(idx, n)
+        if scale is not None:
+            out *= scale.reshape((n,) + (1,) * (out.ndim - 1))
+        if ctx.train:
+            ctx.cache[sx] = (idx, scale)
+        return [("out", out, sx)]
+
+    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+        idx, scale = ctx.cache.pop(state)
+        if scale is not None:
+            g = g * scale.reshape((len(scale),) + (1,) * (np.ndim(g) - 1))
+        return [("x", g[idx], state)]
+
+    def row_scale(self, idx: np.ndarray, n: int) -> np.ndarray | None:
+        """A factor per output row (None: plain sum)."""
+        return None
+
+
+class ScatterMean(ScatterSum):
+    """Like ScatterSum but each node gets the mean of its incoming rows (0 where none arrive)."""
+
+    kind = "scatter_mean"
+
+    def row_scale(self, idx: np.ndarray, n: int) -> np.ndarray | None:
+        counts = np.bincount(idx, minlength=n)
+        return 1.0 / np.maximum(counts, 1)
+
+
+class SumRows(Op):
+    """Graph-level readout: the rows (N, ...) summed into one row (1, ...); backward broadcasts."""
+
+    kind = "sum_rows"
+    group = "aggregation"
+
+    def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
+        x = np.asarray(x)
+        if x.ndim < 1:
+            raise OpError(f"{type(self).__name__} input 'in': expected rows (N, ...), got a scalar", port="in")
+        n = self.divisor(len(x))
+        y = x.sum(axis=0, keepdims=True)
+        if n != 1:
+            y = y / n
+        if ctx.train:
+            ctx.cache[state] = x.shape
+        return [("out", y, state)]
+
+    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+        shape = ctx.cache.pop(state)
+        n = self.divisor(shape[0])
+        grad = np.broadcast_to(g if n == 1 else g / n, shape).copy()
+        return [("in", grad, state)]
+
+    def divisor(self, n: int) -> int:
+        """What the sum of ``n`` rows is divided by (1: a plain sum)."""
+        return 1
+
+
+class MeanRows(SumRows):
+    """Graph-level readout: the mean of the rows (N, ...) as one row (1, ...); backward broadcasts / N."""
+
+    kind = "mean_rows"
+
+    def divisor(self, n: int) -> int:
+        if n == 0:
+            raise OpError("MeanRows input 'in': expected at least one row, got 0 (the mean of nothing)", port="in")
+        return n
+
+
+class SelectRows(_Sparse):
+    """``out = x[rows]``: a subset of the rows of ``x`` (E, ...), chosen by ``rows``, either a boolean
+    mask of length E or an int index vector; used to split one graph's edges by type.
+
+    Backward scatters the gradient back into zeros of x's shape (repeated indices accumulate).
+    """
+
+    kind = "select_rows"
+    nondiff_inputs = frozenset({"rows"})
+
+    def input_ports(self) -> tuple[str, ...]:
+        return ("x", "rows")
+
+    def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
+        got = self.join(ctx, port, x, state, ("x", "rows"))
+        if got is None:
+            return []
+        (xs, sx), (rows, _) = got["x"], got["rows"]
+        rows = np.asarray(rows)
+        if rows.dtype.kind == "b":
+            if rows.shape != (len(xs),):
+                raise OpError(
+                    f"SelectRows input 'rows': a boolean mask needs shape ({len(xs)},) (one flag per row of 'x'), "
+                    f"got {rows.shape}",
+                    port="rows",
+                )
+            idx = np.flatnonzero(rows)
+        else:
+            idx = _index_vector("SelectRows", "rows", rows, len(xs))
+        if ctx.train:
+            ctx.cache[sx] = (idx, np.shape(xs))
+        return [("out", xs[idx], sx)]
+
+    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+        return _rows_backward(ctx, g, state)
