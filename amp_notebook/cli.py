@@ -32,7 +32,7 @@ from amp_notebook.data.graphs import (
 from amp_notebook.data.list_reduction import list_reduction_dataset
 from amp_notebook.data.mnist import load_mnist_dataset
 from amp_notebook.data.molecules import molecule_graphs
-from amp_notebook.data.trees import sentiment_tree_dataset
+from amp_notebook.data.sentiment import sentiment_tree_dataset
 from amp_notebook.ir.graph import Graph
 from amp_notebook.models import ggsnn, mlp, rnn, tree_lstm
 from amp_notebook.models.tree_lstm import root_accuracy

@@ -18,7 +18,8 @@ import torch
 
 from amp_notebook.data import Batch
 from amp_notebook.data.graphs import babi15_graphs
-from amp_notebook.data.trees import Tree, Vocab, synthetic_sentiment_trees, tree_arrays
+from amp_notebook.data.sentiment import synthetic_sentiment_trees
+from amp_notebook.data.trees import Tree, Vocab, tree_arrays
 from amp_notebook.ir import ops
 from amp_notebook.ir.cells import tree_lstm_branch, tree_lstm_leaf
 from amp_notebook.ir.graph import Graph

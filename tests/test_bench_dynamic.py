@@ -21,7 +21,8 @@ from amp_notebook.data.graphs import (
     ggsnn_batch,
 )
 from amp_notebook.data.molecules import molecule_graphs
-from amp_notebook.data.trees import Tree, Vocab, sentiment_tree_dataset, tree_batch
+from amp_notebook.data.sentiment import sentiment_tree_dataset
+from amp_notebook.data.trees import Tree, Vocab, tree_batch
 from amp_notebook.ir.interpret import Interpreter
 from amp_notebook.models import ggsnn, tree_lstm
 

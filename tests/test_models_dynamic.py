@@ -23,7 +23,8 @@ from amp_notebook.data.graphs import (
     ggsnn_dataset,
 )
 from amp_notebook.data.molecules import molecule_graphs
-from amp_notebook.data.trees import Tree, Vocab, sentiment_tree_dataset, synthetic_sentiment_trees, tree_batch
+from amp_notebook.data.sentiment import sentiment_tree_dataset, synthetic_sentiment_trees
+from amp_notebook.data.trees import Tree, Vocab, tree_batch
 from amp_notebook.ir.interpret import Interpreter
 from amp_notebook.models import ggsnn, tree_lstm
 from amp_notebook.models.tree_lstm import predict_nodes, root_accuracy

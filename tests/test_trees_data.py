@@ -8,19 +8,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from amp_notebook.data.trees import (
+from amp_notebook.data.sentiment import (
     CONTRAST_WORDS,
     INTENSIFIERS,
-    MAX_DEPTH,
     NEGATORS,
     SENTIMENT_WORDS,
+    sentiment_tree_dataset,
+    synthetic_sentiment_trees,
+)
+from amp_notebook.data.trees import (
+    MAX_DEPTH,
     Tree,
     TreeFormatError,
     Vocab,
     load_sst_file,
     parse_ptb_tree,
-    sentiment_tree_dataset,
-    synthetic_sentiment_trees,
     tree_arrays,
     tree_to_ptb,
     trees_dataset,

@@ -28,7 +28,8 @@
 
 import amp_notebook as amp
 from amp_notebook.data.graphs import BABI15_FEATURE_WIDTH, babi15_graphs, ggsnn_dataset
-from amp_notebook.data.trees import sentiment_tree_dataset, synthetic_sentiment_trees, tree_to_ptb
+from amp_notebook.data.sentiment import sentiment_tree_dataset, synthetic_sentiment_trees
+from amp_notebook.data.trees import tree_to_ptb
 from amp_notebook.ir.interpret import Interpreter
 from amp_notebook.models import ggsnn, tree_lstm
 from amp_notebook.models.tree_lstm import root_accuracy

@@ -8,7 +8,7 @@ Weights use our layout, ``W`` of shape (in, out), so a graph's parameters load w
     branch:  [i, f_l, f_r, o, u] = [h_l; h_r] @ W_br + b_br;  c = s(i) * tanh(u) + s(f_l) c_l + s(f_r) c_r
     every node: logits = h @ W_cls + b_cls, cross-entropy against the node's label
 
-A tree is one key of ``data.trees.sentiment_tree_dataset``: a ``Batch`` with ``positions`` (heap positions:
+A tree is one key of ``data.sentiment.sentiment_tree_dataset``: a ``Batch`` with ``positions`` (heap positions:
 root 1, children 2p and 2p + 1) in post-order, ``labels``, ``is_leaf`` and ``leaf_words``. Two ways to run it:
 
 - ``eager_tree_losses``: one tree at a time, a Python loop over its nodes in post-order, what a user writes

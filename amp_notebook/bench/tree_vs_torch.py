@@ -34,7 +34,7 @@ import numpy as np
 
 from amp_notebook.bench.common import report
 from amp_notebook.data.batch import Batch, Dataset
-from amp_notebook.data.trees import sentiment_tree_dataset
+from amp_notebook.data.sentiment import sentiment_tree_dataset
 
 EMBED, HIDDEN, CLASSES = 64, 64, 5
 OPTIMIZER: dict[str, Any] = {"name": "adam", "lr": 3e-3}

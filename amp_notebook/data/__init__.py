@@ -15,14 +15,13 @@ from amp_notebook.data.list_reduction import (
 from amp_notebook.data.mnist import load_mnist_dataset, read_idx
 from amp_notebook.data.molecules import molecule_graphs
 from amp_notebook.data.qm9 import load_qm9_directory, load_qm9_xyz, qm9_graph
+from amp_notebook.data.sentiment import sentiment_tree_dataset, synthetic_sentiment_trees
 from amp_notebook.data.trees import (
     Tree,
     TreeFormatError,
     Vocab,
     load_sst_file,
     parse_ptb_tree,
-    sentiment_tree_dataset,
-    synthetic_sentiment_trees,
     tree_arrays,
     tree_to_ptb,
     trees_dataset,
