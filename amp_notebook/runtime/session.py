@@ -17,7 +17,7 @@ from amp_notebook.data.batch import Batch, Dataset
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.message import FWD, UPDATE, Message, State
 from amp_notebook.ir.ops import NodeContext
-from amp_notebook.runtime.controller import Controller, KeyInfo
+from amp_notebook.runtime.controller import Action, Admit, Controller, EpochEnd, Finish, Flush, KeyInfo
 from amp_notebook.runtime.optim import Optimizer
 from amp_notebook.runtime.placement import place
 from amp_notebook.runtime.plan import Plan, average_replicas, compile_plan, end_epoch_optimizers
@@ -164,6 +164,34 @@ class Session:
                     payload = payload.astype(self.dtype)
             out.append(Message(node, "in", FWD, payload, state, info.train))
         return out
+
+    def apply(
+        self, actions: list[Action], send: Callable[[int, list[Message]], None], now: Callable[[], float]
+    ) -> bool:
+        """Carry out controller actions: admitted keys and flushes become messages handed to
+        ``send(key, messages)`` (the backend counts their credits and delivers them), an epoch end runs
+        its work at time ``now()``. Actions that follow from these run first, in order. Returns True once
+        the controller says the run is finished."""
+        finished = False
+        pending = list(actions)
+        while pending:
+            action = pending.pop(0)
+            follow: list[Action] = []
+            if isinstance(action, Admit):
+                send(action.info.key, self.inject(action.info))
+            elif isinstance(action, Flush):
+                msgs = self.flush_messages(action.flush_id)
+                if msgs:
+                    send(action.flush_id, msgs)
+                else:  # nothing to update: the flush is complete at once
+                    follow = self.controller.on_complete(action.flush_id)
+            elif isinstance(action, EpochEnd):
+                self.end_epoch(action.epoch, now())
+                follow = self.controller.on_epoch_end()
+            elif isinstance(action, Finish):
+                finished = True
+            pending[0:0] = follow
+        return finished
 
     def flush_messages(self, flush_id: int) -> list[Message]:
         state = State(key=flush_id)

@@ -45,7 +45,6 @@ from typing import Any
 from threadpoolctl import threadpool_limits
 
 from amp_notebook.ir.message import FWD, Message
-from amp_notebook.runtime.controller import Admit, EpochEnd, Finish, Flush
 from amp_notebook.runtime.costs import CostModel, CostTable
 from amp_notebook.runtime.session import Session
 
@@ -177,21 +176,8 @@ class SimulatedBackend:
             )
 
     def _apply(self, actions: list[Any]) -> None:
-        session = self.session
-        for action in actions:
-            if isinstance(action, Admit):
-                self._inject(action.info.key, session.inject(action.info))
-            elif isinstance(action, Flush):
-                msgs = session.flush_messages(action.flush_id)
-                if msgs:
-                    self._inject(action.flush_id, msgs)
-                else:
-                    self._apply(session.controller.on_complete(action.flush_id))
-            elif isinstance(action, EpochEnd):
-                session.end_epoch(action.epoch, self.now)
-                self._apply(session.controller.on_epoch_end())
-            elif isinstance(action, Finish):
-                self.finished = True
+        if self.session.apply(actions, self._inject, lambda: self.now):
+            self.finished = True
 
     def _inject(self, key: int, msgs: list[Message]) -> None:
         """Messages from the controller land in their workers' queues now, with no link cost."""

@@ -27,7 +27,6 @@ from typing import Any
 from threadpoolctl import threadpool_limits
 
 from amp_notebook.ir.message import FWD, Message
-from amp_notebook.runtime.controller import Admit, EpochEnd, Finish, Flush
 from amp_notebook.runtime.session import Session
 
 
@@ -197,22 +196,8 @@ class ThreadedBackend:
                 t.thread.join()
 
     def _apply(self, actions: list[Any]) -> None:
-        session = self.session
-        for action in actions:
-            if isinstance(action, Admit):
-                msgs = session.inject(action.info)
-                self._send(action.info.key, msgs)
-            elif isinstance(action, Flush):
-                msgs = session.flush_messages(action.flush_id)
-                if msgs:
-                    self._send(action.flush_id, msgs)
-                else:
-                    self._apply(session.controller.on_complete(action.flush_id))
-            elif isinstance(action, EpochEnd):
-                session.end_epoch(action.epoch, self.now())
-                self._apply(session.controller.on_epoch_end())
-            elif isinstance(action, Finish):
-                self.finished = True
+        if self.session.apply(actions, self._send, self.now):
+            self.finished = True
 
     def _send(self, key: int, msgs: list[Message]) -> None:
         with self.count_lock:
