@@ -85,9 +85,7 @@ def _request_stop(backend: ThreadedBackend, done: threading.Event) -> None:
 class Run:
     """A training run going on in background threads; see the module docstring."""
 
-    def __init__(
-        self, session: Session, backend: ThreadedBackend, make_result: Callable[[], TrainResult]
-    ) -> None:
+    def __init__(self, session: Session, backend: ThreadedBackend, make_result: Callable[[], TrainResult]) -> None:
         self._session = session
         self._controller: Controller = session.controller
         self._backend = backend
@@ -114,7 +112,8 @@ class Run:
 
     @property
     def status(self) -> dict[str, Any]:
-        """Where the run is now: state, epoch, keys done, admitted and in flight, instances trained, elapsed s."""
+        """Where the run is now: state, epoch, keys done, admitted and in flight, instances trained, elapsed s,
+        and moving averages of the training loss and accuracy (None before the first loss report)."""
         session, controller = self._session, self._controller
         plan = session.plan
         done = self._driver.done.is_set()
@@ -132,6 +131,8 @@ class Run:
             "min_update_frequency": {
                 plan.names[i]: plan.min_update_frequency[i] for i, p in enumerate(plan.parameterized) if p
             },
+            "recent_loss": session.recent_loss,
+            "recent_accuracy": session.recent_accuracy,
             "error": None if error is None else f"{type(error).__name__}: {error}",
         }
 

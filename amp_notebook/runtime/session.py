@@ -25,6 +25,7 @@ from amp_notebook.runtime.worker import Worker
 from amp_notebook.trace.buffers import DEFAULT_CAPACITY, WorkerBuffer
 
 PRIORITIES = ("backward_first", "fifo")
+RECENT_DECAY = 0.95  # weight of the past in the moving averages of the training loss and accuracy
 """How a worker orders its inbox: backward (and update) messages before forward ones, as in the paper's
 appendix A (less staleness, fewer cached activations), or plain arrival order. With several nodes per
 worker, strict backward-first can make the workers take turns: one drains its backward work while the
@@ -120,9 +121,7 @@ class Session:
                 expected = graph.nodes[name].op.param_shapes()
                 found = {k: v.shape for k, v in p.items()}
                 if found != expected:
-                    raise DataError(
-                        f"params for {self.plan.describe(i)}: expected shapes {expected}, found {found}"
-                    )
+                    raise DataError(f"params for {self.plan.describe(i)}: expected shapes {expected}, found {found}")
             ctx = NodeContext(name, p)
             ctx.grad_inputs = self.plan.grad_inputs[i]
             ctx.grad_outputs = self.plan.grad_outputs[i]
@@ -142,6 +141,8 @@ class Session:
         self.key_epoch: dict[int, tuple[int, bool]] = {}
         self.history: list[EpochStats] = []
         self.current = EpochStats(0)
+        self.recent_loss: float | None = None  # moving averages over training loss reports (live dashboards)
+        self.recent_accuracy: float | None = None
         self.keys_done = 0
         self.train_instances_done = 0
         self.on_key_done: Callable[[KeyInfo], None] | None = None
@@ -205,6 +206,19 @@ class Session:
                 _, report = reports.popleft()
                 _, train = self.key_epoch.get(report["key"], (self.current.epoch, True))
                 self.current.add(train, report)
+                if train:
+                    self._follow_recent(report)
+
+    def _follow_recent(self, report: dict[str, Any]) -> None:
+        """Exponential moving averages of the training loss (and accuracy) per loss report, for live curves."""
+        loss = float(report["loss"])
+        self.recent_loss = (
+            loss if self.recent_loss is None else RECENT_DECAY * self.recent_loss + (1 - RECENT_DECAY) * loss
+        )
+        if "correct" in report and report["n"]:
+            acc = report["correct"] / report["n"]
+            prev = self.recent_accuracy
+            self.recent_accuracy = acc if prev is None else RECENT_DECAY * prev + (1 - RECENT_DECAY) * acc
 
     def key_done(self, key: int) -> None:
         self.collect_reports()
@@ -265,8 +279,6 @@ def check_dataset(plan: Plan, dataset: Dataset) -> None:
                     f"Input {name!r} declares width {op.width} but the data's payload has shape {x.shape}; "
                     "fix the width or the data"
                 )
-
-
 
 
 __all__ = ["DataError", "EpochStats", "RunConfig", "Session", "check_dataset"]

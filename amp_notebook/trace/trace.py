@@ -50,8 +50,12 @@ class Trace:
         return {name: col[order] for name, col in cols.items()}
 
     def staleness(self) -> dict[str, np.ndarray]:
-        """One row per gradient received by a parameterized node: node, key, value (staleness), time."""
-        parts = [buf.snapshot()[1] for buf in self.buffers]
+        """One row per gradient received by a parameterized node: worker, node, key, value (staleness), time."""
+        parts = []
+        for w, buf in enumerate(self.buffers):
+            rows = buf.snapshot()[1]
+            rows["worker"] = np.full(len(rows["time"]), w, dtype=np.int32)
+            parts.append(rows)
         cols = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
         cols["time"] = cols["time"] - self.origin
         order = np.argsort(cols["time"], kind="stable")

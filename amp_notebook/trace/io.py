@@ -1,0 +1,167 @@
+"""Saving a trace to a file and opening it again, for replay in the dashboard or analysis later.
+
+Two formats:
+
+* ``.npz`` (ours, exact): the event and staleness columns, the node names and the number of workers, in a
+  numpy archive read back with ``allow_pickle=False`` (strings are stored as fixed-width unicode arrays).
+* ``.json``: a Chrome/Perfetto trace as :meth:`Trace.to_chrome` writes it (ours or the simulator's). The
+  slices give every event row; queue depths come from the ``queue depth`` counters; staleness from the
+  ``staleness <node>`` counters, which carry neither key nor worker: those rows get key -1, on worker 0.
+
+:func:`load_trace` returns a :class:`~amp_notebook.trace.trace.Trace` over unbounded buffers, the same
+class a live run gives, so every reader (metrics, windows, export, the dashboard) works on it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from amp_notebook.trace.buffers import PHASES, WorkerBuffer
+
+if TYPE_CHECKING:
+    from amp_notebook.trace.trace import Trace
+
+FORMAT = "amp_notebook.trace"
+VERSION = 1
+EVENT_KEYS = ("worker", "node", "phase", "key", "depth", "start", "end")
+STALENESS_KEYS = ("worker", "node", "key", "value", "time")
+
+
+def save_trace(trace: Trace, path: str | Path) -> Path:
+    """Write every row ``trace`` holds, its node names and worker count to ``path`` (.npz)."""
+    path = Path(path)
+    if path.suffix != ".npz":
+        raise ValueError(f"save_trace: {path} should end in .npz (for Chrome/Perfetto JSON use trace.to_chrome)")
+    ev, st = trace.events(), trace.staleness()
+    arrays: dict[str, np.ndarray] = {f"event_{k}": np.asarray(ev[k]) for k in EVENT_KEYS}
+    arrays.update({f"staleness_{k}": np.asarray(st[k]) for k in STALENESS_KEYS})
+    arrays["node_names"] = np.array(trace.node_names, dtype=str)
+    header = {"format": FORMAT, "version": VERSION, "workers": trace.workers, "phases": list(PHASES)}
+    arrays["header"] = np.array(json.dumps(header))
+    np.savez_compressed(path, **arrays)
+    return path
+
+
+def load_trace(path: str | Path) -> Trace:
+    """Open a trace saved by :func:`save_trace` (.npz) or a Chrome/Perfetto JSON export (.json)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"load_trace: no file {path}")
+    if path.suffix == ".npz":
+        return _load_npz(path)
+    if path.suffix == ".json":
+        return _load_chrome(path)
+    raise ValueError(f"load_trace: {path}: expected a .npz saved by save_trace or a Chrome trace .json")
+
+
+def from_columns(
+    events: dict[str, np.ndarray], staleness: dict[str, np.ndarray], node_names: list[str], workers: int
+) -> Trace:
+    """A Trace holding the given rows (times in seconds from 0), one unbounded buffer per worker."""
+    from amp_notebook.trace.trace import Trace
+
+    buffers = [WorkerBuffer(capacity=None) for _ in range(workers)]
+    ev_worker = np.asarray(events["worker"], dtype=np.int64)
+    for w, buf in enumerate(buffers):
+        mine = np.nonzero(ev_worker == w)[0]
+        mine = mine[np.argsort(np.asarray(events["start"])[mine], kind="stable")]
+        rows = zip(*(_column(events, k, mine) for k in ("node", "phase", "key", "start", "end", "depth")), strict=True)
+        for node, phase, key, start, end, depth in rows:
+            buf.record(node, phase, key, start, end, depth)
+    st_worker = np.asarray(staleness["worker"], dtype=np.int64)
+    for w, buf in enumerate(buffers):
+        mine = np.nonzero(st_worker == w)[0]
+        mine = mine[np.argsort(np.asarray(staleness["time"])[mine], kind="stable")]
+        for node, key, value, time in zip(
+            *(_column(staleness, k, mine) for k in ("node", "key", "value", "time")), strict=True
+        ):
+            buf.record_staleness(node, key, value, time)
+    return Trace(buffers, node_names)
+
+
+def _column(cols: dict[str, np.ndarray], name: str, rows: np.ndarray) -> list[Any]:
+    dtype = np.float64 if name in ("start", "end", "time") else np.int64
+    return np.asarray(cols[name])[rows].astype(dtype).tolist()
+
+
+def _load_npz(path: Path) -> Trace:
+    with np.load(path, allow_pickle=False) as z:
+        try:
+            header = json.loads(str(z["header"]))
+        except KeyError:
+            raise ValueError(f"load_trace: {path} is an .npz but not a trace saved by save_trace (no header)") from None
+        if header.get("format") != FORMAT or header.get("version") != VERSION:
+            raise ValueError(
+                f"load_trace: {path}: expected format {FORMAT!r} version {VERSION}, found "
+                f"{header.get('format')!r} version {header.get('version')!r}"
+            )
+        events = {k: z[f"event_{k}"] for k in EVENT_KEYS}
+        staleness = {k: z[f"staleness_{k}"] for k in STALENESS_KEYS}
+        names = [str(n) for n in z["node_names"]]
+    return from_columns(events, staleness, names, int(header["workers"]))
+
+
+def _load_chrome(path: Path) -> Trace:
+    try:
+        doc = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"load_trace: {path} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    events_in = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    if not isinstance(events_in, list):
+        raise ValueError(f"load_trace: {path}: expected a Chrome trace with a 'traceEvents' list")
+    names: list[str] = []
+    index: dict[str, int] = {}
+
+    def node_id(name: str) -> int:
+        if name not in index:
+            index[name] = len(names)
+            names.append(name)
+        return index[name]
+
+    ev: dict[str, list[Any]] = {k: [] for k in EVENT_KEYS}
+    st: dict[str, list[Any]] = {k: [] for k in STALENESS_KEYS}
+    depth_at: dict[int, list[tuple[float, int]]] = {}
+    workers = 0
+    for n, e in enumerate(events_in):
+        ph = e.get("ph")
+        if ph == "X":
+            args = e.get("args", {})
+            phase = args.get("phase", e.get("cat"))
+            if phase not in PHASES or "node" not in args:
+                raise ValueError(
+                    f"load_trace: {path}: slice #{n} ({e.get('name')!r}) lacks args.node or a phase in {PHASES}; "
+                    "only traces written by amp_notebook (trace.to_chrome) can be opened"
+                )
+            w = int(e["tid"]) - 1
+            workers = max(workers, w + 1)
+            ev["worker"].append(w)
+            ev["node"].append(node_id(args["node"]))
+            ev["phase"].append(PHASES.index(phase))
+            ev["key"].append(int(args.get("key", -1)))
+            ev["start"].append(float(e["ts"]) / 1e6)
+            ev["end"].append((float(e["ts"]) + float(e.get("dur", 0.0))) / 1e6)
+            ev["depth"].append(0)
+        elif ph == "C" and str(e.get("name", "")).startswith("queue depth worker "):
+            w = int(str(e["name"]).rsplit(" ", 1)[1])
+            depth_at.setdefault(w, []).append((float(e["ts"]) / 1e6, int(e["args"]["depth"])))
+        elif ph == "C" and str(e.get("name", "")).startswith("staleness "):
+            st["worker"].append(0)
+            st["node"].append(node_id(str(e["name"])[len("staleness ") :]))
+            st["key"].append(-1)
+            st["value"].append(int(e["args"]["staleness"]))
+            st["time"].append(float(e["ts"]) / 1e6)
+    events = {k: np.asarray(v) for k, v in ev.items()}
+    for w, samples in depth_at.items():  # a counter holds its value until it changes
+        times = np.array([t for t, _ in samples])
+        values = np.array([d for _, d in samples])
+        mine = np.nonzero(events["worker"] == w)[0]
+        at = np.searchsorted(times, events["start"][mine], side="right") - 1
+        events["depth"][mine] = np.where(at >= 0, values[np.maximum(at, 0)], 0)
+    return from_columns(events, {k: np.asarray(v) for k, v in st.items()}, names, max(workers, 1))
+
+
+__all__ = ["from_columns", "load_trace", "save_trace"]

@@ -1,0 +1,188 @@
+// The Gantt chart: one lane per worker (per run, stacked when comparing), one box per handled message,
+// coloured by phase as in the paper's Fig. 1. Drawing cost is bounded by pixels, not rows: boxes of one
+// lane and phase that touch within half a pixel are merged into one rectangle, and the rectangles of each
+// phase are filled as one path.
+
+export const PHASE_NAMES = ["fwd", "bwd", "update"];
+export const PHASE_COLORS = ["#f39c34", "#3a7bd5", "#f2d21b"]; // forward orange, backward blue, update yellow
+export const LANE_H = 26;
+export const LANE_GAP = 4;
+export const RUN_HEADER_H = 18;
+export const AXIS_H = 18;
+export const LEFT = 74; // lane labels
+const MAX_LABELS = 1500;
+const LABEL_MIN_PX = 22;
+
+// Lanes for the runs shown: [{run, worker, y}], and the total height.
+export function layoutLanes(runs) {
+  const lanes = [];
+  let y = AXIS_H;
+  runs.forEach((r, ri) => {
+    if (runs.length > 1) y += RUN_HEADER_H;
+    for (let w = 0; w < r.info.workers; w++) {
+      lanes.push({ run: ri, worker: w, y });
+      y += LANE_H + LANE_GAP;
+    }
+  });
+  return { lanes, height: y + 4 };
+}
+
+function niceStep(span, px) {
+  const raw = span / Math.max(1, px / 90);
+  const p = Math.pow(10, Math.floor(Math.log10(raw)));
+  for (const m of [1, 2, 5, 10]) if (m * p >= raw) return m * p;
+  return 10 * p;
+}
+
+export function formatTime(s) {
+  const a = Math.abs(s);
+  if (a >= 1) return `${s.toFixed(a >= 10 ? 1 : 2)} s`;
+  if (a >= 1e-3) return `${(s * 1e3).toFixed(a >= 1e-2 ? 1 : 2)} ms`;
+  return `${(s * 1e6).toFixed(0)} µs`;
+}
+
+// Draw the visible boxes. view: {t0, t1, cut} (cut: hide boxes starting after it, for replay).
+// Returns {drawn, rects}: rows in view, rectangles filled.
+export function drawGantt(ctx, width, height, runs, layout, view) {
+  const { t0, t1 } = view;
+  const cut = view.cut ?? Infinity;
+  const plotW = Math.max(1, width - LEFT);
+  const scale = plotW / Math.max(1e-12, t1 - t0);
+  ctx.clearRect(0, 0, width, height);
+  ctx.font = "11px sans-serif";
+  ctx.textBaseline = "middle";
+
+  // lanes and labels
+  ctx.fillStyle = "#f6f7f9";
+  for (const lane of layout.lanes) ctx.fillRect(LEFT, lane.y, plotW, LANE_H);
+  ctx.fillStyle = "#333";
+  runs.forEach((r, ri) => {
+    if (runs.length > 1) {
+      const first = layout.lanes.find((l) => l.run === ri);
+      ctx.font = "bold 11px sans-serif";
+      ctx.fillText(r.info.label, 4, first.y - RUN_HEADER_H / 2);
+      ctx.font = "11px sans-serif";
+    }
+  });
+  for (const lane of layout.lanes) ctx.fillText(`worker ${lane.worker}`, 4, lane.y + LANE_H / 2);
+
+  // time axis
+  const step = niceStep(t1 - t0, plotW);
+  ctx.strokeStyle = "#ddd";
+  ctx.fillStyle = "#666";
+  ctx.beginPath();
+  for (let t = Math.ceil(t0 / step) * step; t <= t1; t += step) {
+    const x = LEFT + (t - t0) * scale;
+    ctx.moveTo(x + 0.5, AXIS_H - 4);
+    ctx.lineTo(x + 0.5, height);
+    ctx.fillText(formatTime(t), x + 3, AXIS_H / 2);
+  }
+  ctx.stroke();
+
+  // boxes: per lane and phase, boxes that touch within half a pixel become one rectangle, so a dense
+  // window costs about (lanes x phases x pixels) rectangles however many rows it holds
+  const rects = [[], [], []];
+  const labels = [];
+  let drawn = 0;
+  let rectCount = 0;
+  let laneBase = 0;
+  for (const r of runs) {
+    const ev = r.events;
+    const { start, end, worker, phase, key } = ev.cols;
+    const nLanes = r.info.workers;
+    const curX0 = new Float64Array(nLanes * 3).fill(-1);
+    const curX1 = new Float64Array(nLanes * 3).fill(-2);
+    const laneY = layout.lanes.slice(laneBase, laneBase + nLanes).map((l) => l.y);
+    const cap = ev.capacity;
+    let i = (ev.head - ev.length + cap) % cap;
+    for (let k = 0; k < ev.length; k++, i = i + 1 === cap ? 0 : i + 1) {
+      const s = start[i];
+      if (s > cut || s > t1) continue;
+      let e = end[i];
+      if (e < t0) continue;
+      if (e > cut) e = cut;
+      const w = worker[i];
+      if (w >= nLanes) continue;
+      drawn++;
+      const x0 = LEFT + Math.max(0, (s - t0) * scale);
+      const x1 = Math.max(x0 + 1, LEFT + Math.min(plotW, (e - t0) * scale));
+      const ph = phase[i] > 2 ? 2 : phase[i];
+      const slot = w * 3 + ph;
+      if (x0 <= curX1[slot] + 0.5) {
+        if (x1 > curX1[slot]) curX1[slot] = x1;
+      } else {
+        if (curX0[slot] >= 0) {
+          rects[ph].push(curX0[slot], laneY[w], curX1[slot] - curX0[slot]);
+          rectCount++;
+        }
+        curX0[slot] = x0;
+        curX1[slot] = x1;
+      }
+      if (x1 - x0 >= LABEL_MIN_PX && labels.length < MAX_LABELS * 3) labels.push(x0, laneY[w], key[i]);
+    }
+    for (let slot = 0; slot < nLanes * 3; slot++) {
+      if (curX0[slot] < 0) continue;
+      rects[slot % 3].push(curX0[slot], laneY[Math.floor(slot / 3)], curX1[slot] - curX0[slot]);
+      rectCount++;
+    }
+    laneBase += nLanes;
+  }
+  for (let ph = 0; ph < 3; ph++) {
+    const list = rects[ph];
+    if (list.length === 0) continue;
+    ctx.fillStyle = PHASE_COLORS[ph];
+    ctx.beginPath();
+    for (let j = 0; j < list.length; j += 3) ctx.rect(list[j], list[j + 1] + 2, list[j + 2], LANE_H - 4);
+    ctx.fill();
+  }
+  // key ids on boxes wide enough to hold them (the paper's Fig. 1 labels)
+  ctx.fillStyle = "#111";
+  ctx.font = "10px sans-serif";
+  for (let j = 0; j < labels.length; j += 3) ctx.fillText(String(labels[j + 2]), labels[j] + 3, labels[j + 1] + LANE_H / 2);
+  if (Number.isFinite(cut) && cut >= t0 && cut <= t1) {
+    const x = LEFT + (cut - t0) * scale;
+    ctx.strokeStyle = "#c0392b";
+    ctx.beginPath();
+    ctx.moveTo(x + 0.5, AXIS_H);
+    ctx.lineTo(x + 0.5, height);
+    ctx.stroke();
+  }
+  return { drawn, rects: rectCount };
+}
+
+// The box under (x, y), or null: {run, row} where row is the ring's physical index.
+export function hitTest(x, y, width, runs, layout, view) {
+  if (x < LEFT) return null;
+  const lane = layout.lanes.find((l) => y >= l.y && y < l.y + LANE_H);
+  if (!lane) return null;
+  const scale = (width - LEFT) / (view.t1 - view.t0);
+  const t = view.t0 + (x - LEFT) / scale;
+  const slack = 1 / scale; // one pixel, so sub-pixel boxes can be hovered
+  const r = runs[lane.run];
+  const { start, end, worker } = r.events.cols;
+  let best = null;
+  let bestDist = Infinity;
+  r.events.forEach((i) => {
+    if (worker[i] !== lane.worker || start[i] > t + slack || end[i] < t - slack) return;
+    if (view.cut !== undefined && start[i] > view.cut) return;
+    const d = Math.abs((start[i] + end[i]) / 2 - t);
+    if (d < bestDist) {
+      bestDist = d;
+      best = i;
+    }
+  });
+  return best === null ? null : { run: lane.run, row: best };
+}
+
+// Staleness of the gradients a backward box received: staleness rows of its worker and node in its span.
+export function stalenessOf(r, row) {
+  const { start, end, worker, node } = r.events.cols;
+  const st = r.staleness.cols;
+  const found = [];
+  r.staleness.forEach((j) => {
+    if (st.node[j] === node[row] && st.time[j] >= start[row] && st.time[j] <= end[row]) {
+      if (st.worker[j] === worker[row] || st.worker[j] === 0) found.push(st.value[j]);
+    }
+  });
+  return found;
+}
