@@ -257,6 +257,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     result = run_benchmark(args.name, quick=args.quick)
     if args.json:
         print(json.dumps({"benchmark": args.name, **result}))
+    else:
+        print(f"{args.name}:\n{result.get('text', json.dumps(result, indent=1))}")
     return 0
 
 

@@ -345,3 +345,12 @@ def test_from_columns_builds_a_trace_every_reader_understands() -> None:
     assert trace.workers == 2 and len(trace.events()["start"]) == n
     assert trace.busy_s() == pytest.approx([0.25, 0.25])
     assert len(trace.window(0.0, 0.3)["start"]) == 3
+
+
+def test_dashboard_benchmark_reports_both_sides_of_the_same_run() -> None:
+    from amp_notebook.bench.dashboard import run as bench
+
+    out = bench(repeats=1, n_train=2000)
+    assert out["with_dashboard_per_s"] > 0 and out["without_per_s"] > 0
+    assert out["ratio"] == pytest.approx(out["with_dashboard_per_s"] / out["without_per_s"])
+    assert out["frames"] >= 1

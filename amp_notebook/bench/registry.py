@@ -13,6 +13,7 @@ BENCHMARKS: dict[str, str] = {
     "ggsnn-vs-torch": "amp_notebook.bench.ggsnn_vs_torch",
     "trace-overhead": "amp_notebook.bench.trace_overhead",
     "simulator": "amp_notebook.bench.simulator",
+    "dashboard": "amp_notebook.bench.dashboard",
 }
 
 

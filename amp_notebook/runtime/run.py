@@ -38,6 +38,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from amp_notebook.runtime.controller import Action, Controller
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from amp_notebook.runtime.backends.threads import ThreadedBackend
     from amp_notebook.runtime.session import EpochStats, Session
     from amp_notebook.runtime.train import TrainResult
+    from amp_notebook.ui.report import Report
 
 STATES = ("running", "paused", "stopping", "finished", "failed")
 POLL_S = 0.05  # how often a waiting caller checks that the run has not ended under it
@@ -203,6 +205,16 @@ class Run:
             raise self._driver.error
         assert self._driver.result is not None
         return self._driver.result
+
+    def report(self) -> Report:
+        """Plotly figures and the summary table of the run so far (of the whole run once it has ended);
+        ``.write_html(path)`` writes them as one self-contained HTML file."""
+        from amp_notebook.ui.report import Report
+
+        if self._driver.done.is_set():
+            return self.wait().report()
+        so_far = self._driver.make_result()
+        return Report(replace(so_far, wall_s=self._backend.now(), history=list(self._session.history)))
 
     def set_max_active_keys(self, k: int) -> None:
         """Keys in flight at most (``amp`` and ``pipeline`` modes); takes effect at once, no restart."""

@@ -112,11 +112,17 @@ class LiveFeed:
         self.epochs_sent = 0
         self.finished = False  # the run had ended when the last poll began: that poll read every row
         self._last = (time.perf_counter(), 0)
+        # Whole-run figures kept up from the rows read, so a poll costs what is new, not what is held;
+        # if rows were dropped before this feed read them, it falls back to the trace's exact totals.
+        self._complete = True
+        self._busy = np.zeros(self.trace.workers)
+        self._hist: dict[int, dict[int, int]] = {}
 
     def poll(self, kind: str = "rows") -> Frame:
         ended = self.run.done()
         inc = self.trace.since(self.cursor)
         self.cursor = inc.cursor
+        self._follow_totals(inc.events, inc.staleness, inc.missed_events + inc.missed_staleness)
         events, skipped_e = _newest(inc.events, self.max_rows, "start")
         staleness, _ = _newest(inc.staleness, self.max_rows, "time")
         self.rows_skipped += skipped_e + inc.missed_events
@@ -131,7 +137,9 @@ class LiveFeed:
     def snapshot(self, history_s: float) -> Frame:
         """A frame that replaces what a view holds: the rows of the last ``history_s`` seconds (for a view
         that opens while the run goes). It also moves the cursor past every row it could include."""
-        self.cursor = self.trace.since(self.cursor).cursor
+        inc = self.trace.since(self.cursor)
+        self.cursor = inc.cursor
+        self._follow_totals(inc.events, inc.staleness, inc.missed_events + inc.missed_staleness)
         now = self.run.status["elapsed_s"]
         events, _ = _newest(self.trace.window(max(0.0, now - history_s), now + 1.0), self.max_rows, "start")
         stale = self.trace.staleness()
@@ -141,6 +149,30 @@ class LiveFeed:
         content.update(type="reset", meta=self.meta())
         content["meta"]["finished"] = self.run.done()
         return Frame(content, buffers)
+
+    def _follow_totals(self, events: dict[str, np.ndarray], staleness: dict[str, np.ndarray], missed: int) -> None:
+        if missed:
+            self._complete = False
+        if not self._complete:
+            return
+        if events and len(events["start"]):
+            self._busy += np.bincount(
+                events["worker"], weights=events["end"] - events["start"], minlength=len(self._busy)
+            )
+        if staleness and len(staleness["value"]):
+            pairs, counts = np.unique(np.stack([staleness["node"], staleness["value"]]), axis=1, return_counts=True)
+            for (node, value), count in zip(pairs.T.tolist(), counts.tolist(), strict=True):
+                per_node = self._hist.setdefault(node, {})
+                per_node[value] = per_node.get(value, 0) + count
+
+    def _whole_run(self, elapsed: float) -> tuple[dict[str, list[list[int]]], list[float]]:
+        """Staleness histograms and utilization over the whole run: from what this feed read, when it read
+        every row; from the trace's running totals otherwise."""
+        if not self._complete:
+            return staleness_histograms(self.trace), utilization(self.trace, elapsed)
+        names = self.trace.node_names
+        hist = {names[n]: [[v, c] for v, c in sorted(h.items())] for n, h in sorted(self._hist.items())}
+        return hist, [float(b / elapsed) if elapsed > 0 else 0.0 for b in self._busy]
 
     def meta(self) -> dict[str, Any]:
         status = self.run.status
@@ -153,6 +185,7 @@ class LiveFeed:
         new_epochs = [e.as_dict() for e in history[self.epochs_sent :]]
         self.epochs_sent = len(history)
         elapsed = status["elapsed_s"]
+        hist, util = self._whole_run(elapsed)
         return {
             "status": status,
             "sample": {
@@ -163,8 +196,8 @@ class LiveFeed:
                 "throughput": throughput,
             },
             "epochs": new_epochs,
-            "staleness_hist": staleness_histograms(self.trace),
-            "utilization": utilization(self.trace, elapsed),
+            "staleness_hist": hist,
+            "utilization": util,
             "rows_sent": self.rows_sent,
             "rows_skipped": self.rows_skipped,
         }

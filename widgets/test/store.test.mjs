@@ -1,0 +1,62 @@
+// The dashboard's bounded stores: a view holds at most `capacity` rows, oldest dropped first, and every
+// lane's rows stay in time order (the Gantt merges touching boxes by walking them in order).
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { Ring, RunStore, asTyped, EVENT_FIELDS } from "../src/dashboard/store.js";
+
+function columns(from, n) {
+  const cols = {};
+  for (const [name] of EVENT_FIELDS) cols[name] = name === "start" || name === "end" ? new Float64Array(n) : new Int32Array(n);
+  for (let i = 0; i < n; i++) {
+    cols.start[i] = from + i;
+    cols.end[i] = from + i + 0.5;
+    cols.worker[i] = i % 2;
+    cols.key[i] = from + i;
+  }
+  return cols;
+}
+
+test("a ring never holds more than its capacity and keeps the newest rows in order", () => {
+  const ring = new Ring(EVENT_FIELDS, 10);
+  ring.append(columns(0, 7), 7);
+  ring.append(columns(7, 7), 7);
+  assert.equal(ring.length, 10);
+  assert.equal(ring.total, 14);
+  const keys = [];
+  ring.forEach((i) => keys.push(ring.cols.key[i]));
+  assert.deepEqual(keys, [4, 5, 6, 7, 8, 9, 10, 11, 12, 13]);
+  ring.append(columns(100, 25), 25); // more than the capacity at once: only its newest rows
+  const after = [];
+  ring.forEach((i) => after.push(ring.cols.key[i]));
+  assert.deepEqual(after, [115, 116, 117, 118, 119, 120, 121, 122, 123, 124]);
+  assert.equal(ring.total, 39);
+});
+
+test("a long stream stays bounded while per-worker counts stay exact", () => {
+  const store = new RunStore({ label: "run", workers: 2, node_names: ["a"] }, 1000);
+  let next = 0;
+  for (let frame = 0; frame < 200; frame++) {
+    const n = 97;
+    const cols = columns(next, n);
+    const content = { columns: EVENT_FIELDS.map(([name, dtype]) => ({ table: "events", name, dtype, n })) };
+    const buffers = EVENT_FIELDS.map(([name, dtype]) => {
+      const Kind = { f8: Float64Array, u1: Uint8Array, u2: Uint16Array, i4: Int32Array }[dtype];
+      const typed = Kind.from(cols[name]);
+      return new DataView(typed.buffer);
+    });
+    store.ingest(content, buffers);
+    next += n;
+  }
+  assert.equal(store.events.length, 1000);
+  assert.equal(store.received[0] + store.received[1], 200 * 97);
+  assert.equal(store.tMax, next - 1 + 0.5);
+});
+
+test("misaligned wire buffers are copied, aligned ones are viewed", () => {
+  const backing = new ArrayBuffer(8 * 4 + 4);
+  const view = new DataView(backing, 4, 16);
+  const typed = asTyped(view, "f8", 2);
+  assert.equal(typed.length, 2);
+  const aligned = asTyped(new DataView(backing, 8, 16), "f8", 2);
+  assert.equal(aligned.buffer, backing);
+});
