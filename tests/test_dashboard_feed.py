@@ -354,3 +354,16 @@ def test_dashboard_benchmark_reports_both_sides_of_the_same_run() -> None:
     assert out["with_dashboard_per_s"] > 0 and out["without_per_s"] > 0
     assert out["ratio"] == pytest.approx(out["with_dashboard_per_s"] / out["without_per_s"])
     assert out["frames"] >= 1
+
+
+def test_replay_of_a_simulated_run_shows_its_virtual_time(digits: Dataset) -> None:
+    from amp_notebook.runtime.costs import CostModel
+
+    sim = train(models.mlp(input_width=64, hidden=16), digits, workers=4, mode="pipeline", max_active_keys=4,
+                epochs=1, seed=0, validate=False, backend="simulated", costs=CostModel.tflops_device())  # fmt: skip
+    dash = Captured.replay(sim)
+    dash._on_msg(dash, {"type": "ready"}, [])
+    meta = dash.frames[-1].content["meta"]
+    assert dash.runs[0]["workers"] == 4
+    assert meta["duration_s"] == pytest.approx(float(sim.trace.events()["end"].max()))
+    assert max(meta["utilization"]) <= 1.0 + 1e-9 and meta["keys_in_flight"]

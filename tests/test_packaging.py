@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tomllib
@@ -24,7 +25,7 @@ def test_environment_yml() -> None:
     deps = env["dependencies"]
     names = [d for d in deps if isinstance(d, str)]
     assert "python=3.11" in names
-    for package in ("numpy", "networkx", "threadpoolctl", "tqdm", "scikit-learn", "pip"):
+    for package in ("numpy", "networkx", "threadpoolctl", "tqdm", "scikit-learn", "nodejs>=18", "pip"):
         assert package in names, f"environment.yml: expected {package!r} in dependencies, found {names}"
     pip_sections = [d["pip"] for d in deps if isinstance(d, dict) and "pip" in d]
     assert pip_sections == [["-e .[notebook]"]]
@@ -43,6 +44,19 @@ def test_pyproject() -> None:
     assert set(meta["optional-dependencies"]) >= {"dev", "notebook"}
     runtime = {re.split(r"[<>=!~ \[]", dep, maxsplit=1)[0] for dep in meta["dependencies"]}
     assert runtime == {"numpy", "networkx", "threadpoolctl", "tqdm", "scikit-learn"}
+
+
+def test_widget_bundles_are_built_at_install_and_never_committed() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert any(r.startswith("hatch-jupyter-builder") for r in project["build-system"]["requires"])
+    hook = project["tool"]["hatch"]["build"]["hooks"]["jupyter-builder"]
+    assert hook["build-kwargs"]["path"] == "widgets"
+    assert set(hook["ensured-targets"]) == {"amp_notebook/ui/static/dashboard.js", "amp_notebook/ui/static/builder.js"}
+    package = json.loads((ROOT / "widgets" / "package.json").read_text(encoding="utf-8"))
+    assert "build" in package["scripts"] and "esbuild" in package["devDependencies"]
+    assert "/amp_notebook/ui/static/" in (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
+    for bundle in hook["ensured-targets"]:  # built by this checkout's install
+        assert (ROOT / bundle).exists(), f"{bundle} was not built at install; see README (needs node and npm)"
 
 
 def test_readme_starts_with_the_two_fresh_machine_commands() -> None:

@@ -150,7 +150,7 @@ class Table:
             for s in view.sealed
             if s.first + len(s) > since
         ]  # fmt: skip
-        parts.append({name: col[max(0, since - view.current_first):] for name, col in current.items()})
+        parts.append({name: col[max(0, since - view.current_first) :] for name, col in current.items()})
         next_row = view.current_first + len(current[self.last])
         return self._join(parts), max(next_row, since), max(0, first_held - since)
 

@@ -21,9 +21,7 @@ if TYPE_CHECKING:
 PID = 1
 
 
-def chrome_trace(
-    trace: Trace, counters: bool = True, window: tuple[float, float] | None = None
-) -> dict[str, Any]:
+def chrome_trace(trace: Trace, counters: bool = True, window: tuple[float, float] | None = None) -> dict[str, Any]:
     """The trace as a Chrome trace document; ``window=(start_s, end_s)`` keeps only slices starting in it."""
     ev = trace.events()
     if window is not None:
