@@ -67,7 +67,7 @@ def boxes(page: Any, selector: str) -> int:
     return int(attr(page, selector, "data-boxes") or 0)
 
 
-def move_slider(page: Any, selector: str, value: int) -> None:
+def move_slider(page: Any, selector: str, value: float) -> None:
     page.locator(selector).evaluate(
         """(el, v) => { el.value = String(v); el.dispatchEvent(new Event('input', {bubbles: true}));
                         el.dispatchEvent(new Event('change', {bubbles: true})); }""",
@@ -128,4 +128,17 @@ def test_dashboard_live_controls_and_replay(lab: Any, page: Any, tmp_path: Path)
     report = {"boxes": drawn, "draw_ms_median": median_ms, "screenshots": str(tmp_path)}
     (tmp_path / "draw_time.json").write_text(json.dumps(report))
     print(f"\nreplay of {drawn} boxes: median draw {median_ms:.1f} ms (artifacts in {tmp_path})")
+
+    # hover shows a box's details; the time slider replays up to a time; the wheel zooms
+    gantt = page.locator(f"{replay} canvas.amp-gantt")
+    box = gantt.bounding_box()
+    assert box is not None
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + 18 + 26 / 2)  # axis, then the middle of lane 0
+    tip = page.locator(f"{replay} .amp-tip")
+    tip.wait_for(state="visible", timeout=10_000)
+    assert "key" in tip.inner_text() and "worker 0" in tip.inner_text()
+    move_slider(page, f"{replay} .amp-time", 0.5)  # show the run as it was at t = 0.5 s
+    wait_attr(page, replay, "Number(el.dataset.drawn) < 60000 && Number(el.dataset.drawn) > 40000")
+    page.mouse.wheel(0, -600)  # zoom in around the pointer
+    wait_attr(page, replay, "Number(el.dataset.drawn) < 40000")
     assert not page.errors, page.errors  # type: ignore[attr-defined]

@@ -12,6 +12,7 @@ export const AXIS_H = 18;
 export const LEFT = 74; // lane labels
 const MAX_LABELS = 1500;
 const LABEL_MIN_PX = 22;
+const DENSE_PX = 2; // boxes narrower than this are drawn as per-pixel phase stacks
 
 // Lanes for the runs shown: [{run, worker, y}], and the total height.
 export function layoutLanes(runs) {
@@ -79,19 +80,25 @@ export function drawGantt(ctx, width, height, runs, layout, view) {
   }
   ctx.stroke();
 
-  // boxes: per lane and phase, boxes that touch within half a pixel become one rectangle, so a dense
-  // window costs about (lanes x phases x pixels) rectangles however many rows it holds
+  // Boxes at least DENSE_PX wide are drawn as they are (touching ones of a phase merged). Narrower boxes
+  // add their duration to their pixel column's time per phase; each column is then drawn as a stack whose
+  // heights are the fractions of that column's time spent in each phase. A dense window thus shows both
+  // how busy a worker was and on what, at a cost of (lanes x phases x pixels) rectangles at most.
   const rects = [[], [], []];
   const labels = [];
   let drawn = 0;
   let rectCount = 0;
   let laneBase = 0;
+  const cols = Math.ceil(plotW);
+  const pxTime = 1 / scale;
+  const barH = LANE_H - 4;
   for (const r of runs) {
     const ev = r.events;
     const { start, end, worker, phase, key } = ev.cols;
     const nLanes = r.info.workers;
     const curX0 = new Float64Array(nLanes * 3).fill(-1);
     const curX1 = new Float64Array(nLanes * 3).fill(-2);
+    const density = new Float64Array(nLanes * 3 * cols);
     const laneY = layout.lanes.slice(laneBase, laneBase + nLanes).map((l) => l.y);
     const cap = ev.capacity;
     let i = (ev.head - ev.length + cap) % cap;
@@ -104,15 +111,22 @@ export function drawGantt(ctx, width, height, runs, layout, view) {
       const w = worker[i];
       if (w >= nLanes) continue;
       drawn++;
-      const x0 = LEFT + Math.max(0, (s - t0) * scale);
-      const x1 = Math.max(x0 + 1, LEFT + Math.min(plotW, (e - t0) * scale));
       const ph = phase[i] > 2 ? 2 : phase[i];
       const slot = w * 3 + ph;
+      const px0 = (s - t0) * scale;
+      const px1 = (e - t0) * scale;
+      if (px1 - px0 < DENSE_PX) {
+        const c = Math.floor((px0 + px1) / 2);
+        if (c >= 0 && c < cols) density[slot * cols + c] += e - s;
+        continue;
+      }
+      const x0 = LEFT + Math.max(0, px0);
+      const x1 = LEFT + Math.min(plotW, px1);
       if (x0 <= curX1[slot] + 0.5) {
         if (x1 > curX1[slot]) curX1[slot] = x1;
       } else {
         if (curX0[slot] >= 0) {
-          rects[ph].push(curX0[slot], laneY[w], curX1[slot] - curX0[slot]);
+          rects[ph].push(curX0[slot], laneY[w], curX1[slot] - curX0[slot], barH);
           rectCount++;
         }
         curX0[slot] = x0;
@@ -120,9 +134,24 @@ export function drawGantt(ctx, width, height, runs, layout, view) {
       }
       if (x1 - x0 >= LABEL_MIN_PX && labels.length < MAX_LABELS * 3) labels.push(x0, laneY[w], key[i]);
     }
+    const stacked = [[], [], []];
+    for (let w = 0; w < nLanes; w++) {
+      for (let c = 0; c < cols; c++) {
+        let below = 0;
+        for (let ph = 0; ph < 3; ph++) {
+          const t = density[(w * 3 + ph) * cols + c];
+          if (t <= 0) continue;
+          const h = Math.max(1, Math.min(1 - below, t / pxTime) * barH);
+          stacked[ph].push(LEFT + c, laneY[w] + barH - below * barH - h, 1, h);
+          below = Math.min(1, below + h / barH);
+          rectCount++;
+        }
+      }
+    }
+    for (let ph = 0; ph < 3; ph++) rects[ph] = stacked[ph].concat(rects[ph]);
     for (let slot = 0; slot < nLanes * 3; slot++) {
       if (curX0[slot] < 0) continue;
-      rects[slot % 3].push(curX0[slot], laneY[Math.floor(slot / 3)], curX1[slot] - curX0[slot]);
+      rects[slot % 3].push(curX0[slot], laneY[Math.floor(slot / 3)], curX1[slot] - curX0[slot], barH);
       rectCount++;
     }
     laneBase += nLanes;
@@ -132,7 +161,7 @@ export function drawGantt(ctx, width, height, runs, layout, view) {
     if (list.length === 0) continue;
     ctx.fillStyle = PHASE_COLORS[ph];
     ctx.beginPath();
-    for (let j = 0; j < list.length; j += 3) ctx.rect(list[j], list[j + 1] + 2, list[j + 2], LANE_H - 4);
+    for (let j = 0; j < list.length; j += 4) ctx.rect(list[j], list[j + 1] + 2, list[j + 2], list[j + 3]);
     ctx.fill();
   }
   // key ids on boxes wide enough to hold them (the paper's Fig. 1 labels)
