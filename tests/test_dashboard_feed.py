@@ -225,6 +225,9 @@ def test_load_chrome_json_gives_back_the_slices(finished: TrainResult, tmp_path:
     names = np.array(loaded.node_names)[b["node"]]
     assert sorted(names) == sorted(np.array(finished.trace.node_names)[a["node"]])
     assert sum(sum(h.values()) for h in staleness_histogram(loaded).values()) == len(finished.trace.staleness()["time"])
+    # the counters carry no worker: each gradient goes back to the worker whose backward slice spans it
+    want = np.bincount(finished.trace.staleness()["worker"], minlength=2)
+    np.testing.assert_array_equal(np.bincount(loaded.staleness()["worker"], minlength=2), want)
 
 
 @pytest.mark.parametrize(

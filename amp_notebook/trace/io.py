@@ -6,7 +6,8 @@ Two formats:
   numpy archive read back with ``allow_pickle=False`` (strings are stored as fixed-width unicode arrays).
 * ``.json``: a Chrome/Perfetto trace as :meth:`Trace.to_chrome` writes it (ours or the simulator's). The
   slices give every event row; queue depths come from the ``queue depth`` counters; staleness from the
-  ``staleness <node>`` counters, which carry neither key nor worker: those rows get key -1, on worker 0.
+  ``staleness <node>`` counters, which carry neither key nor worker: those rows get key -1 and the worker
+  whose backward slice on that node spans their time.
 
 :func:`load_trace` returns a :class:`~amp_notebook.trace.trace.Trace` over unbounded buffers, the same
 class a live run gives, so every reader (metrics, windows, export, the dashboard) works on it.
@@ -161,7 +162,28 @@ def _load_chrome(path: Path) -> Trace:
         mine = np.nonzero(events["worker"] == w)[0]
         at = np.searchsorted(times, events["start"][mine], side="right") - 1
         events["depth"][mine] = np.where(at >= 0, values[np.maximum(at, 0)], 0)
-    return from_columns(events, {k: np.asarray(v) for k, v in st.items()}, names, max(workers, 1))
+    staleness = {k: np.asarray(v) for k, v in st.items()}
+    staleness["worker"] = _owner_of_gradients(events, staleness)
+    return from_columns(events, staleness, names, max(workers, 1))
+
+
+def _owner_of_gradients(events: dict[str, np.ndarray], staleness: dict[str, np.ndarray]) -> np.ndarray:
+    """The worker of each staleness row: the one whose backward slice on that node spans the row's time
+    (a gradient's staleness is recorded while its node handles it); 0 where none does."""
+    owner = np.zeros(len(staleness["time"]), dtype=np.int64)
+    bwd = events["phase"] == PHASES.index("bwd")
+    for node in np.unique(staleness["node"]):
+        rows = np.nonzero(staleness["node"] == node)[0]
+        mine = np.nonzero(bwd & (events["node"] == node))[0]
+        if len(mine) == 0:
+            continue
+        mine = mine[np.argsort(events["start"][mine], kind="stable")]
+        at = np.searchsorted(events["start"][mine], staleness["time"][rows] + 1e-7, side="right") - 1
+        ok = at >= 0
+        hit = mine[np.maximum(at, 0)]
+        ok &= staleness["time"][rows] <= events["end"][hit] + 1e-6
+        owner[rows[ok]] = events["worker"][hit[ok]]
+    return owner
 
 
 __all__ = ["from_columns", "load_trace", "save_trace"]

@@ -48,6 +48,12 @@ replay = Dashboard.replay(synthetic, label="100k boxes", measure_draw=15)
 replay
 """
 
+COMPARE = """
+results = [train(models.mlp(input_width=64, hidden=16), ds, workers=2, mode=m, max_active_keys=4, epochs=1, seed=0,
+                 validate=False) for m in ("sync", "amp")]
+Dashboard.compare(*results, labels=("sync", "amp"))
+"""
+
 WAIT_MS = 90_000
 
 
@@ -76,7 +82,7 @@ def move_slider(page: Any, selector: str, value: float) -> None:
 
 
 def test_dashboard_live_controls_and_replay(lab: Any, page: Any, tmp_path: Path) -> None:
-    nb = write_notebook(lab.root / "dashboard_e2e.ipynb", [SETUP, REPLAY])
+    nb = write_notebook(lab.root / "dashboard_e2e.ipynb", [SETUP, REPLAY, COMPARE])
     open_and_run(page, lab, nb)
     live = '.amp-dashboard[data-mode="live"]'
     replay = '.amp-dashboard[data-mode="replay"]'
@@ -141,4 +147,12 @@ def test_dashboard_live_controls_and_replay(lab: Any, page: Any, tmp_path: Path)
     wait_attr(page, replay, "Number(el.dataset.drawn) < 60000 && Number(el.dataset.drawn) > 40000")
     page.mouse.wheel(0, -600)  # zoom in around the pointer
     wait_attr(page, replay, "Number(el.dataset.drawn) < 40000")
+
+    # two runs, one above the other: every lane of both drew boxes
+    compare = '.amp-dashboard[data-mode="compare"]'
+    wait_attr(page, compare, "el.dataset.boxesPerWorker && JSON.parse(el.dataset.boxesPerWorker).length === 4")
+    lanes = json.loads(attr(page, compare, "data-boxes-per-worker") or "[]")
+    assert all(n > 0 for n in lanes), lanes
+    page.locator(compare).scroll_into_view_if_needed()
+    page.screenshot(path=str(tmp_path / "dashboard_compare.png"), full_page=True)
     assert not page.errors, page.errors  # type: ignore[attr-defined]

@@ -60,3 +60,24 @@ test("misaligned wire buffers are copied, aligned ones are viewed", () => {
   const aligned = asTyped(new DataView(backing, 8, 16), "f8", 2);
   assert.equal(aligned.buffer, backing);
 });
+
+test("a backward box shows the staleness of the gradients its worker and node received during it", async () => {
+  const { stalenessOf } = await import("../src/dashboard/gantt.js");
+  const store = new RunStore({ label: "run", workers: 2, node_names: ["a", "b"] }, 100);
+  const ev = {
+    start: Float64Array.from([0, 1, 1]),
+    end: Float64Array.from([0.5, 2, 2]),
+    worker: Uint16Array.from([0, 0, 1]),
+    phase: Uint8Array.from([0, 1, 1]),
+    node: Int32Array.from([0, 1, 1]),
+    key: Int32Array.from([7, 7, 8]),
+    depth: Int32Array.from([0, 0, 0]),
+  };
+  store.events.append(ev, 3);
+  store.staleness.append(
+    { time: Float64Array.from([1.5, 1.6, 3]), worker: Uint16Array.from([0, 1, 0]), node: Int32Array.from([1, 1, 1]), value: Int32Array.from([4, 9, 2]) },
+    3,
+  );
+  assert.deepEqual(stalenessOf(store, store.events.index(1)), [4]); // worker 0's backward on node b
+  assert.deepEqual(stalenessOf(store, store.events.index(2)), [9]); // worker 1's
+});

@@ -209,8 +209,8 @@ export function stalenessOf(r, row) {
   const st = r.staleness.cols;
   const found = [];
   r.staleness.forEach((j) => {
-    if (st.node[j] === node[row] && st.time[j] >= start[row] && st.time[j] <= end[row]) {
-      if (st.worker[j] === worker[row] || st.worker[j] === 0) found.push(st.value[j]);
+    if (st.node[j] === node[row] && st.worker[j] === worker[row] && st.time[j] >= start[row] && st.time[j] <= end[row]) {
+      found.push(st.value[j]);
     }
   });
   return found;
