@@ -302,7 +302,7 @@ def test_view_opening_gets_a_snapshot_and_export_writes_a_chrome_trace(digits: D
         dash._on_msg(dash, {"type": "ready"}, [])
         assert dash.frames[-1].content["type"] == "reset"
         dash._on_msg(dash, {"type": "export", "download": True}, [])
-        exported = [m for m in dash.messages if m.get("type") == "exported"][0]
+        exported = next(m for m in dash.messages if m.get("type") == "exported")
         assert Path(exported["path"]) == (tmp_path / "out.json").resolve() and exported["download"]
         doc = json.loads((tmp_path / "out.json").read_text())
         assert any(e["ph"] == "X" for e in doc["traceEvents"])
@@ -325,7 +325,7 @@ def test_replay_and_compare_send_all_rows_when_a_view_opens(finished: TrainResul
 
 
 def test_dashboard_refuses_what_it_cannot_show(digits: Dataset, finished: TrainResult) -> None:
-    with pytest.raises(TypeError, match="Dashboard.replay"):
+    with pytest.raises(TypeError, match=r"Dashboard\.replay"):
         Dashboard(finished)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="expected a TrainResult"):
         Dashboard.replay(42)
