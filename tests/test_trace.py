@@ -79,7 +79,7 @@ def test_one_worker_handles_one_message_at_a_time(run):
 
 def test_staleness_columns_and_times(run):
     st = run.trace.staleness()
-    assert set(st) == {"node", "key", "value", "time"}
+    assert set(st) == {"worker", "node", "key", "value", "time"}
     n = len(st["time"])
     assert n > 0 and all(len(st[c]) == n for c in st)
     assert np.all(np.diff(st["time"]) >= 0)
@@ -88,11 +88,12 @@ def test_staleness_columns_and_times(run):
     assert st["time"].min() >= 0 and st["time"].max() <= run.wall_s
     ev = run.trace.events()
     rows = defaultdict(list)
-    for node, phase, key, s, e in zip(*(ev[c].tolist() for c in ("node", "phase", "key", "start", "end")), strict=True):
+    columns = ("worker", "node", "phase", "key", "start", "end")
+    for worker, node, phase, key, s, e in zip(*(ev[c].tolist() for c in columns), strict=True):
         if phase == 1:
-            rows[(node, key)].append((s, e))
-    for node, key, t in zip(st["node"].tolist(), st["key"].tolist(), st["time"].tolist(), strict=True):
-        assert any(s <= t <= e for s, e in rows[(node, key)]), f"staleness row of node {node} key {key} at {t}"
+            rows[(worker, node, key)].append((s, e))
+    for worker, node, key, t in zip(*(st[c].tolist() for c in ("worker", "node", "key", "time")), strict=True):
+        assert any(s <= t <= e for s, e in rows[(worker, node, key)]), f"staleness row of node {node} key {key} at {t}"
 
 
 # ------------------------------------------------------------------ metrics

@@ -1,0 +1,262 @@
+"""``GraphBuilder``: the visual IR graph builder, an anywidget whose front end lives in widgets/src/builder/.
+
+The widget is thin (ARCHITECTURE.md, section 5): the browser sends intents, :class:`BuilderModel`
+(builder_model.py) applies them to the IR graph, validates, and the widget syncs the resulting view back.
+Every intent is also a Python method, so a notebook builds a graph step by step with the same operations
+the canvas uses, and sees each step on the canvas at once::
+
+    b = GraphBuilder()
+    b.add_node("input", name="x", config={"width": 64})
+    b.add_node("linear", name="fc", config={"in_features": 64, "out_features": 10})
+    b.connect("x", "out", "fc", "in")
+    b.problems()          # what is still missing, each message naming node, port and fix
+    b.graph               # the IR Graph
+    run = b.train(data)   # a background Run; the live dashboard opens beside the canvas
+
+Displayed, the builder shows itself in a row with a side panel where the dashboard of its runs appears.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anywidget
+import ipywidgets
+import traitlets as t
+
+from amp_notebook.ir.codegen import graph_to_python
+from amp_notebook.ir.graph import Graph
+from amp_notebook.ir.serialize import graph_from_dict, graph_to_dict
+from amp_notebook.ui import builder_schema as S
+from amp_notebook.ui.builder_model import ZOO_MODELS, BuilderError, BuilderModel
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from amp_notebook.data.batch import Dataset
+    from amp_notebook.runtime.run import Run
+
+_STATIC = Path(__file__).parent / "static"
+_MISSING = """export default { render({ el }) {
+  el.textContent = "amp_notebook: the builder's front end is not built; run `npm install && npm run build` in widgets/";
+} };"""
+STATUS_PERIOD_S = 0.5
+
+
+class GraphBuilder(anywidget.AnyWidget):
+    """Build, check, place and train an IR graph on a canvas; Python owns the graph (see module doc)."""
+
+    _esm = _STATIC / "builder.js" if (_STATIC / "builder.js").exists() else _MISSING
+    _css = _STATIC / "builder.css" if (_STATIC / "builder.css").exists() else ""
+
+    view = t.Dict().tag(sync=True)
+    palette = t.List().tag(sync=True)
+    zoo = t.List().tag(sync=True)
+    notice = t.Dict().tag(sync=True)  # the last refusal or message: {"seq", "level", "text"}
+    export = t.Dict().tag(sync=True)  # the last export asked for from the canvas: {"seq", "format", "text"}
+    run_status = t.Unicode("").tag(sync=True)
+    perf = t.Dict().tag(sync=True)  # set by the browser: {"nodes", "layout_ms", "render_ms"} of the last layout
+    height = t.Int(620).tag(sync=True)
+
+    def __init__(self, graph: Graph | None = None, workers: int = 2, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.model = BuilderModel(graph, workers=workers)
+        self.model.on_change = self._sync
+        self.palette = S.palette()
+        self.zoo = list(ZOO_MODELS)
+        self.train_data: Dataset | None = None
+        self.train_options: dict[str, Any] = {"mode": "amp", "max_active_keys": 4, "epochs": 1}
+        self.run: Run | None = None
+        self._seq = 0
+        # beside the canvas when the notebook is wide enough for both, below it otherwise (the row wraps)
+        self._side = ipywidgets.Output(layout=ipywidgets.Layout(display="none", flex="1 1 520px", min_width="0"))
+        self.layout = ipywidgets.Layout(flex="1 1 640px", min_width="0")
+        self._panel: ipywidgets.HBox | None = None
+        self.on_msg(self._on_msg)
+        self._sync()
+
+    # ----------------------------------------------------------- the graph
+    @property
+    def graph(self) -> Graph:
+        """The IR graph being built (live: edit it inside ``with builder.edit() as g:`` to see it drawn)."""
+        return self.model.graph
+
+    @graph.setter
+    def graph(self, graph: Graph) -> None:
+        self.load(graph)
+
+    @property
+    def workers(self) -> int:
+        return self.model.workers
+
+    @workers.setter
+    def workers(self, n: int) -> None:
+        self._do(self.model.set_workers, n)
+
+    # ----------------------------------------------------- intents from Python
+    def add_node(self, kind: str, name: str | None = None, position: Any = None,
+                 config: dict[str, Any] | None = None, **attrs: Any) -> str:  # fmt: skip
+        return self._do(self.model.add_node, kind, name, position, config, **attrs)
+
+    def add_cell(self, kind: str, name: str | None = None, position: Any = None, **fields: Any) -> list[str]:
+        return self._do(self.model.add_cell, kind, name, position, **fields)
+
+    def connect(self, src: str, src_port: str, dst: str, dst_port: str) -> None:
+        self._do(self.model.connect, src, src_port, dst, dst_port)
+
+    def disconnect(self, dst: str, dst_port: str) -> None:
+        self._do(self.model.disconnect, dst, dst_port)
+
+    def set_property(self, node: str, field: str, value: Any) -> None:
+        self._do(self.model.set_property, node, field, value)
+
+    def delete(self, *nodes: str) -> None:
+        self._do(self.model.delete, list(nodes))
+
+    def move(self, node: str, x: float, y: float) -> None:
+        self._do(self.model.move, {node: (x, y)})
+
+    def undo(self) -> None:
+        self._do(self.model.undo)
+
+    def redo(self) -> None:
+        self._do(self.model.redo)
+
+    def load(self, graph: Graph | dict[str, Any] | str) -> None:
+        """Load a Graph, its JSON dict or JSON text (data only: loading never runs code)."""
+        if isinstance(graph, str):
+            graph = json.loads(graph)
+        self._do(self.model.load, graph)
+
+    def load_model(self, name: str) -> None:
+        """Load a model-zoo graph: one of ``ZOO_MODELS`` (mlp, rnn, rnn_x2, tree_lstm, ggsnn, ...)."""
+        self._do(self.model.load_model, name)
+
+    def auto_layout(self) -> None:
+        self._do(self.model.auto_layout)
+
+    def auto_place(self, strategy: str = "round_robin") -> dict[str, int]:
+        return self._do(self.model.auto_place, strategy)
+
+    def apply(self, intent: dict[str, Any]) -> Any:
+        """Apply an intent dict exactly as the canvas sends it."""
+        return self._do(self.model.apply, intent)
+
+    @contextmanager
+    def edit(self) -> Iterator[Graph]:
+        """Edit :attr:`graph` with the builder API; one undo step, drawn when the block ends."""
+        try:
+            with self.model.edit() as g:
+                yield g
+        except BuilderError as exc:
+            self._notify("error", str(exc))
+            raise
+
+    def refresh(self) -> None:
+        """Redraw after editing :attr:`graph` directly (outside :meth:`edit`)."""
+        self.model.layout({})
+        self._sync()
+
+    # ----------------------------------------------------------- inspection
+    def problems(self) -> list[str]:
+        """Every validation message of the graph (empty when it can train)."""
+        return [p.message for p in self.model.problems(require_loss=True)]
+
+    def to_json(self) -> str:
+        return json.dumps(graph_to_dict(self.graph), indent=1)
+
+    def to_python(self) -> str:
+        """Python builder code that recreates the graph (generated from data; see amp_notebook/ir/codegen.py)."""
+        return graph_to_python(self.graph)
+
+    # ------------------------------------------------------------- training
+    def train(self, data: Dataset | None = None, **options: Any) -> Run:
+        """Start a background run of (a copy of) the graph on ``data`` (default :attr:`train_data`) and open
+        the live dashboard beside the canvas. ``options`` go to :func:`amp_notebook.train`."""
+        return self._do(self._start_run, data, options)
+
+    def _start_run(self, data: Dataset | None, options: dict[str, Any]) -> Run:
+        from amp_notebook.runtime.train import train
+
+        data = data if data is not None else self.train_data
+        if data is None:
+            raise BuilderError("no training data: set builder.train_data = <a Dataset> (or call builder.train(data))")
+        problems = self.problems()
+        if problems:
+            raise BuilderError(f"cannot train yet, {len(problems)} problem(s):\n  - " + "\n  - ".join(problems))
+        if self.run is not None and not self.run.done():
+            self.run.stop(wait=False)
+        graph = graph_from_dict(graph_to_dict(self.graph))  # later edits must not reach the running graph
+        settings = {**self.train_options, "workers": self.workers, **options, "background": True}
+        run = train(graph, data, **settings)
+        self.run = run
+        self._show_dashboard(run)
+        threading.Thread(target=self._watch, args=(run,), daemon=True, name="builder-run-status").start()
+        return run
+
+    # ------------------------------------------------------------- plumbing
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        if self._panel is None:
+            row = ipywidgets.Layout(width="100%", flex_flow="row wrap", align_items="flex-start")
+            self._panel = ipywidgets.HBox([self, self._side], layout=row)
+        return self._panel._repr_mimebundle_(**kwargs)
+
+    def _do(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except BuilderError as exc:
+            self._notify("error", str(exc))
+            raise
+
+    def _notify(self, level: str, text: str) -> None:
+        self._seq += 1
+        self.notice = {"seq": self._seq, "level": level, "text": text}
+
+    def _sync(self) -> None:
+        self.view = self.model.view()
+
+    def _on_msg(self, _widget: Any, content: dict[str, Any], _buffers: Any) -> None:
+        if not isinstance(content, dict):
+            return
+        kind = content.get("type")
+        try:
+            if kind == "intent":
+                self.model.apply(content.get("intent"))
+            elif kind == "export":
+                fmt = content.get("format")
+                text = self.to_python() if fmt == "python" else self.to_json()
+                self._seq += 1
+                self.export = {"seq": self._seq, "format": "python" if fmt == "python" else "json", "text": text}
+            elif kind == "train":
+                self._start_run(None, {})
+        except BuilderError as exc:
+            self._notify("error", str(exc))
+        except Exception as exc:  # a bug must show on the canvas, not vanish in the kernel log
+            self._notify("error", f"{type(exc).__name__}: {exc}")
+
+    def _show_dashboard(self, run: Run) -> None:
+        self._side.layout.display = "flex"
+        self._side.clear_output()
+        try:
+            from amp_notebook.ui.dashboard import Dashboard
+        except ImportError:
+            self._side.append_stdout("the live dashboard is not available in this build; see builder.run_status\n")
+            return
+        self._side.append_display_data(Dashboard(run))
+
+    def _watch(self, run: Run) -> None:
+        """Mirror the run's status into ``run_status`` until it ends."""
+        while True:
+            s = run.status
+            loss = "" if s["recent_loss"] is None else f", loss {s['recent_loss']:.3f}"
+            self.run_status = (
+                f"run {s['state']}: epoch {s['epoch'] + 1}/{s['epochs']}, {s['keys_done']} keys done{loss}"
+                + (f" ({s['error']})" if s["error"] else "")
+            )
+            if run.done() or self.run is not run:
+                return
+            threading.Event().wait(STATUS_PERIOD_S)

@@ -1,0 +1,309 @@
+"""The graph builder without a browser: every intent on a Graph, undo/redo, refusals with messages, the
+synced view, replicas, placement, and the widget's Python API (no kernel needed)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from amp_notebook.ir.graph import Ref
+from amp_notebook.ir.serialize import graph_to_dict
+from amp_notebook.ui.builder_model import BuilderError, BuilderModel
+
+
+def small() -> BuilderModel:
+    m = BuilderModel()
+    m.add_node("input", name="x", config={"width": 8}, position=(0, 0))
+    m.add_node("linear", name="fc", config={"in_features": 8, "out_features": 3}, position=(200, 0))
+    m.add_node("input", name="y", config={"dtype": "int"})
+    m.add_node("softmax_cross_entropy", name="loss")
+    return m
+
+
+def test_add_connect_and_validate_to_a_trainable_graph() -> None:
+    m = small()
+    assert m.graph.nodes["fc"].op.out_features == 3
+    assert m.positions["fc"] == (200.0, 0.0)
+    messages = [p.message for p in m.problems()]
+    assert any("Linear 'fc' input 'in' is not connected" in s for s in messages)
+    m.connect("x", "out", "fc", "in")
+    m.connect("fc", "out", "loss", "logits")
+    m.connect("y", "out", "loss", "target")
+    assert m.problems() == []
+    assert m.widths()[("fc", "out")] == 3
+
+
+def test_view_marks_problems_on_nodes_and_ports_and_widths_on_edges() -> None:
+    m = small()
+    m.connect("x", "out", "fc", "in")
+    view = m.view()
+    fc = next(n for n in view["nodes"] if n["id"] == "fc")
+    assert [e["port"] for e in fc["errors"]] == ["out"]
+    assert "output 'out' is not connected" in fc["errors"][0]["message"]
+    assert view["edges"] == [
+        {"id": "x:out->fc:in", "source": "x", "sourceHandle": "out", "target": "fc", "targetHandle": "in", "width": 8}
+    ]
+    assert fc["config"] == {"in_features": "8", "out_features": "3", "bias": "true"}
+    assert next(n for n in view["nodes"] if n["id"] == "y")["position"] is None  # laid out by the browser
+    json.dumps(view)  # JSON-ready
+
+
+def test_invalid_connects_are_refused_with_a_message_and_change_nothing() -> None:
+    m = small()
+    m.connect("x", "out", "fc", "in")
+    before = graph_to_dict(m.graph)
+    cases = [
+        (("y", "out", "fc", "in"), "already fed by x:out"),
+        (("x", "out", "loss", "logits"), "already feeds fc:in"),
+        (("fc", "nope", "loss", "logits"), "has no output 'nope'"),
+        (("fc", "out", "loss", "bad"), "has no input 'bad'"),
+        (("ghost", "out", "loss", "logits"), "there is no node 'ghost'"),
+    ]
+    for args, message in cases:
+        with pytest.raises(BuilderError, match=message):
+            m.connect(*args)
+    assert graph_to_dict(m.graph) == before
+    assert m.can_undo and m._undo[-1][0] != before  # refusals pushed no undo step
+
+
+def test_width_mismatch_names_node_port_expected_found() -> None:
+    m = small()
+    m.set_property("fc", "in_features", "5")
+    m.connect("x", "out", "fc", "in")
+    (problem,) = [p for p in m.problems() if p.port == "in"]
+    assert problem.node == "fc"
+    assert "expected width 5, got 8" in problem.message and "fix" in problem.message
+
+
+def test_every_intent_through_apply_and_undo_redo() -> None:
+    m = BuilderModel()
+    intents = [
+        {"type": "add_node", "kind": "input", "name": "x", "config": {"width": "4"}, "position": [0, 0]},
+        {"type": "add_node", "kind": "relu", "name": "r", "position": {"x": 100, "y": 0}},
+        {"type": "connect", "src": "x", "src_port": "out", "dst": "r", "dst_port": "in"},
+        {"type": "move", "positions": {"r": [150, 20]}},
+        {"type": "set_property", "node": "x", "field": "width", "value": "6"},
+        {"type": "set_property", "node": "r", "field": "name", "value": "act"},
+        {"type": "disconnect", "dst": "act", "dst_port": "in"},
+        {"type": "add_node", "kind": "tanh", "name": "t"},
+        {"type": "delete", "nodes": ["t"]},
+        {"type": "auto_layout"},
+        {"type": "auto_place"},
+    ]
+    states = [graph_to_dict(m.graph)]
+    positions = [dict(m.positions)]
+    for intent in intents:
+        m.apply(intent)
+        states.append(graph_to_dict(m.graph))
+        positions.append(dict(m.positions))
+    assert m.graph.nodes["x"].op.width == 6 and "act" in m.graph.nodes and not m.graph.edges
+    assert states[4] != states[3] or positions[4] != positions[3]
+    for i in range(len(intents), 0, -1):
+        m.apply({"type": "undo"})
+        assert graph_to_dict(m.graph) == states[i - 1]
+        assert m.positions == positions[i - 1]
+    with pytest.raises(BuilderError, match="nothing to undo"):
+        m.undo()
+    for i in range(1, len(intents) + 1):
+        m.apply({"type": "redo"})
+        assert graph_to_dict(m.graph) == states[i]
+    with pytest.raises(BuilderError, match="nothing to redo"):
+        m.redo()
+
+
+def test_undo_keeps_the_graph_object_users_hold() -> None:
+    m = small()
+    g = m.graph
+    m.connect("x", "out", "fc", "in")
+    m.undo()
+    assert m.graph is g and not g.edges
+
+
+def test_a_new_edit_clears_redo_and_layout_is_not_an_undo_step() -> None:
+    m = small()
+    m.connect("x", "out", "fc", "in")
+    m.undo()
+    m.layout({"y": [5, 5], "loss": [9, 9]})
+    assert m.can_redo and m.positions["y"] == (5.0, 5.0)
+    m.move({"y": (1, 1)})
+    assert not m.can_redo
+
+
+def test_wrong_property_types_are_refused() -> None:
+    m = small()
+    for field, value, message in [
+        ("out_features", "abc", "expected an int, got 'abc'"),
+        ("out_features", 2.5, "expected an int, got float 2.5"),
+        ("out_features", True, "expected an int, got bool True"),
+        ("out_features", "0", "expected a positive int"),
+        ("bias", "maybe", "expected true or false"),
+        ("min_update_frequency", "0", "expected an int >= 1"),
+        ("worker", "-1", "expected an int >= 0"),
+        ("worker", "two", "expected an int"),
+        ("optimizer", "rmsprop", "unknown optimizer 'rmsprop'"),
+        ("optimizer", "{not json", "expected JSON"),
+        ("nonsense", 1, "no property 'nonsense'"),
+    ]:
+        with pytest.raises(BuilderError, match=message):
+            m.set_property("fc", field, value)
+    assert m.graph.nodes["fc"].op.out_features == 3 and m.graph.nodes["fc"].worker is None
+    with pytest.raises(BuilderError, match="no property 'size'"):
+        m.add_node("linear", config={"size": 3})
+    with pytest.raises(BuilderError, match="unknown op kind 'conv2d'"):
+        m.add_node("conv2d")
+    with pytest.raises(BuilderError, match="unknown intent 'exec'"):
+        m.apply({"type": "exec", "code": "print(1)"})
+
+
+@pytest.mark.parametrize(
+    "expression",
+    ["__import__('os').system('echo pwned')", "t.__class__", "open('x')", "(lambda: 1)()", "t ** 99", "x[0]",
+     "t.real", "__builtins__"],
+)  # fmt: skip
+def test_unsafe_expressions_are_refused(expression: str) -> None:
+    m = BuilderModel()
+    m.add_node("cond", name="c")
+    m.add_node("isu", name="i")
+    with pytest.raises(BuilderError, match=r"not allowed|only calls of|not a valid expression"):
+        m.set_property("c", "predicate", expression)
+    with pytest.raises(BuilderError, match=r"not allowed|only calls of|not a valid expression"):
+        m.set_property("i", "forward", f"t = {expression}")
+    assert m.graph.nodes["c"].op.predicate.source == "t < length"
+
+
+def test_expressions_and_updates_from_text() -> None:
+    m = BuilderModel()
+    m.add_node("isu", name="i")
+    m.set_property("i", "forward", "t = t + 2; length = None")
+    assert m.graph.nodes["i"].op.config()["forward"] == {"t": "t + 2", "length": None}
+    m.add_node("split", name="s")
+    m.set_property("s", "sizes", "4, 4, 8")
+    assert m.graph.nodes["s"].op.output_ports() == ("out0", "out1", "out2")
+
+
+def test_shrinking_ports_drops_their_edges() -> None:
+    m = BuilderModel()
+    m.add_node("input", name="x", config={"width": 4})
+    m.add_node("bcast", name="b", config={"n_outputs": 3})
+    m.add_node("relu", name="r")
+    m.connect("x", "out", "b", "in")
+    m.connect("b", "out2", "r", "in")
+    m.set_property("b", "n_outputs", 2)
+    assert [str(e) for e in m.graph.edges] == ["x:out -> b:in"]
+
+
+def test_loaded_json_is_data_never_code() -> None:
+    m = BuilderModel()
+    evil = {"schema": "amp_notebook.graph", "version": 1, "name": "g", "edges": [],
+            "nodes": [{"name": "c", "kind": "cond", "config": {"predicate": "__import__('os').getcwd()"}}]}  # fmt: skip
+    with pytest.raises(Exception, match=r"not allowed|only calls of"):
+        m.load(evil)
+    assert not m.graph.nodes
+
+
+def test_load_every_zoo_model_and_view() -> None:
+    from amp_notebook.ui.builder_model import ZOO_MODELS
+
+    m = BuilderModel()
+    for name in ZOO_MODELS:
+        m.load_model(name)
+        view = m.view()
+        assert view["n_problems"] == 0, (name, view["general_errors"], [n["errors"] for n in view["nodes"]])
+        assert len(view["nodes"]) == len(m.graph.nodes)
+
+
+def test_replicas_expand_and_collapse() -> None:
+    m = BuilderModel()
+    m.load_model("mlp")
+    before = graph_to_dict(m.graph)
+    m.set_property("linear2", "replicas", 3)
+    g = m.graph
+    assert ["linear2", "linear2_r1", "linear2_r2"] in g.replica_groups
+    assert g.nodes["linear2_route"].op.config() == {"predicate": "key % 3", "branches": 3}
+    assert m.problems() == []
+    m.set_property("linear2", "replicas", "2")
+    assert g.nodes["linear2_route"].op.config()["predicate"] == "key % 2 == 0" and "linear2_r2" not in g.nodes
+    m.set_property("linear2", "replicas", 1)
+    after = graph_to_dict(m.graph)
+    assert sorted(after["edges"]) == sorted(before["edges"]) and not after["replica_groups"]
+    m.load_model("rnn_x2")
+    with pytest.raises(BuilderError, match="not made by the builder"):
+        m.set_property("step0", "replicas", 3)
+    with pytest.raises(BuilderError, match="only parameterized nodes"):
+        m.set_property("relu0", "replicas", 2)
+
+
+def test_auto_place_pins_workers_and_view_colours_by_worker() -> None:
+    m = BuilderModel(workers=3)
+    m.load_model("mlp")
+    placed = m.auto_place()
+    assert {placed[n] for n in ("linear1", "linear2", "linear3")} == {0, 1, 2}
+    assert all(m.graph.nodes[n].worker == w for n, w in placed.items())
+    view = m.view()
+    assert all(n["pinned"] and n["worker"] == placed[n["id"]] for n in view["nodes"])
+    m.set_property("linear1", "worker", "")
+    assert m.graph.nodes["linear1"].worker is None
+
+
+def test_cells_are_added_behind_identity_ports() -> None:
+    m = BuilderModel()
+    made = m.add_cell("cell:gru_cell", name="gru", hidden=4, in_features=3, position=(10, 10))
+    assert {"gru_in_x", "gru_in_h", "gru_x"} <= set(made)
+    assert all(m.graph.nodes[n].meta["cell"] == "gru" for n in made)
+    m.add_node("input", name="x", config={"width": 3})
+    m.connect("x", "out", "gru_in_x", "in")
+    assert m.widths()[("gru_x", "out")] == 12
+
+
+def test_edit_block_is_one_undo_step_and_failures_roll_back() -> None:
+    m = small()
+    with m.edit() as g:
+        g.connect(Ref("x"), "fc", "in")
+        g.connect(Ref("fc"), "loss", "logits")
+    assert len(m.graph.edges) == 2
+    with pytest.raises(BuilderError), m.edit() as g:
+        g.connect(Ref("y"), "loss", "target")
+        g.connect(Ref("x"), "loss", "target")  # already fed: the whole block is undone
+    assert len(m.graph.edges) == 2
+    m.undo()
+    assert not m.graph.edges
+
+
+def test_widget_python_api_syncs_the_view() -> None:
+    pytest.importorskip("anywidget")
+    from amp_notebook.ui import GraphBuilder
+
+    b = GraphBuilder()
+    b.add_node("input", name="x", config={"width": 8})
+    assert [n["id"] for n in b.view["nodes"]] == ["x"]
+    with pytest.raises(BuilderError):
+        b.connect("x", "out", "nowhere", "in")
+    assert "no node 'nowhere'" in b.notice["text"]
+    b._on_msg(b, {"type": "intent", "intent": {"type": "add_node", "kind": "relu", "name": "r"}}, [])
+    b._on_msg(b, {"type": "intent", "intent": {"type": "connect", "src": "x", "src_port": "out", "dst": "r",
+                                                "dst_port": "in"}}, [])  # fmt: skip
+    assert b.view["edges"][0]["width"] == 8
+    b._on_msg(b, {"type": "export", "format": "python"}, [])
+    assert "g.relu(x, name='r')" in b.export["text"]
+    b._on_msg(b, {"type": "train"}, [])
+    assert "no training data" in b.notice["text"]
+    b.load(b.to_json())
+    assert list(b.graph.nodes) == ["x", "r"]
+
+
+def test_widget_trains_in_the_background() -> None:
+    pytest.importorskip("anywidget")
+    import amp_notebook as amp
+    from amp_notebook.ui import GraphBuilder
+
+    data = amp.data.list_reduction_dataset(n_train=200, n_val=50, seed=0)
+    b = GraphBuilder()
+    b.load_model("rnn")
+    b.set_property("step", "out_features", 16)
+    b.set_property("out", "in_features", 16)
+    b.set_property("h0", "width", 16)
+    b.set_property("step", "in_features", 80)
+    run = b.train(data, epochs=1, optimizer={"name": "adam", "lr": 2e-3})
+    result = run.wait(timeout=60)
+    assert result.train_instances > 0

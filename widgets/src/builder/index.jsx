@@ -1,0 +1,315 @@
+// The graph builder's front end (anywidget ESM). Python owns the graph: this file draws Python's `view`
+// with React Flow and turns user gestures into intents sent with model.send(...). Only node positions of a
+// drag in progress and the selection live here.
+import { useCallback, useEffect, useMemo, useRef, useState } from "react";
+import { createRoot } from "react-dom/client";
+import {
+  Background,
+  Controls,
+  MiniMap,
+  ReactFlow,
+  ReactFlowProvider,
+  applyEdgeChanges,
+  applyNodeChanges,
+  useNodesInitialized,
+  useReactFlow,
+} from "@xyflow/react";
+import "@xyflow/react/dist/style.css";
+import "./styles.css";
+import OpNode, { workerColour } from "./OpNode.jsx";
+import { ExportDialog, Inspector, Palette } from "./panels.jsx";
+import { placeMissing } from "./layout.js";
+
+const nodeTypes = { op: OpNode };
+
+function useTrait(model, name) {
+  const [value, setValue] = useState(() => model.get(name));
+  useEffect(() => {
+    const update = () => setValue(model.get(name));
+    model.on(`change:${name}`, update);
+    return () => model.off(`change:${name}`, update);
+  }, [model, name]);
+  return value;
+}
+
+// Reports how long layout + first render of a freshly laid-out graph took, once React Flow has measured
+// every node; the figures go on the root element (data-layout-ms, data-render-ms) and to Python (perf).
+function PerfProbe({ pending, tick, rootRef, model }) {
+  const initialized = useNodesInitialized();
+  useEffect(() => {
+    const p = pending.current;
+    if (!initialized || !p) return;
+    pending.current = null;
+    requestAnimationFrame(() => {
+      const total = performance.now() - p.t0;
+      const root = rootRef.current;
+      if (root) {
+        root.dataset.layoutMs = p.layoutMs.toFixed(1);
+        root.dataset.renderMs = total.toFixed(1);
+        root.dataset.perfNodes = String(p.nodes);
+      }
+      model.set("perf", { nodes: p.nodes, layout_ms: p.layoutMs, render_ms: total });
+      model.save_changes();
+    });
+  }, [initialized, tick, pending, rootRef, model]);
+  return null;
+}
+
+function Builder({ model }) {
+  const view = useTrait(model, "view");
+  const palette = useTrait(model, "palette");
+  const zoo = useTrait(model, "zoo");
+  const notice = useTrait(model, "notice");
+  const exported = useTrait(model, "export");
+  const runStatus = useTrait(model, "run_status");
+  const height = useTrait(model, "height");
+  const flow = useReactFlow();
+  const rootRef = useRef(null);
+  const anchor = useRef(null);
+  const pendingPerf = useRef(null);
+  const [nodes, setNodes] = useState([]);
+  const [edges, setEdges] = useState([]);
+  const [colourBy, setColourBy] = useState("group");
+  const [shownNotice, setShownNotice] = useState(null);
+  const [showExport, setShowExport] = useState(null);
+  const [zooChoice, setZooChoice] = useState("rnn");
+  const [perfTick, setPerfTick] = useState(0);
+
+  const send = useCallback((intent) => model.send({ type: "intent", intent }), [model]);
+
+  // Python's view -> React Flow nodes and edges; nodes without a position are laid out here and the
+  // positions reported back (a "layout" intent, not an undo step).
+  useEffect(() => {
+    if (!view || !view.nodes) return;
+    const t0 = performance.now();
+    const missing = view.nodes.filter((n) => !n.position).length;
+    const laid = missing ? placeMissing(view, anchor.current) : {};
+    const layoutMs = performance.now() - t0;
+    anchor.current = null;
+    setNodes((old) => {
+      const selected = new Set(old.filter((n) => n.selected).map((n) => n.id));
+      return view.nodes.map((n) => {
+        const p = n.position || laid[n.id];
+        return { id: n.id, type: "op", position: { x: p[0], y: p[1] }, data: { node: n, colourBy }, selected: selected.has(n.id) };
+      });
+    });
+    setEdges((old) => {
+      const selected = new Set(old.filter((e) => e.selected).map((e) => e.id));
+      return view.edges.map((e) => ({
+        id: e.id,
+        source: e.source,
+        sourceHandle: e.sourceHandle,
+        target: e.target,
+        targetHandle: e.targetHandle,
+        label: e.width == null ? "?" : String(e.width),
+        className: "amp-edge",
+        selected: selected.has(e.id),
+      }));
+    });
+    if (missing) {
+      pendingPerf.current = { t0, layoutMs, nodes: view.nodes.length };
+      setPerfTick((t) => t + 1);
+      send({ type: "layout", positions: laid });
+      if (missing === view.nodes.length) requestAnimationFrame(() => flow.fitView({ padding: 0.1 }));
+    }
+    // colourBy is applied by the effect below without a relayout
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [view]);
+
+  useEffect(() => {
+    setNodes((ns) => ns.map((n) => ({ ...n, data: { ...n.data, colourBy } })));
+  }, [colourBy]);
+
+  useEffect(() => {
+    if (notice && notice.seq) {
+      setShownNotice(notice);
+      const timer = setTimeout(() => setShownNotice((cur) => (cur === notice ? null : cur)), 8000);
+      return () => clearTimeout(timer);
+    }
+  }, [notice]);
+  useEffect(() => {
+    if (exported && exported.seq) setShowExport(exported);
+  }, [exported]);
+
+  const onNodesChange = useCallback((changes) => setNodes((ns) => applyNodeChanges(changes.filter((c) => c.type !== "remove"), ns)), []);
+  const onEdgesChange = useCallback((changes) => setEdges((es) => applyEdgeChanges(changes.filter((c) => c.type !== "remove"), es)), []);
+  const onConnect = useCallback(
+    (c) => send({ type: "connect", src: c.source, src_port: c.sourceHandle, dst: c.target, dst_port: c.targetHandle }),
+    [send],
+  );
+  const onNodeDragStop = useCallback(
+    (_event, _node, dragged) => {
+      const positions = {};
+      for (const n of dragged) positions[n.id] = [Math.round(n.position.x), Math.round(n.position.y)];
+      send({ type: "move", positions });
+    },
+    [send],
+  );
+  const addAt = useCallback(
+    (kind, position) => {
+      anchor.current = position;
+      send({ type: "add_node", kind, position });
+    },
+    [send],
+  );
+  const onDrop = useCallback(
+    (e) => {
+      e.preventDefault();
+      const kind = e.dataTransfer.getData("application/amp-kind") || e.dataTransfer.getData("text/plain");
+      if (!kind) return;
+      const p = flow.screenToFlowPosition({ x: e.clientX, y: e.clientY });
+      addAt(kind, [Math.round(p.x), Math.round(p.y)]);
+    },
+    [flow, addAt],
+  );
+  const onDragOver = useCallback((e) => {
+    e.preventDefault();
+    e.dataTransfer.dropEffect = "move";
+  }, []);
+  const addAtCentre = useCallback(
+    (kind) => {
+      const box = rootRef.current.querySelector(".amp-canvas").getBoundingClientRect();
+      const p = flow.screenToFlowPosition({ x: box.x + box.width / 2, y: box.y + box.height / 2 });
+      addAt(kind, [Math.round(p.x), Math.round(p.y)]);
+    },
+    [flow, addAt],
+  );
+  const deleteSelection = useCallback(() => {
+    const gone = nodes.filter((n) => n.selected).map((n) => n.id);
+    const cut = edges.filter((e) => e.selected && !gone.includes(e.target)).map((e) => [e.target, e.targetHandle]);
+    if (gone.length || cut.length) send({ type: "delete", nodes: gone, edges: cut });
+  }, [nodes, edges, send]);
+  const onKeyDown = useCallback(
+    (e) => {
+      const typing = ["INPUT", "TEXTAREA", "SELECT"].includes(e.target.tagName);
+      if (typing) return;
+      if (e.key === "Delete" || e.key === "Backspace") {
+        e.preventDefault();
+        deleteSelection();
+      } else if ((e.ctrlKey || e.metaKey) && e.key.toLowerCase() === "z") {
+        e.preventDefault();
+        send({ type: e.shiftKey ? "redo" : "undo" });
+      } else if ((e.ctrlKey || e.metaKey) && e.key.toLowerCase() === "y") {
+        e.preventDefault();
+        send({ type: "redo" });
+      }
+    },
+    [deleteSelection, send],
+  );
+
+  const selectedIds = nodes.filter((n) => n.selected).map((n) => n.id);
+  const selected = selectedIds.length === 1 && view ? view.nodes.find((n) => n.id === selectedIds[0]) : null;
+  const entry = selected ? palette.find((p) => p.kind === selected.kind) : null;
+  const minimapColour = useCallback(
+    (n) => (colourBy === "worker" ? workerColour(n.data.node.worker) : n.data.node.errors.length ? "#e15759" : "#bbb"),
+    [colourBy],
+  );
+  const workers = view ? view.workers : 2;
+  const general = view ? view.general_errors : [];
+
+  return (
+    <div
+      className="amp-builder"
+      ref={rootRef}
+      tabIndex={0}
+      onKeyDown={onKeyDown}
+      style={{ height: `${height}px` }}
+      data-nodes={view ? view.nodes.length : 0}
+      data-edges={view ? view.edges.length : 0}
+      data-problems={view ? view.n_problems : 0}
+      data-revision={view ? view.revision : 0}
+      data-graph={view ? view.name : ""}
+    >
+      <div className="amp-toolbar">
+        <button data-action="undo" disabled={!view || !view.can_undo} onClick={() => send({ type: "undo" })} title="undo (Ctrl+Z)">↶ undo</button>
+        <button data-action="redo" disabled={!view || !view.can_redo} onClick={() => send({ type: "redo" })} title="redo (Ctrl+Shift+Z)">↷ redo</button>
+        <button data-action="layout" onClick={() => send({ type: "auto_layout" })}>auto-layout</button>
+        <span className="amp-sep" />
+        <label>
+          colour by{" "}
+          <select data-action="colour-by" value={colourBy} onChange={(e) => setColourBy(e.target.value)}>
+            <option value="group">op group</option>
+            <option value="worker">worker</option>
+          </select>
+        </label>
+        <label>
+          workers{" "}
+          <input className="amp-workers" data-action="workers" type="number" min="1" value={workers} onChange={(e) => send({ type: "set_workers", workers: e.target.value })} />
+        </label>
+        <button data-action="auto-place" onClick={() => { setColourBy("worker"); send({ type: "auto_place" }); }}>auto-place</button>
+        <span className="amp-sep" />
+        <select data-action="model" value={zooChoice} onChange={(e) => setZooChoice(e.target.value)}>
+          {zoo.map((z) => (
+            <option key={z} value={z}>{z}</option>
+          ))}
+        </select>
+        <button data-action="load" onClick={() => send({ type: "load_model", model: zooChoice })}>load</button>
+        <button data-action="export-json" onClick={() => model.send({ type: "export", format: "json" })}>JSON</button>
+        <button data-action="export-python" onClick={() => model.send({ type: "export", format: "python" })}>Python</button>
+        <span className="amp-sep" />
+        <button data-action="train" className="amp-train" onClick={() => model.send({ type: "train" })}>▶ Train</button>
+        <span className="amp-status" data-status>{runStatus}</span>
+        <span className={`amp-problems ${view && view.n_problems ? "amp-bad" : "amp-good"}`}>
+          {view && view.n_problems ? `${view.n_problems} problem(s)` : "valid"}
+        </span>
+      </div>
+      <div className="amp-main">
+        <Palette palette={palette} onAdd={addAtCentre} />
+        <div className="amp-canvas" onDrop={onDrop} onDragOver={onDragOver}>
+          <ReactFlow
+            nodes={nodes}
+            edges={edges}
+            nodeTypes={nodeTypes}
+            onNodesChange={onNodesChange}
+            onEdgesChange={onEdgesChange}
+            onConnect={onConnect}
+            onNodeDragStop={onNodeDragStop}
+            deleteKeyCode={null}
+            minZoom={0.05}
+            fitView
+            proOptions={{ hideAttribution: true }}
+          >
+            <Background gap={16} />
+            <MiniMap pannable zoomable nodeColor={minimapColour} />
+            <Controls showInteractive={false} />
+            <PerfProbe pending={pendingPerf} tick={perfTick} rootRef={rootRef} model={model} />
+          </ReactFlow>
+          {general.length > 0 && (
+            <ul className="amp-general-errors">
+              {general.map((m, i) => (
+                <li key={i}>{m}</li>
+              ))}
+            </ul>
+          )}
+          {shownNotice && (
+            <div className={`amp-notice amp-notice-${shownNotice.level}`} onClick={() => setShownNotice(null)} data-seq={shownNotice.seq}>
+              {shownNotice.text}
+            </div>
+          )}
+          {showExport && <ExportDialog exported={showExport} onClose={() => setShowExport(null)} />}
+        </div>
+        <Inspector node={selected} entry={entry} workers={workers} send={send} />
+      </div>
+    </div>
+  );
+}
+
+export default {
+  render({ model, el }) {
+    const root = createRoot(el);
+    root.render(
+      <ReactFlowProvider>
+        <Builder model={model} />
+      </ReactFlowProvider>,
+    );
+    // keep JupyterLab's notebook shortcuts from acting on keys typed in the builder (modifiers pass)
+    const stop = (e) => {
+      if (!["Shift", "Control", "Alt", "Meta"].includes(e.key)) e.stopPropagation();
+    };
+    el.addEventListener("keydown", stop);
+    return () => {
+      el.removeEventListener("keydown", stop);
+      root.unmount();
+    };
+  },
+};

@@ -1,0 +1,147 @@
+// The side panels: palette (drag an op onto the canvas), inspector (properties of the selected node),
+// toolbar, notices and the export dialog. Each sends intents; none changes the graph locally.
+import { useEffect, useState } from "react";
+
+const GROUP_TITLES = { io: "inputs & sinks", payload: "payload", "control flow": "control flow", aggregation: "aggregation", loss: "loss", cells: "compound cells" };
+
+export function Palette({ palette, onAdd }) {
+  const [filter, setFilter] = useState("");
+  const groups = [];
+  for (const entry of palette) {
+    if (filter && !`${entry.label} ${entry.kind}`.toLowerCase().includes(filter.toLowerCase())) continue;
+    let g = groups.find((x) => x.name === entry.group);
+    if (!g) groups.push((g = { name: entry.group, entries: [] }));
+    g.entries.push(entry);
+  }
+  return (
+    <div className="amp-palette">
+      <input className="amp-filter" placeholder="filter ops" value={filter} onChange={(e) => setFilter(e.target.value)} />
+      {groups.map((g) => (
+        <div key={g.name} className="amp-palette-group">
+          <div className="amp-palette-title">{GROUP_TITLES[g.name] || g.name}</div>
+          {g.entries.map((entry) => (
+            <div
+              key={entry.kind}
+              className={`amp-palette-item amp-group-${entry.group.replace(/\s+/g, "-")}`}
+              data-kind={entry.kind}
+              draggable
+              title={`${entry.label}: in ${entry.inputs.join(", ") || "-"}; out ${entry.outputs.join(", ") || "-"} (drag onto the canvas, or double-click)`}
+              onDragStart={(e) => {
+                e.dataTransfer.setData("application/amp-kind", entry.kind);
+                e.dataTransfer.setData("text/plain", entry.kind);
+                e.dataTransfer.effectAllowed = "move";
+              }}
+              onDoubleClick={() => onAdd(entry.kind)}
+            >
+              {entry.label}
+            </div>
+          ))}
+        </div>
+      ))}
+    </div>
+  );
+}
+
+// A text field that commits (Enter or leaving it) only when changed; shows Python's value otherwise.
+function Field({ label, value, onCommit, name, title }) {
+  const [text, setText] = useState(value);
+  useEffect(() => setText(value), [value]);
+  const commit = () => {
+    if (text !== value) onCommit(text);
+  };
+  return (
+    <label className="amp-field" title={title}>
+      <span>{label}</span>
+      <input
+        data-field={name}
+        value={text}
+        onChange={(e) => setText(e.target.value)}
+        onBlur={commit}
+        onKeyDown={(e) => {
+          if (e.key === "Enter") commit();
+          if (e.key === "Escape") setText(value);
+        }}
+      />
+    </label>
+  );
+}
+
+const HINTS = {
+  expr: "an expression over state fields: t < length, key % 2 == 0, min(a, b) (no calls, attributes or **)",
+  updates: "field = expression; ... (None deletes the field), e.g. t = t + 1",
+  ints: "comma-separated ints, e.g. 32, 32",
+  "names?": "state fields to match on, e.g. key, t (empty: the full state)",
+};
+
+export function Inspector({ node, entry, workers, send }) {
+  if (!node) return <div className="amp-inspector amp-muted">Select a node to edit its properties.</div>;
+  const set = (field) => (value) => send({ type: "set_property", node: node.id, field, value });
+  return (
+    <div className="amp-inspector" data-node={node.id}>
+      <div className="amp-inspector-title">
+        {node.label} <code>{node.id}</code>
+      </div>
+      <Field label="name" name="name" value={node.id} onCommit={set("name")} />
+      {(entry ? entry.fields : []).map((f) =>
+        f.choices ? (
+          <label className="amp-field" key={f.name}>
+            <span>{f.name}</span>
+            <select data-field={f.name} value={node.config[f.name]} onChange={(e) => set(f.name)(e.target.value)}>
+              {f.choices.map((c) => (
+                <option key={String(c)} value={c == null ? "" : c}>
+                  {c == null ? "(none)" : c}
+                </option>
+              ))}
+            </select>
+          </label>
+        ) : (
+          <Field key={f.name} label={f.name} name={f.name} value={node.config[f.name] ?? ""} onCommit={set(f.name)} title={HINTS[f.type] || f.type} />
+        ),
+      )}
+      <div className="amp-inspector-sub">runtime</div>
+      <label className="amp-field">
+        <span>worker</span>
+        <select data-field="worker" value={node.attrs.worker} onChange={(e) => set("worker")(e.target.value)}>
+          <option value="">auto (w{node.worker ?? "?"})</option>
+          {Array.from({ length: Math.max(workers, (node.worker ?? 0) + 1) }, (_, i) => (
+            <option key={i} value={String(i)}>
+              worker {i}
+            </option>
+          ))}
+        </select>
+      </label>
+      {node.parameterized && (
+        <>
+          <Field label="min_update_frequency" name="min_update_frequency" value={node.attrs.min_update_frequency} onCommit={set("min_update_frequency")} title="gradients held before an update (empty: the run's value)" />
+          <Field label="optimizer" name="optimizer" value={node.attrs.optimizer} onCommit={set("optimizer")} title='a name (sgd, momentum, adam) or JSON {"name": "adam", "lr": 0.002}; empty: the run&apos;s' />
+          <Field label="replicas" name="replicas" value={String(node.attrs.replicas)} onCommit={set("replicas")} title="copies behind Cond(key % R) and Phi, averaged at epoch end" />
+        </>
+      )}
+      {node.errors.length > 0 && (
+        <ul className="amp-node-errors">
+          {node.errors.map((e, i) => (
+            <li key={i}>{e.message}</li>
+          ))}
+        </ul>
+      )}
+    </div>
+  );
+}
+
+export function ExportDialog({ exported, onClose }) {
+  if (!exported) return null;
+  const type = exported.format === "python" ? "text/x-python" : "application/json";
+  const href = URL.createObjectURL(new Blob([exported.text], { type }));
+  const file = exported.format === "python" ? "graph.py" : "graph.json";
+  return (
+    <div className="amp-export" data-format={exported.format}>
+      <div className="amp-export-head">
+        export: {file}
+        <a href={href} download={file}>download</a>
+        <button onClick={() => navigator.clipboard && navigator.clipboard.writeText(exported.text)}>copy</button>
+        <button onClick={onClose}>close</button>
+      </div>
+      <textarea readOnly value={exported.text} />
+    </div>
+  );
+}
