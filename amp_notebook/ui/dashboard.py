@@ -27,6 +27,7 @@ from typing import Any
 import anywidget
 import traitlets
 
+from amp_notebook.ir.graph import Graph
 from amp_notebook.runtime.run import Run
 from amp_notebook.trace.io import load_trace
 from amp_notebook.trace.trace import Trace
@@ -102,7 +103,7 @@ class Dashboard(anywidget.AnyWidget):
                     "for a finished result or a saved trace use Dashboard.replay(...)"
                 )
             plan = run._session.plan
-            self.runs = [self._describe(run.trace, "run", plan.parameterized)]
+            self.runs = [self._describe(run.trace, "run", plan.parameterized, plan.graph)]
             self.controls = {
                 "mode": run._controller.mode,
                 "max_active_keys": {"min": 1, "max": max(64, run.status["max_active_keys"])},
@@ -114,35 +115,49 @@ class Dashboard(anywidget.AnyWidget):
 
     # ------------------------------------------------------------------ other sources
     @classmethod
-    def replay(cls, source: Any, label: str | None = None, **kwargs: Any) -> Dashboard:
+    def replay(cls, source: Any, label: str | None = None, graph: Graph | None = None, **kwargs: Any) -> Dashboard:
         """A finished trace in the dashboard with a time slider. ``source``: a TrainResult, a finished Run,
-        a Trace, or a path to a trace saved with ``save_trace`` (.npz) or exported to Chrome JSON."""
-        return cls._static_view([source], [label], "replay", **kwargs)
+        a Trace, or a path to a trace saved with ``save_trace`` (.npz) or exported to Chrome JSON. With the
+        run's ``graph`` the Gantt can draw arrows for messages between workers."""
+        return cls._static_view([source], [label], "replay", graph, **kwargs)
 
     @classmethod
-    def compare(cls, a: Any, b: Any, labels: tuple[str | None, str | None] = (None, None), **kwargs: Any) -> Dashboard:
+    def compare(
+        cls,
+        a: Any,
+        b: Any,
+        labels: tuple[str | None, str | None] = (None, None),
+        graph: Graph | None = None,
+        **kwargs: Any,
+    ) -> Dashboard:
         """Two finished runs one above the other on a shared time axis (e.g. sync vs amp)."""
-        return cls._static_view([a, b], list(labels), "compare", **kwargs)
+        return cls._static_view([a, b], list(labels), "compare", graph, **kwargs)
 
     @classmethod
-    def _static_view(cls, sources: list[Any], labels: list[str | None], mode: str, **kwargs: Any) -> Dashboard:
+    def _static_view(
+        cls, sources: list[Any], labels: list[str | None], mode: str, graph: Graph | None, **kwargs: Any
+    ) -> Dashboard:
         dash = cls(mode=mode, **kwargs)
         runs = []
         for i, (source, label) in enumerate(zip(sources, labels, strict=True)):
             trace, history, name = _as_trace(source)
             dash._traces.append(trace)
             dash._static.append(static_frames(trace, run=i, history=history))
-            runs.append(dash._describe(trace, label or name or f"run {i}", None))
+            runs.append(dash._describe(trace, label or name or f"run {i}", None, graph))
         dash.runs = runs
         return dash
 
     @staticmethod
-    def _describe(trace: Trace, label: str, parameterized: list[bool] | None) -> dict[str, Any]:
+    def _describe(trace: Trace, label: str, parameterized: list[bool] | None, graph: Graph | None) -> dict[str, Any]:
+        index = {name: i for i, name in enumerate(trace.node_names)}
+        edges = set() if graph is None else {(index[e.src], index[e.dst]) for e in graph.edges
+                                             if e.src in index and e.dst in index}  # fmt: skip
         return {
             "label": label,
             "workers": trace.workers,
             "node_names": list(trace.node_names),
             "parameterized": None if parameterized is None else list(parameterized),
+            "edges": [list(e) for e in sorted(edges)],  # forward edges as node index pairs, for message arrows
         }
 
     # ------------------------------------------------------------------ streaming

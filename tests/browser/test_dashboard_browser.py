@@ -49,9 +49,10 @@ replay
 """
 
 COMPARE = """
-results = [train(models.mlp(input_width=64, hidden=16), ds, workers=2, mode=m, max_active_keys=4, epochs=1, seed=0,
-                 validate=False) for m in ("sync", "amp")]
-Dashboard.compare(*results, labels=("sync", "amp"))
+small = models.mlp(input_width=64, hidden=16)
+results = [train(small, ds, workers=2, mode=m, max_active_keys=4, epochs=1, seed=0, validate=False)
+           for m in ("sync", "amp")]
+Dashboard.compare(*results, labels=("sync", "amp"), graph=small)
 """
 
 WAIT_MS = 90_000
@@ -153,6 +154,8 @@ def test_dashboard_live_controls_and_replay(lab: Any, page: Any, tmp_path: Path)
     wait_attr(page, compare, "el.dataset.boxesPerWorker && JSON.parse(el.dataset.boxesPerWorker).length === 4")
     lanes = json.loads(attr(page, compare, "data-boxes-per-worker") or "[]")
     assert all(n > 0 for n in lanes), lanes
+    page.check(f"{compare} .amp-arrows")  # message arrows: drawn, or "zoom in" when too many boxes are in view
+    wait_attr(page, compare, "el.dataset.arrows !== undefined")
     page.locator(compare).scroll_into_view_if_needed()
     page.screenshot(path=str(tmp_path / "dashboard_compare.png"), full_page=True)
     assert not page.errors, page.errors  # type: ignore[attr-defined]

@@ -81,3 +81,36 @@ test("a backward box shows the staleness of the gradients its worker and node re
   assert.deepEqual(stalenessOf(store, store.events.index(1)), [4]); // worker 0's backward on node b
   assert.deepEqual(stalenessOf(store, store.events.index(2)), [9]); // worker 1's
 });
+
+test("message arrows join a box to the box of the same key on a neighbouring node on another worker", async () => {
+  const { drawArrows, layoutLanes } = await import("../src/dashboard/gantt.js");
+  // a -> b -> loss; a on worker 0, b and loss on worker 1; one key: a fwd, b fwd, loss fwd, b bwd, a bwd
+  const store = new RunStore({ label: "run", workers: 2, node_names: ["a", "b", "loss"], edges: [[0, 1], [1, 2]] }, 100);
+  const rows = [
+    [0.0, 0.1, 0, 0, 0], // start, end, worker, phase, node
+    [0.2, 0.3, 1, 0, 1],
+    [0.3, 0.4, 1, 0, 2],
+    [0.4, 0.5, 1, 1, 1],
+    [0.6, 0.7, 0, 1, 0],
+  ];
+  store.events.append(
+    {
+      start: Float64Array.from(rows.map((r) => r[0])),
+      end: Float64Array.from(rows.map((r) => r[1])),
+      worker: Uint16Array.from(rows.map((r) => r[2])),
+      phase: Uint8Array.from(rows.map((r) => r[3])),
+      node: Int32Array.from(rows.map((r) => r[4])),
+      key: Int32Array.from(rows.map(() => 3)),
+      depth: Int32Array.from(rows.map(() => 0)),
+    },
+    rows.length,
+  );
+  const lines = [];
+  const ctx = new Proxy({}, {
+    get: (_, name) => (name === "lineTo" ? (x, y) => lines.push([x, y]) : () => {}),
+    set: () => true,
+  });
+  const runs = [store];
+  const n = drawArrows(ctx, 1074, runs, layoutLanes(runs), { t0: 0, t1: 1 });
+  assert.equal(n, 2); // a fwd -> b fwd (worker 0 -> 1) and b bwd -> a bwd (1 -> 0); the rest stay on a worker
+});

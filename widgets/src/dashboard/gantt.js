@@ -215,3 +215,79 @@ export function stalenessOf(r, row) {
   });
   return found;
 }
+
+const MAX_ARROW_BOXES = 3000;
+
+// Arrows for messages that crossed between workers, inferred from the graph's edges: a forward box's
+// message came from the latest earlier forward box of the same key on a predecessor node; a backward
+// box's gradient from the latest earlier box of the same key on a successor node (its backward, or a
+// loss's forward). Drawn only when at most one box per 3 px is in view. Returns the arrows drawn, or -1 if too many
+// boxes were in view to try.
+export function drawArrows(ctx, width, runs, layout, view) {
+  const scale = (width - LEFT) / Math.max(1e-12, view.t1 - view.t0);
+  const cut = view.cut ?? Infinity;
+  const x = (t) => LEFT + (t - view.t0) * scale;
+  const limit = Math.min(MAX_ARROW_BOXES, (width - LEFT) / 3); // beyond ~1 box per 3 px arrows are a blur
+  let laneBase = 0;
+  let count = 0;
+  ctx.strokeStyle = "rgba(60, 60, 60, 0.7)";
+  ctx.fillStyle = "rgba(60, 60, 60, 0.7)";
+  ctx.lineWidth = 1;
+  for (const r of runs) {
+    const edges = r.info.edges || [];
+    const laneY = layout.lanes.slice(laneBase, laneBase + r.info.workers).map((l) => l.y + LANE_H / 2);
+    laneBase += r.info.workers;
+    if (edges.length === 0) continue;
+    const preds = new Map();
+    const succs = new Map();
+    for (const [a, b] of edges) {
+      if (!preds.has(b)) preds.set(b, new Set());
+      preds.get(b).add(a);
+      if (!succs.has(a)) succs.set(a, new Set());
+      succs.get(a).add(b);
+    }
+    const { start, end, worker, phase, node, key } = r.events.cols;
+    const visible = [];
+    let tooMany = false;
+    r.events.forEach((i) => {
+      if (tooMany || start[i] > view.t1 || end[i] < view.t0 || start[i] > cut) return;
+      visible.push(i);
+      if (visible.length > limit) tooMany = true;
+    });
+    if (tooMany) return -1;
+    const byKey = new Map();
+    for (const i of visible) {
+      if (!byKey.has(key[i])) byKey.set(key[i], []);
+      byKey.get(key[i]).push(i);
+    }
+    for (const b of visible) {
+      const ph = phase[b];
+      if (ph > 1) continue;
+      const from = ph === 0 ? preds.get(node[b]) : succs.get(node[b]);
+      if (!from) continue;
+      let best = -1;
+      for (const c of byKey.get(key[b])) {
+        if (c === b || !from.has(node[c]) || end[c] > start[b] + 1e-9) continue;
+        if (ph === 0 && phase[c] !== 0) continue;
+        if (best < 0 || end[c] > end[best]) best = c;
+      }
+      if (best < 0 || worker[best] === worker[b] || worker[b] >= laneY.length || worker[best] >= laneY.length) continue;
+      const x0 = x(end[best]);
+      const y0 = laneY[worker[best]];
+      const x1 = x(start[b]);
+      const y1 = laneY[worker[b]];
+      ctx.beginPath();
+      ctx.moveTo(x0, y0);
+      ctx.lineTo(x1, y1);
+      ctx.stroke();
+      const angle = Math.atan2(y1 - y0, x1 - x0);
+      ctx.beginPath();
+      ctx.moveTo(x1, y1);
+      ctx.lineTo(x1 - 6 * Math.cos(angle - 0.4), y1 - 6 * Math.sin(angle - 0.4));
+      ctx.lineTo(x1 - 6 * Math.cos(angle + 0.4), y1 - 6 * Math.sin(angle + 0.4));
+      ctx.fill();
+      count++;
+    }
+  }
+  return count;
+}

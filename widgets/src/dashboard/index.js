@@ -5,7 +5,7 @@
 
 import "./style.css";
 import { RunStore } from "./store.js";
-import { drawGantt, layoutLanes, hitTest, stalenessOf, PHASE_NAMES, formatTime } from "./gantt.js";
+import { drawGantt, drawArrows, layoutLanes, hitTest, stalenessOf, PHASE_NAMES, formatTime } from "./gantt.js";
 import { drawTimeLines, depthSeries, drawHistograms, LANE_COLORS } from "./charts.js";
 
 const MAX_SAMPLES = 20000;
@@ -69,6 +69,7 @@ function render({ model, el }) {
       </span>`;
   const viewControls = html`<span class="amp-group">
       <label title="keep the newest time in view"><input class="amp-follow" type="checkbox" ${live ? "checked" : ""}> follow</label>
+      <label title="arrows for messages between workers (when few boxes are in view)"><input class="amp-arrows" type="checkbox"> arrows</label>
       <button class="amp-fit" title="show everything held">Fit</button>
       <button class="amp-export" title="Chrome/Perfetto JSON: written next to the notebook and downloaded">Export trace</button>
     </span>`;
@@ -145,6 +146,11 @@ function render({ model, el }) {
     const res = drawGanttOnly();
     const w = width();
     const v = currentView();
+    if ($(".amp-arrows").checked) {
+      const arrows = drawArrows(gantt.getContext("2d"), w, runs, layout, v);
+      root.dataset.arrows = String(arrows);
+      $(".amp-arrows").parentElement.title = arrows < 0 ? "zoom in to see message arrows" : `${arrows} arrows`;
+    }
     // queue depth per worker (all runs), keys in flight, loss/accuracy, staleness histograms
     let offset = 0;
     const depth = [];
@@ -410,6 +416,7 @@ function render({ model, el }) {
     view.span = Math.max(1e-6, view.t1 - view.t0);
     schedule();
   });
+  on($(".amp-arrows"), "change", () => schedule());
   on($(".amp-fit"), "click", () => {
     fitAll();
     schedule();
