@@ -82,7 +82,11 @@ function OpNode({ id, data }) {
           );
         })}
       </div>
-      {n.cell && <div className="amp-node-cell">cell {n.cell}</div>}
+      {n.cell && (
+        <div className="amp-node-cell" title="double-click a node of this cell to collapse the cell into one box">
+          cell {n.cell}
+        </div>
+      )}
     </div>
   );
 }

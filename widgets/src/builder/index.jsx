@@ -17,10 +17,12 @@ import {
 import "@xyflow/react/dist/style.css";
 import "./styles.css";
 import OpNode, { workerColour } from "./OpNode.jsx";
+import CellNode, { collapseCells } from "./CellNode.jsx";
 import { ExportDialog, Inspector, Palette } from "./panels.jsx";
 import { placeMissing } from "./layout.js";
 
-const nodeTypes = { op: OpNode };
+const nodeTypes = { op: OpNode, cell: CellNode };
+const AUTO_COLLAPSE_NODES = 30; // graphs larger than this open with their compound cells collapsed
 
 function useTrait(model, name) {
   const [value, setValue] = useState(() => model.get(name));
@@ -74,6 +76,22 @@ function Builder({ model }) {
   const [showExport, setShowExport] = useState(null);
   const [zooChoice, setZooChoice] = useState("rnn");
   const [perfTick, setPerfTick] = useState(0);
+  const [collapsed, setCollapsed] = useState(() => new Set());
+  const nodesRef = useRef([]);
+  nodesRef.current = nodes;
+  const cellNames = useMemo(() => {
+    const names = new Set();
+    if (view && view.nodes) for (const n of view.nodes) if (n.cell) names.add(n.cell);
+    return [...names].sort();
+  }, [view]);
+  const cellKey = cellNames.join("\u0000");
+  useEffect(() => {
+    // a different set of cells (another graph): big graphs start compact, small ones expanded
+    const big = view && view.nodes && view.nodes.length > AUTO_COLLAPSE_NODES;
+    setCollapsed(big ? new Set(cellNames) : new Set());
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [cellKey]);
+  const shown = useMemo(() => collapseCells(nodes, edges, collapsed, colourBy), [nodes, edges, collapsed, colourBy]);
 
   const send = useCallback((intent) => model.send({ type: "intent", intent }), [model]);
 
@@ -131,7 +149,29 @@ function Builder({ model }) {
     if (exported && exported.seq) setShowExport(exported);
   }, [exported]);
 
-  const onNodesChange = useCallback((changes) => setNodes((ns) => applyNodeChanges(changes.filter((c) => c.type !== "remove"), ns)), []);
+  // changes to a collapsed cell's box move its member nodes
+  const onNodesChange = useCallback(
+    (changes) =>
+      setNodes((ns) => {
+        const own = [];
+        for (const c of changes) {
+          if (c.type === "remove") continue;
+          if (!c.id.startsWith("cell:")) {
+            own.push(c);
+            continue;
+          }
+          if (c.type !== "position" || !c.position) continue;
+          const members = ns.filter((n) => n.data.node.cell === c.id.slice(5));
+          const dx = c.position.x - Math.min(...members.map((m) => m.position.x));
+          const dy = c.position.y - Math.min(...members.map((m) => m.position.y));
+          for (const m of members) {
+            own.push({ id: m.id, type: "position", position: { x: m.position.x + dx, y: m.position.y + dy }, dragging: c.dragging });
+          }
+        }
+        return applyNodeChanges(own, ns);
+      }),
+    [],
+  );
   const onEdgesChange = useCallback((changes) => setEdges((es) => applyEdgeChanges(changes.filter((c) => c.type !== "remove"), es)), []);
   const onConnect = useCallback(
     (c) => send({ type: "connect", src: c.source, src_port: c.sourceHandle, dst: c.target, dst_port: c.targetHandle }),
@@ -140,10 +180,30 @@ function Builder({ model }) {
   const onNodeDragStop = useCallback(
     (_event, _node, dragged) => {
       const positions = {};
-      for (const n of dragged) positions[n.id] = [Math.round(n.position.x), Math.round(n.position.y)];
+      const at = (n) => [Math.round(n.position.x), Math.round(n.position.y)];
+      for (const n of dragged) {
+        if (!n.id.startsWith("cell:")) positions[n.id] = at(n);
+        else for (const m of nodesRef.current) if (m.data.node.cell === n.id.slice(5)) positions[m.id] = at(m);
+      }
       send({ type: "move", positions });
     },
     [send],
+  );
+  const toggleCell = useCallback((cell, collapse) => {
+    setCollapsed((old) => {
+      const next = new Set(old);
+      if (collapse) next.add(cell);
+      else next.delete(cell);
+      return next;
+    });
+  }, []);
+  // double-click: a collapsed cell expands; a node of a cell collapses its cell
+  const onNodeDoubleClick = useCallback(
+    (_e, node) => {
+      if (node.id.startsWith("cell:")) toggleCell(node.id.slice(5), false);
+      else if (node.data.node.cell) toggleCell(node.data.node.cell, true);
+    },
+    [toggleCell],
   );
   const addAt = useCallback(
     (kind, position) => {
@@ -201,7 +261,10 @@ function Builder({ model }) {
   const selected = selectedIds.length === 1 && view ? view.nodes.find((n) => n.id === selectedIds[0]) : null;
   const entry = selected ? palette.find((p) => p.kind === selected.kind) : null;
   const minimapColour = useCallback(
-    (n) => (colourBy === "worker" ? workerColour(n.data.node.worker) : n.data.node.errors.length ? "#e15759" : "#bbb"),
+    (n) => {
+      if (n.type === "cell") return n.data.errors ? "#e15759" : "#777";
+      return colourBy === "worker" ? workerColour(n.data.node.worker) : n.data.node.errors.length ? "#e15759" : "#bbb";
+    },
     [colourBy],
   );
   const workers = view ? view.workers : 2;
@@ -219,6 +282,8 @@ function Builder({ model }) {
       data-problems={view ? view.n_problems : 0}
       data-revision={view ? view.revision : 0}
       data-graph={view ? view.name : ""}
+      data-collapsed-cells={collapsed.size}
+      data-shown-nodes={shown.nodes.length}
     >
       <div className="amp-toolbar">
         <button data-action="undo" disabled={!view || !view.can_undo} onClick={() => send({ type: "undo" })} title="undo (Ctrl+Z)">↶ undo</button>
@@ -236,6 +301,18 @@ function Builder({ model }) {
           workers{" "}
           <input className="amp-workers" data-action="workers" type="number" min="1" value={workers} onChange={(e) => send({ type: "set_workers", workers: e.target.value })} />
         </label>
+        {cellNames.length > 0 && (
+          <button
+            data-action="collapse-cells"
+            title="compound cells (LSTM, GRU, Tree-LSTM) as one box each, or as their IR nodes; double-click one to toggle it"
+            onClick={() => {
+              setCollapsed(collapsed.size ? new Set() : new Set(cellNames));
+              requestAnimationFrame(() => flow.fitView({ padding: 0.1 }));
+            }}
+          >
+            {collapsed.size ? "expand cells" : "collapse cells"}
+          </button>
+        )}
         <button data-action="auto-place" onClick={() => { setColourBy("worker"); send({ type: "auto_place" }); }}>auto-place</button>
         <span className="amp-sep" />
         <select data-action="model" value={zooChoice} onChange={(e) => setZooChoice(e.target.value)}>
@@ -257,13 +334,15 @@ function Builder({ model }) {
         <Palette palette={palette} onAdd={addAtCentre} />
         <div className="amp-canvas" onDrop={onDrop} onDragOver={onDragOver}>
           <ReactFlow
-            nodes={nodes}
-            edges={edges}
+            nodes={shown.nodes}
+            edges={shown.edges}
             nodeTypes={nodeTypes}
             onNodesChange={onNodesChange}
             onEdgesChange={onEdgesChange}
             onConnect={onConnect}
             onNodeDragStop={onNodeDragStop}
+            onNodeDoubleClick={onNodeDoubleClick}
+            zoomOnDoubleClick={false}
             deleteKeyCode={null}
             minZoom={0.05}
             fitView
