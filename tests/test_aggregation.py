@@ -458,7 +458,10 @@ def test_tree_lstm_on_one_tree_matches_finite_differences_and_torch() -> None:
         size=1,
     )
     graph = _tree_lstm_graph(len(vocab))
-    assert {graph.nodes[n].meta.get("cell") for n in ("leaf_gates", "branch_gates", "branch_c")} == {"leaf", "branch"}
+    assert {graph.nodes[n].meta.get("cell") for n in ("leaf_gates", "branch_gates", "branch_cell")} == {
+        "leaf",
+        "branch",
+    }
     interp = Interpreter(graph, seed=3, dtype=np.float64)
 
     # (a) it runs, one loss report per tree node, with every invariant check of the interpreter passing

@@ -158,3 +158,23 @@ def test_torch_ggnn_with_our_weights_gives_our_interpreters_loss(task: str) -> N
     for key, g in enumerate(graphs):
         ours = sum(r["loss"] for r in interp.run_key(ggsnn_batch(g, types, steps, task), key=key, train=False))
         assert ours == pytest.approx(expected[key].item(), rel=1e-10)
+
+
+def test_torch_models_export_the_weights_they_load() -> None:
+    """``export`` is ``load``'s inverse, so both sides of a benchmark can start from the same weights."""
+    tree = tb.TorchTreeLSTM(11, 3, 4, 5, seed=1, dtype=F64)
+    params = tree.export()
+    assert set(params) == {"embed", "leaf_gates", "branch_gates", "classify"}
+    other = tb.TorchTreeLSTM(11, 3, 4, 5, seed=2, dtype=F64)
+    other.load(params)
+    for a, b in zip(tree.parameters(), other.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    net = tb.TorchGGNN(4, 6, hidden=5, steps=2, outputs=3, seed=1, dtype=F64)
+    graph = ggsnn(4, 6, hidden=5, steps=2, task="classification", classes=3)
+    exported = net.export()
+    expected = {name: node.op.param_shapes() for name, node in graph.nodes.items() if node.op.param_shapes()}
+    assert {n: {k: v.shape for k, v in g.items()} for n, g in exported.items()} == expected
+    other_net = tb.TorchGGNN(4, 6, hidden=5, steps=2, outputs=3, seed=2, dtype=F64)
+    other_net.load(exported)
+    for a, b in zip(net.parameters(), other_net.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)

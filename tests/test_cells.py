@@ -44,10 +44,10 @@ def _lstm_graph() -> Graph:
     return g
 
 
-def _gru_graph() -> Graph:
+def _gru_graph(fused: bool = True) -> Graph:
     g = Graph("gru")
     h = g.linear(g.input("hz", width=Z), HIDDEN, name="h0")
-    h1 = gru_cell(g, g.input("x", width=IN), h, HIDDEN, name="gru")
+    h1 = gru_cell(g, g.input("x", width=IN), h, HIDDEN, name="gru", fused=fused)
     g.mse(g.concat(h1, g.linear(g.input("cz", width=Z), HIDDEN, name="c0")), g.input("target", width=2 * HIDDEN))
     return g
 
@@ -98,8 +98,9 @@ def test_lstm_cell_equals_torch_lstm_cell() -> None:
     _compare(interp, batch, loss, grads)
 
 
-def test_gru_cell_equals_torch_gru_cell() -> None:
-    interp = Interpreter(_gru_graph(), seed=5, dtype=np.float64)
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "primitives"])
+def test_gru_cell_equals_torch_gru_cell(fused: bool) -> None:
+    interp = Interpreter(_gru_graph(fused), seed=5, dtype=np.float64)
     batch = _batch(2)
     p = _torch_params(interp)
     x = _inputs(batch)
@@ -125,13 +126,17 @@ def test_gru_cell_equals_torch_gru_cell() -> None:
     _compare(interp, batch, loss, grads)  # type: ignore[arg-type]
 
 
-def test_cells_tag_their_nodes_and_keep_linears_separate() -> None:
-    g = _gru_graph()
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "primitives"])
+def test_cells_tag_their_nodes_and_keep_linears_separate(fused: bool) -> None:
+    g = _gru_graph(fused)
     tagged = {name for name, node in g.nodes.items() if node.meta.get("cell") == "gru"}
     assert tagged and all(name.startswith("gru_") for name in tagged)
     assert {"h0", "c0", "hz", "x", "target"}.isdisjoint(tagged)  # nodes built outside the cell stay untagged
     assert sorted(n for n in tagged if g.nodes[n].kind in ops.HEAVY) == ["gru_h", "gru_x"]
-    assert sum(g.nodes[n].kind == "bcast" for n in tagged) == 2  # h and n are each used twice
+    if fused:  # h feeds its Linear and the update; everything after the Linears is one node
+        assert sorted(g.nodes[n].kind for n in tagged) == ["bcast", "gru_update", "linear", "linear"]
+    else:
+        assert sum(g.nodes[n].kind == "bcast" for n in tagged) == 2  # h and n are each used twice
     g2 = _lstm_graph()
     lstm = [n for n, node in g2.nodes.items() if node.meta.get("cell") == "lstm"]
     assert [n for n in lstm if g2.nodes[n].kind in ops.HEAVY] == ["lstm_gates"]
@@ -139,22 +144,24 @@ def test_cells_tag_their_nodes_and_keep_linears_separate() -> None:
     g2.validate()
 
 
-def test_cells_pass_match_on_to_every_join() -> None:
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "primitives"])
+def test_cells_pass_match_on_to_every_join(fused: bool) -> None:
     g = Graph("g")
     x = g.input("x", width=IN)
     h = g.input("h", width=HIDDEN)
-    gru_cell(g, x, h, HIDDEN, name="gru", match_on=("t",))
-    joins = [n for n in g.nodes.values() if n.kind in {"concat", "add", "mul", "sub"}]
+    gru_cell(g, x, h, HIDDEN, name="gru", match_on=("t",), fused=fused)
+    joins = [n for n in g.nodes.values() if n.kind in {"concat", "add", "mul", "sub", "gru_update"}]
     assert joins and all(n.op.match_on == ("t",) for n in joins)  # type: ignore[attr-defined]
 
 
-def test_tree_lstm_cells_have_the_documented_widths() -> None:
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "primitives"])
+def test_tree_lstm_cells_have_the_documented_widths(fused: bool) -> None:
     g = Graph("tree")
     x = g.input("x", width=IN)
-    leaf = tree_lstm_leaf(g, x, HIDDEN, name="leaf")
+    leaf = tree_lstm_leaf(g, x, HIDDEN, name="leaf", fused=fused)
     assert g.width(leaf) == 2 * HIDDEN
     children = g.concat(*g.bcast(leaf, 2), name="pair")  # stands in for a Collect of two children
-    node = tree_lstm_branch(g, children, HIDDEN, name="branch")
+    node = tree_lstm_branch(g, children, HIDDEN, name="branch", fused=fused)
     assert g.width(node) == 2 * HIDDEN
     assert g.nodes["branch_gates"].op.param_shapes() == {"W": (2 * HIDDEN, 5 * HIDDEN), "b": (5 * HIDDEN,)}
     assert g.nodes["leaf_gates"].op.param_shapes() == {"W": (IN, 3 * HIDDEN), "b": (3 * HIDDEN,)}
@@ -162,7 +169,7 @@ def test_tree_lstm_cells_have_the_documented_widths() -> None:
 
     bad = Graph("bad")
     wrong = bad.concat(bad.input("a", width=HIDDEN), bad.input("b", width=HIDDEN))  # 2H where 4H is expected
-    tree_lstm_branch(bad, wrong, HIDDEN, name="branch")
+    tree_lstm_branch(bad, wrong, HIDDEN, name="branch", fused=fused)
     with pytest.raises(ValidationError, match=r"Split 'branch_children'.*expected width 20 \(sum of sizes\), got 10"):
         bad.validate()
 
@@ -174,3 +181,29 @@ def test_cell_arguments_are_checked() -> None:
         tree_lstm_leaf(g, x, HIDDEN, name="leaf")
     with pytest.raises(GraphError, match="hidden: expected a positive int, got 0"):
         gru_cell(g, x, x, 0, name="gru", in_features=3)
+
+
+def _tree_cells_graph(fused: bool) -> Graph:
+    """A leaf from x, a branch over two copies of it, the loss on both h and c of the branch."""
+    g = Graph("tree")
+    leaf = tree_lstm_leaf(g, g.input("x", width=IN), HIDDEN, name="leaf", fused=fused)
+    left, right = g.bcast(leaf, 2, name="twins")
+    children = g.concat(left, g.linear(right, 2 * HIDDEN, name="mix"), name="pair")
+    node = tree_lstm_branch(g, children, HIDDEN, name="branch", fused=fused)
+    g.mse(node, g.input("target", width=2 * HIDDEN), name="loss")
+    return g
+
+
+def test_fused_tree_lstm_cells_equal_the_primitive_cells() -> None:
+    batch = _batch(3)
+    results = []
+    for fused in (True, False):
+        interp = Interpreter(_tree_cells_graph(fused), seed=7, dtype=np.float64)
+        (report,) = interp.run_key(batch, key=0, train=False)
+        results.append((report["loss"], interp.gradients(batch, key=1)))
+    (loss_f, grads_f), (loss_p, grads_p) = results
+    assert loss_f == pytest.approx(loss_p, rel=1e-12)
+    assert set(grads_f) == set(grads_p) == {"leaf_gates", "mix", "branch_gates"}
+    for node, group in grads_p.items():
+        for name, expected in group.items():
+            np.testing.assert_allclose(grads_f[node][name], expected, rtol=1e-10, atol=1e-14, err_msg=f"{node}.{name}")

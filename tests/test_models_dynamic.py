@@ -20,6 +20,7 @@ from amp_notebook.data.graphs import (
     GraphInstance,
     babi15_graphs,
     ggsnn_batch,
+    ggsnn_bucket,
     ggsnn_dataset,
 )
 from amp_notebook.data.molecules import molecule_graphs
@@ -222,6 +223,38 @@ def test_ggsnn_gradients_equal_torch(task: str) -> None:
         np.testing.assert_allclose(grads["gru_h"]["W"], cell.weight_hh.grad.numpy().T, rtol=1e-6, atol=1e-12)
         np.testing.assert_allclose(grads["gru_h"]["b"], cell.bias_hh.grad.numpy(), rtol=1e-6, atol=1e-12)  # type: ignore[union-attr]
         assert_grads_equal({n: v for n, v in grads.items() if not n.startswith("gru")}, params)
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_ggsnn_bucket_of_graphs_equals_the_mean_of_its_graphs_in_torch(task: str) -> None:
+    """A key holding several graphs (their disjoint union): loss and gradients are the mean over its graphs."""
+    if task == "regression":
+        instances = molecule_graphs(3, seed=4, max_heavy_atoms=4, min_heavy_atoms=2)
+        n_types, width, classes = 3, instances[0].feature_width, None
+    else:
+        instances = babi15_graphs(3, seed=5, inflate_to=9, task="classification")
+        n_types, width, classes = 5, BABI15_FEATURE_WIDTH, len(BABI15_TYPES)
+    interp = Interpreter(ggsnn(n_types, width, GH, STEPS, task, classes), seed=2, dtype=np.float64)
+    batch = ggsnn_bucket(instances, n_types, STEPS, task)
+    assert batch.size == 3
+    assert batch.inputs["node_graph"].tolist() == [k for k, g in enumerate(instances) for _ in range(g.num_nodes)]
+    grads = interp.gradients(batch, key=0)
+    (report,) = interp.run_key(batch, key=1, train=False)
+    params = as_torch(interp.params())
+    pairs = [torch_ggsnn_loss(inst, n_types, task, params) for inst in instances]
+    loss = sum(p[0] for p in pairs) / len(pairs)
+    assert loss.item() == pytest.approx(report["loss"], rel=1e-10)  # type: ignore[union-attr]
+    loss.backward()  # type: ignore[union-attr]
+    gru_x = sum(p[1].weight_ih.grad for p in pairs)  # type: ignore[misc]
+    gru_hb = sum(p[1].bias_hh.grad for p in pairs)  # type: ignore[misc]
+    np.testing.assert_allclose(grads["gru_x"]["W"], gru_x.numpy().T, rtol=1e-6, atol=1e-12)  # type: ignore[union-attr]
+    np.testing.assert_allclose(grads["gru_h"]["b"], gru_hb.numpy(), rtol=1e-6, atol=1e-12)  # type: ignore[union-attr]
+    assert_grads_equal({n: v for n, v in grads.items() if not n.startswith("gru")}, params)
+
+
+def test_ggsnn_bucket_keeps_node_selection_to_one_graph() -> None:
+    with pytest.raises(ValueError, match="one graph per key"):
+        ggsnn_bucket(babi15_graphs(2, inflate_to=8), 4, STEPS, "node_selection")
 
 
 def test_ggsnn_rejects_bad_arguments() -> None:

@@ -35,6 +35,7 @@ from amp_notebook.ir.ops import (
     Flatmap,
     Gather,
     Group,
+    GRUUpdate,
     Identity,
     Input,
     Isu,
@@ -43,6 +44,7 @@ from amp_notebook.ir.ops import (
     Mul,
     NodeContext,
     Op,
+    Partition,
     Phi,
     ReLU,
     ScatterMean,
@@ -54,6 +56,8 @@ from amp_notebook.ir.ops import (
     Sub,
     SumRows,
     Tanh,
+    TreeLSTMBranch,
+    TreeLSTMLeaf,
     Ungroup,
 )
 
@@ -130,9 +134,9 @@ def _cases() -> list[Case]:
             [
                 (
                     "in",
-                    np.concatenate(
-                        [[-40.0, -12.0, -3.0, -0.5, 0.0, 0.5, 3.0, 12.0, 40.0], 3.0 * randn(9)]
-                    ).reshape(3, 6),
+                    np.concatenate([[-40.0, -12.0, -3.0, -0.5, 0.0, 0.5, 3.0, 12.0, 40.0], 3.0 * randn(9)]).reshape(
+                        3, 6
+                    ),
                     s,
                 )
             ],
@@ -163,9 +167,7 @@ def _cases() -> list[Case]:
         ),
         Case("split_one_output", Split([2, 3]), [("in", randn(4, 5), s)], grad_outputs=frozenset({"out1"})),
         Case("bcast", Bcast(3), [("in", randn(3, 4), s)]),
-        Case(
-            "bcast_some_outputs", Bcast(3), [("in", randn(3, 4), s)], grad_outputs=frozenset({"out0", "out2"})
-        ),
+        Case("bcast_some_outputs", Bcast(3), [("in", randn(3, 4), s)], grad_outputs=frozenset({"out0", "out2"})),
         Case("ungroup", Ungroup("t"), [("in", randn(4, 3), st(length=4))]),
         Case("ungroup_3d", Ungroup("step"), [("in", randn(3, 2, 2), st(length=3))]),
         Case("group", Group("length", "t"), [("in", randn(3), st(length=4, t=i)) for i in (2, 0, 3, 1)]),
@@ -267,6 +269,47 @@ def _cases() -> list[Case]:
         Case("sum_rows", SumRows(), [("in", randn(4, 3), s)]),
         Case("sum_rows_3d", SumRows(), [("in", randn(3, 2, 2), s)]),
         Case("mean_rows", MeanRows(), [("in", randn(4, 3), s)]),
+        # groups of rows by column 0, out of order; a float table gets gradients in its value columns
+        Case(
+            "partition",
+            Partition("t"),
+            [("in", np.column_stack([[2.0, 0.0, 2.0, 1.0, 0.0], randn(5, 3)]), st(levels=3))],
+        ),
+        Case(
+            "partition_vectors",
+            Partition("level", keep_2d=False),
+            [("in", np.column_stack([[1.0, 1.0, 4.0], randn(3)]), s)],
+        ),
+        # fused cells: the gradients into the gates, the children's c and h all checked
+        Case("tree_lstm_leaf", TreeLSTMLeaf(2), [("gates", 2.0 * randn(3, 6), s)]),
+        Case(
+            "tree_lstm_branch",
+            TreeLSTMBranch(2),
+            [("c_right", randn(3, 2), s), ("gates", 2.0 * randn(3, 10), s), ("c_left", randn(3, 2), s)],
+        ),
+        Case(
+            "tree_lstm_branch_match_on",
+            TreeLSTMBranch(3, match_on=("pos",)),
+            [
+                ("gates", randn(2, 15), st(pos=4, t=1)),
+                ("c_left", randn(2, 3), st(pos=4)),
+                ("c_right", randn(2, 3), st(pos=4, u=2)),
+            ],
+        ),
+        Case(
+            "gru_update",
+            GRUUpdate(3),
+            [("h", randn(4, 3), s), ("x_gates", 2.0 * randn(4, 9), s), ("h_gates", 2.0 * randn(4, 9), s)],
+        ),
+        Case(
+            "gru_update_match_on",
+            GRUUpdate(2, match_on=("t",)),
+            [
+                ("x_gates", randn(3, 6), st(t=2)),
+                ("h", randn(3, 2), st(t=2, length=4)),
+                ("h_gates", randn(3, 6), st(t=2)),
+            ],
+        ),
     ]
     return cases
 
@@ -290,9 +333,7 @@ def _forward(case: Case, ctx: NodeContext, feeds: list[Feed]) -> list[tuple[str,
     return emitted
 
 
-def _projections(
-    case: Case, emitted: list[tuple[str, Any, State]], seed: int
-) -> dict[tuple[str, State], np.ndarray]:
+def _projections(case: Case, emitted: list[tuple[str, Any, State]], seed: int) -> dict[tuple[str, State], np.ndarray]:
     rng = np.random.default_rng(seed)
     proj = {}
     for port, y, state in emitted:
@@ -389,9 +430,7 @@ def test_backward_matches_finite_differences(case: Case) -> None:
 
     for name, p in params.items():
         numeric = _numeric_grad(lambda: f(feeds, params), p)
-        np.testing.assert_allclose(
-            ctx.grads[name], numeric, rtol=RTOL, atol=ATOL, err_msg=f"parameter {name!r}"
-        )
+        np.testing.assert_allclose(ctx.grads[name], numeric, rtol=RTOL, atol=ATOL, err_msg=f"parameter {name!r}")
     # the forward inputs were not modified
     for (_, x0, _), (_, x1, _) in zip(case.feeds, feeds, strict=True):
         np.testing.assert_array_equal(x0, x1)

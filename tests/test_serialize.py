@@ -128,6 +128,10 @@ EVERY_OP = [
     ops.SelectRows(),
     ops.SumRows(),
     ops.MeanRows(),
+    ops.Partition("level", keep_2d=False),
+    ops.TreeLSTMLeaf(3),
+    ops.TreeLSTMBranch(4, match_on=("pos",)),
+    ops.GRUUpdate(2, match_on=["t"]),
 ]
 
 
@@ -157,9 +161,7 @@ def _node_index(data: dict[str, Any], name: str) -> int:
 def test_wrong_schema() -> None:
     data = _data()
     data["schema"] = "something.else"
-    with pytest.raises(
-        GraphError, match=re.escape("expected schema 'amp_notebook.graph', found 'something.else'")
-    ):
+    with pytest.raises(GraphError, match=re.escape("expected schema 'amp_notebook.graph', found 'something.else'")):
         graph_from_dict(data)
     with pytest.raises(GraphError, match="expected schema"):
         graph_from_dict([1, 2])  # type: ignore[arg-type]

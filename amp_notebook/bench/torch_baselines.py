@@ -96,6 +96,14 @@ class TorchTreeLSTM(nn.Module):
                 getattr(self, f"{role}_W").copy_(torch.as_tensor(params[names[role]]["W"]))
                 getattr(self, f"{role}_b").copy_(torch.as_tensor(params[names[role]]["b"]))
 
+    def export(self, names: Mapping[str, str] = TREE_LSTM_NAMES) -> dict[str, dict[str, np.ndarray]]:
+        """The inverse of :meth:`load`: this model's weights as a graph's parameters (so that both sides of a
+        benchmark start from the same weights)."""
+        out = {names["embed"]: {"E": self.embed.detach().numpy().copy()}}
+        for role in ("leaf", "branch", "classify"):
+            out[names[role]] = {k: getattr(self, f"{role}_{k}").detach().numpy().copy() for k in ("W", "b")}
+        return out
+
     def leaf(self, words: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Leaf cell on a vector of word ids (or one id): returns (h, c)."""
         i, o, u = (self.embed[words] @ self.leaf_W + self.leaf_b).split(self.hidden, dim=-1)
@@ -253,6 +261,21 @@ class TorchGGNN(nn.Module):
             self.gru.bias_ih.copy_(torch.as_tensor(params["gru_x"]["b"]))
             self.gru.weight_hh.copy_(torch.as_tensor(params["gru_h"]["W"]).T)
             self.gru.bias_hh.copy_(torch.as_tensor(params["gru_h"]["b"]))
+
+    def export(self) -> dict[str, dict[str, np.ndarray]]:
+        """The inverse of :meth:`load` (classification or regression readout): this model's weights as the
+        parameters of a ``models.ggsnn`` graph, so that both sides of a benchmark start from the same weights."""
+
+        def arr(t: torch.Tensor) -> np.ndarray:
+            return t.detach().numpy().copy()
+
+        out = {name: {"W": arr(getattr(self, f"{name}_W")), "b": arr(getattr(self, f"{name}_b"))}
+               for name in GGNN_SCALAR_NODES}  # fmt: skip
+        for e in range(self.n_edge_types):
+            out[f"edge{e}"] = {"W": arr(self.edge_W[e]), "b": arr(self.edge_b[e])}
+        out["gru_x"] = {"W": arr(self.gru.weight_ih.T), "b": arr(self.gru.bias_ih)}
+        out["gru_h"] = {"W": arr(self.gru.weight_hh.T), "b": arr(self.gru.bias_hh)}
+        return out
 
     def initial(self, x: torch.Tensor) -> torch.Tensor:
         return x @ self.init_W + self.init_b

@@ -146,26 +146,53 @@ def graph_batch(instance: GraphInstance, task: str) -> Batch:
 
 
 def ggsnn_batch(instance: GraphInstance, n_edge_types: int, steps: int, task: str) -> Batch:
-    """One graph as one key for the GGS-NN graph (`amp_notebook.models.ggsnn`).
+    """One graph as one key for the GGS-NN graph (`amp_notebook.models.ggsnn`): `ggsnn_bucket([instance], ...)`."""
+    return ggsnn_bucket([instance], n_edge_types, steps, task)
 
-    Inputs: `node_features` (N, F) float64; for every edge type e, `src{e}` and `dst{e}` (steps, E_e) int64,
-    the sources and destinations of that type's edges tiled once per propagation step (the graph ungroups
-    them with counter `t`, so step t's Gather and ScatterSum join the index message of the same state; E_e
-    may be 0); `target` (1,) (int64 class id or node index, float64 for regression); for node selection also
-    `node_ids` (N, 1) float64 = 0..N-1, the column a Flatmap turns into the state field `node`.
-    Fields: `n_nodes`, `n_edges`.
+
+def ggsnn_bucket(instances: Sequence[GraphInstance], n_edge_types: int, steps: int, task: str) -> Batch:
+    """Graphs as ONE key for the GGS-NN graph (`amp_notebook.models.ggsnn`): their disjoint union.
+
+    Graph k's nodes become rows `offset_k .. offset_k + N_k - 1` of one node table and its edges are
+    shifted by `offset_k`, so propagation over the union is propagation over each graph; the readout sums
+    each graph's nodes separately (by `node_graph`), and the loss averages over the graphs of the key.
+
+    Inputs: `node_features` (N, F) float64 (N = total nodes); for every edge type e, `src{e}` and `dst{e}`
+    (steps, E_e) int64, the sources and destinations of that type's edges tiled once per propagation step
+    (the graph ungroups them with counter `t`, so step t's Gather and ScatterSum join the index message of
+    the same state; E_e may be 0); `node_graph` (N,) int64, the graph (0..K-1) each node belongs to;
+    `target` (K,) int64 class ids or node index, or (K, 1) float64 for regression; for node selection (one graph
+    per key only) also `node_ids` (N, 1) float64 = 0..N-1, the column a Flatmap turns into the state field
+    `node`. Size K; fields `n_nodes`, `n_edges` (totals).
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps: expected an int >= 1 (propagation steps), got {steps!r}")
-    base = graph_batch(instance, task)
-    inputs = {"node_features": base.inputs["node_features"], "target": base.inputs["target"]}
+    if not instances:
+        raise ValueError("ggsnn_bucket: expected at least one graph, got none")
+    if task == "node_selection" and len(instances) != 1:
+        raise ValueError(
+            f"ggsnn_bucket: task 'node_selection' takes one graph per key (its logits are one row over the "
+            f"graph's nodes), got {len(instances)} graphs; use graphs_per_key=1"
+        )
+    sizes = [g.num_nodes for g in instances]
+    offsets = np.cumsum([0, *sizes[:-1]])
+    edges = np.concatenate([g.edges.astype(np.int64) + off for g, off in zip(instances, offsets, strict=True)])
+    types = np.concatenate([g.edge_types for g in instances])
+    dtype = np.float64 if task == "regression" else np.int64
+    inputs = {
+        "node_features": np.ascontiguousarray(np.concatenate([g.node_features for g in instances]), dtype=np.float64),
+        "node_graph": np.repeat(np.arange(len(instances), dtype=np.int64), sizes),
+        "target": np.array([g.target for g in instances], dtype=dtype),
+    }
+    if task == "regression":  # one column per graph, as the regression readout's (K, 1) prediction
+        inputs["target"] = inputs["target"][:, None]
     for e in range(n_edge_types):
-        typed = instance.edges[instance.edge_types == e].astype(np.int64)
+        typed = edges[types == e]
         inputs[f"src{e}"] = np.ascontiguousarray(np.tile(typed[:, 0], (steps, 1)))
         inputs[f"dst{e}"] = np.ascontiguousarray(np.tile(typed[:, 1], (steps, 1)))
     if task == "node_selection":
-        inputs["node_ids"] = np.arange(instance.num_nodes, dtype=np.float64)[:, None]
-    return Batch(inputs=inputs, size=1, fields=dict(base.fields))
+        inputs["node_ids"] = np.arange(sizes[0], dtype=np.float64)[:, None]
+    return Batch(inputs=inputs, size=len(instances), fields={"n_nodes": int(sum(sizes)), "n_edges": len(edges)})
 
 
 def ggsnn_dataset(
@@ -177,17 +204,28 @@ def ggsnn_dataset(
     val_instances: Sequence[GraphInstance] = (),
     num_classes: int | None = None,
     name: str = "graphs",
+    graphs_per_key: int = 1,
+    val_graphs_per_key: int | None = None,
 ) -> Dataset:
-    """As `graph_dataset` (same checks and meta, plus `steps`), with keys built by `ggsnn_batch`."""
+    """As `graph_dataset` (same checks and meta, plus `steps`), with keys built by `ggsnn_bucket`: consecutive
+    runs of `graphs_per_key` graphs (the last key may hold fewer); validation keys of `val_graphs_per_key`
+    (default: the same; validation runs forward only, so its bucket size changes no update)."""
+    _check_count("graphs_per_key", graphs_per_key, 1)
+    val_size = graphs_per_key if val_graphs_per_key is None else val_graphs_per_key
+    _check_count("val_graphs_per_key", val_size, 1)
     checked = graph_dataset(
         instances, n_edge_types, task, val_instances=val_instances, num_classes=num_classes, name=name
     )
+
+    def buckets(group: Sequence[GraphInstance], size: int) -> list[Batch]:
+        return [ggsnn_bucket(group[i : i + size], n_edge_types, steps, task) for i in range(0, len(group), size)]
+
     return Dataset(
         name=name,
-        train=[ggsnn_batch(g, n_edge_types, steps, task) for g in instances],
-        val=[ggsnn_batch(g, n_edge_types, steps, task) for g in val_instances],
+        train=buckets(instances, graphs_per_key),
+        val=buckets(val_instances, val_size),
         num_classes=checked.num_classes,
-        meta={**checked.meta, "steps": steps},
+        meta={**checked.meta, "steps": steps, "graphs_per_key": graphs_per_key},
     )
 
 

@@ -240,9 +240,7 @@ class Graph:
     def _single(self, op: Op, inputs: Sequence[Ref | None], name: str | None, attrs: dict[str, Any]) -> Ref:
         return Ref(self._add(op, inputs, name, attrs).name, "out")
 
-    def _multi(
-        self, op: Op, inputs: Sequence[Ref | None], name: str | None, attrs: dict[str, Any]
-    ) -> tuple[Ref, ...]:
+    def _multi(self, op: Op, inputs: Sequence[Ref | None], name: str | None, attrs: dict[str, Any]) -> tuple[Ref, ...]:
         node = self._add(op, inputs, name, attrs)
         return tuple(Ref(node.name, p) for p in op.output_ports())
 
@@ -363,6 +361,11 @@ class Graph:
         """One message per row of a matrix (n, 1 + k): column 0 becomes state field ``field``, the rest the
         payload ((1, k), or (k,) with ``keep_2d=False`` for ids and class labels)."""
         return self._single(O.Flatmap(field, keep_2d), [x], name, {})
+
+    def partition(self, x: Ref, field: str = "t", keep_2d: bool = True, name: str | None = None) -> Ref:
+        """One message per distinct value of column 0 of a table (n, 1 + k), holding that group's rows
+        ((m, k), or (m,) with ``keep_2d=False``) with ``field`` set to the value: per-level index vectors."""
+        return self._single(O.Partition(field, keep_2d), [x], name, {})
 
     def collect(self, x: Ref, key: str, index: str, count: int | str, field: str, name: str | None = None) -> Ref:
         """Merge the messages whose ``key`` expression agrees into one, concatenated in ``index`` order, with

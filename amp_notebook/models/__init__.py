@@ -3,6 +3,6 @@
 from amp_notebook.models.ggsnn import ggsnn
 from amp_notebook.models.mlp import mlp
 from amp_notebook.models.rnn import rnn
-from amp_notebook.models.tree_lstm import tree_lstm
+from amp_notebook.models.tree_lstm import tree_lstm, tree_lstm_forest
 
-__all__ = ["ggsnn", "mlp", "rnn", "tree_lstm"]
+__all__ = ["ggsnn", "mlp", "rnn", "tree_lstm", "tree_lstm_forest"]

@@ -2,8 +2,10 @@
 
 How one static graph runs every graph
 -------------------------------------
-A key is one graph. Its node states ``h`` (N, hidden) travel as ONE message, and the graph's structure
-travels as int index payloads, so nothing in the IR depends on N or on the edges::
+A key is one graph, or a bucket of K graphs as their disjoint union (:func:`~amp_notebook.data.graphs.ggsnn_bucket`:
+node rows stacked, edges shifted, ``node_graph`` naming each row's graph). Its node states ``h`` (N, hidden)
+travel as ONE message, and the graph's structure travels as int index payloads, so nothing in the IR
+depends on N, on K or on the edges::
 
     node_features (N, F) -> Linear 'init' -> Isu 'start' (t = 0) -> Phi 'loop' <---------------------+
       -> Bcast 'h_fanout'                                                                              |
@@ -24,10 +26,12 @@ index vectors: the Gather gives (0, hidden), the Linear (0, hidden) and the Scat
 
 Readouts
 --------
-* ``classification`` / ``regression``: the gated sum of Li et al.,
+* ``classification`` / ``regression``: the gated sum of Li et al., per graph,
   ``r = sum_v sigmoid(gate(h_v)) * tanh(value(h_v))`` (Linears 'gate' and 'value', hidden -> hidden, then
-  Mul 'gated' and SumRows 'sum_nodes'), then Linear 'readout' (hidden -> classes, or 1) -> SoftmaxCrossEntropy
-  or MSE 'loss' against ``target``.
+  Mul 'gated' and ScatterSum 'sum_nodes', which adds each node's row into its graph's row by the input
+  ``node_graph``; the input ``graphs``, zeros (K, 1), only gives the row count), then Linear 'readout'
+  (hidden -> classes, or 1) -> SoftmaxCrossEntropy or MSE 'loss' against ``target`` (K,), a mean over
+  the key's graphs.
 * ``node_selection``: a score per node, Linear 'score' (hidden -> 1), turned into one row of logits (1, N)
   with the tree machinery: Concat 'numbered' puts the input ``node_ids`` (N, 1) in front of the scores,
   Flatmap 'per_node' makes one message per node with state field ``node``, and Collect 'as_logits' (group
@@ -55,7 +59,7 @@ def ggsnn(
     task: str = "classification",
     classes: int | None = None,
 ) -> Graph:
-    """A GG-NN over ``steps`` propagation steps; inputs as built by :func:`~amp_notebook.data.graphs.ggsnn_batch`."""
+    """A GG-NN over ``steps`` propagation steps; inputs as built by :func:`~amp_notebook.data.graphs.ggsnn_bucket`."""
     if task not in TASKS:
         raise GraphError(f"ggsnn task: expected one of {TASKS}, got {task!r}")
     if task == "classification" and (classes is None or classes < 2):
@@ -91,7 +95,9 @@ def ggsnn(
     to_gate, to_value = g.bcast(final, 2, name="final_fanout")
     gate = g.sigmoid(g.linear(to_gate, hidden, name="gate"), name="gate_sigmoid")
     value = g.tanh(g.linear(to_value, hidden, name="value"), name="value_tanh")
-    pooled = g.sum_rows(g.mul(gate, value, name="gated"), name="sum_nodes")
+    gated = g.mul(gate, value, name="gated")
+    per_graph = g.zeros("graphs", 1)  # (K, 1): one row per graph of the key
+    pooled = g.scatter_sum(gated, g.input("node_graph", dtype="int"), per_graph, name="sum_nodes", match_on=())
     if task == "classification":
         assert classes is not None
         logits = g.linear(pooled, classes, name="readout")

@@ -89,6 +89,54 @@ def tree_lstm(
     return g
 
 
+def tree_lstm_forest(
+    vocab_size: int, embedding_dim: int = 64, hidden: int = 64, classes: int = 5, *, fused: bool = True
+) -> Graph:
+    """The same Tree-LSTM (same cells, same weights and node names for them) over *forest* keys: a bucket of
+    trees per key (``data.forest.forest_batch``), run level by level instead of node by node.
+
+    One message holds the states [h; c] of every node of the bucket, a table (R, 2 hidden), and goes round
+    a loop once per level; level t's branches read their children's rows with two Gathers, run one
+    batched branch cell and add their own rows in with a ScatterSum (each row is written once, into
+    zeros, so adding is placing)::
+
+        leaf_words (L,) -> Embedding 'embed' -> tree_lstm_leaf 'leaf' -> ScatterSum 'leaf_table'
+            (into R rows at leaf_rows; R from labels) -> Isu 'start' (t = 0) -> Phi 'levels' <----------+
+        -> Cond 'more' on ``t < levels``                                                               |
+             true -> Bcast 'table_fanout' -> Gather 'left_children' / 'right_children' (index: the     |
+                     Partition of table 'left' / 'right' by level, joined on the state's t)          |
+                  -> Concat 'children' -> tree_lstm_branch 'branch' -> ScatterSum 'place' (at the    |
+                     Partition of 'rows') -> Add 'table' (old table + new rows) -> Isu 'tick' (t + 1) -+
+             false -> Split 'h_c' -> h -> Linear 'classify' -> SoftmaxCrossEntropy 'loss' (labels (R,));
+                                     c -> Discard 'drop_c'
+
+    A key's loss is the mean over all nodes of its trees. Messages per key grow with the number of levels
+    (the tallest tree), not with the number of trees or nodes: the paper's "keys are buckets of instances"
+    applied to trees of different shapes. Every parameterized node updates after ``min_update_frequency``
+    gradients of the run (the branch cell's Linear gets one per level).
+    """
+    g = Graph("tree_lstm_forest")
+    embedded = g.embedding(g.input("leaf_words", dtype="int"), vocab_size, embedding_dim, name="embed")
+    leaves = tree_lstm_leaf(g, embedded, hidden, name="leaf", fused=fused)
+    labels_for_loss, labels_for_rows = g.bcast(g.input("labels", dtype="int"), 2, name="labels_fanout")
+    table = g.scatter_sum(leaves, g.input("leaf_rows", dtype="int"), labels_for_rows, name="leaf_table")
+    table = g.isu(table, forward={"t": "0"}, backward={"t": None}, name="start")
+    more, done = g.cond(g.phi(table, None, name="levels"), "t < levels", name="more")
+    to_left, to_right, like, old = g.bcast(more, 4, name="table_fanout")
+    left = g.gather(to_left, g.partition(g.input("left", dtype="int"), "t", False, "left_levels"), name="left_children")
+    right = g.gather(
+        to_right, g.partition(g.input("right", dtype="int"), "t", False, "right_levels"), name="right_children"
+    )
+    branches = tree_lstm_branch(g, g.concat(left, right, name="children"), hidden, name="branch", fused=fused)
+    rows = g.partition(g.input("rows", dtype="int"), "t", keep_2d=False, name="level_rows")
+    new = g.add(old, g.scatter_sum(branches, rows, like, name="place"), name="table")
+    g.connect(g.isu(new, forward={"t": "t + 1"}, backward={"t": "t - 1"}, name="tick"), "levels", "in1")
+    h, c = g.split(done, [hidden, hidden], name="h_c")
+    g.discard(c, name="drop_c")
+    g.softmax_cross_entropy(g.linear(h, classes, name="classify"), labels_for_loss, name="loss", match_on=("key",))
+    return g
+
+
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 

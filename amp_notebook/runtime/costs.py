@@ -69,6 +69,11 @@ ELEMENT_FLOPS: dict[str, tuple[float, float]] = {
     "mul": (1.0, 2.0),
     "softmax_cross_entropy": (5.0, 1.0),
     "mse": (3.0, 1.0),
+    # fused cells, per element of each message (gate pre-activations and c forward, [h; c] or h' backward):
+    # a sigmoid or tanh and a few products per gate element
+    "tree_lstm_leaf": (4.0, 8.0),
+    "tree_lstm_branch": (4.0, 10.0),
+    "gru_update": (4.0, 12.0),
 }
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 from amp_notebook.ir.ops.aggregate import Bcast, Concat, Group, Split, Ungroup
 from amp_notebook.ir.ops.base import NodeContext, Op, OpError
 from amp_notebook.ir.ops.control import Cond, Isu, Phi
-from amp_notebook.ir.ops.dynamic import Collect, Distribute, Flatmap
+from amp_notebook.ir.ops.dynamic import Collect, Distribute, Flatmap, Partition
+from amp_notebook.ir.ops.fused import GRUUpdate, TreeLSTMBranch, TreeLSTMLeaf
 from amp_notebook.ir.ops.loss import LOSS_PORT, MSE, SoftmaxCrossEntropy
 from amp_notebook.ir.ops.payload import (
     Add,
@@ -31,30 +32,32 @@ OPS: dict[str, type[Op]] = {
     for cls in (
         Input, Identity, Linear, Embedding, ReLU, Tanh, Sigmoid, Add, Sub, Mul,
         Cond, Phi, Isu, Distribute,
-        Concat, Split, Bcast, Ungroup, Group, Flatmap, Collect,
+        Concat, Split, Bcast, Ungroup, Group, Flatmap, Partition, Collect,
         Gather, ScatterSum, ScatterMean, SelectRows, SumRows, MeanRows,
         SoftmaxCrossEntropy, MSE, Discard,
+        TreeLSTMLeaf, TreeLSTMBranch, GRUUpdate,
     )
-}
+}  # fmt: skip
 
 PARAMETERIZED = frozenset({"linear", "embedding"})
 HEAVY = frozenset(kind for kind, cls in OPS.items() if cls.heavy)
 CONTROL_FLOW = frozenset({"cond", "phi", "isu", "distribute"})
 AGGREGATION = frozenset({
-    "concat", "split", "bcast", "ungroup", "group", "flatmap", "collect",
+    "concat", "split", "bcast", "ungroup", "group", "flatmap", "partition", "collect",
     "gather", "scatter_sum", "scatter_mean", "select_rows", "sum_rows", "mean_rows",
 })  # fmt: skip
 # Ops that change the state of every message they pass, so a loop through one never sees the same state
 # twice: the validator accepts any of them in place of an Isu on a cycle (a Collect maps pos -> pos // 2).
 STATE_UPDATING = frozenset({"isu", "collect"})
 LOSSES = frozenset({"softmax_cross_entropy", "mse"})
+# The light elementwise part of one recurrent cell in one node (``ir.cells`` with ``fused=True``).
+FUSED_CELLS = frozenset({"tree_lstm_leaf", "tree_lstm_branch", "gru_update"})
 INPUTS = frozenset({"input"})
 
 __all__ = [
-    "AGGREGATION", "CONTROL_FLOW", "HEAVY", "INPUTS", "LOSSES", "LOSS_PORT", "MSE", "OPS", "PARAMETERIZED",
-    "STATE_UPDATING",
-    "Add", "Bcast", "Collect", "Concat", "Cond", "Discard", "Distribute", "Embedding", "Flatmap", "Gather",
-    "Group", "Identity", "Input", "Isu", "Linear", "MeanRows", "Mul", "NodeContext", "Op", "OpError", "Phi",
-    "ReLU", "ScatterMean", "ScatterSum", "SelectRows", "Sigmoid", "SoftmaxCrossEntropy", "Split", "Sub",
-    "SumRows", "Tanh", "Ungroup",
+    "AGGREGATION", "CONTROL_FLOW", "FUSED_CELLS", "HEAVY", "INPUTS", "LOSSES", "LOSS_PORT", "MSE", "OPS",
+    "PARAMETERIZED", "STATE_UPDATING", "Add", "Bcast", "Collect", "Concat", "Cond", "Discard", "Distribute",
+    "Embedding", "Flatmap", "GRUUpdate", "Gather", "Group", "Identity", "Input", "Isu", "Linear", "MeanRows", "Mul",
+    "NodeContext", "Op", "OpError", "Partition", "Phi", "ReLU", "ScatterMean", "ScatterSum", "SelectRows", "Sigmoid",
+    "SoftmaxCrossEntropy", "Split", "Sub", "SumRows", "Tanh", "TreeLSTMBranch", "TreeLSTMLeaf", "Ungroup",
 ]  # fmt: skip

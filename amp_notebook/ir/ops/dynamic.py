@@ -1,8 +1,9 @@
-"""Dynamic (dis)aggregation by state information: Flatmap, Collect and Distribute.
+"""Dynamic (dis)aggregation by state information: Flatmap, Partition, Collect and Distribute.
 
 These let one static graph walk a per-instance structure (a tree, say) whose shape is only known from
 the key's data: Flatmap turns one message holding a table into one message per row addressed by a
-state field, Collect merges the messages whose state maps to the same group (the children of one tree
+state field, Partition into one message per *group* of rows (the branches of one tree level),
+Collect merges the messages whose state maps to the same group (the children of one tree
 node) into one, and Distribute routes each message to a branch chosen by its state.
 """
 
@@ -97,31 +98,109 @@ class Flatmap(Op):
 
 
 class _RowGradients:
-    """What Flatmap's backward fills in: the input's shape, row of each field value, rows still owed."""
+    """What Flatmap's (Partition's) backward fills in: the input's shape, the row (rows) of each field value,
+    messages still owed."""
 
     __slots__ = ("grad", "remaining", "rows", "shape")
 
-    def __init__(self, shape: tuple[int, ...], rows: dict[int, int]) -> None:
+    def __init__(self, shape: tuple[int, ...], rows: dict[int, Any]) -> None:
         self.shape = shape
         self.rows = rows
         self.remaining = len(rows)
         self.grad: np.ndarray | None = None
 
 
-def _row_addresses(field: str, column: np.ndarray) -> list[int]:
+class Partition(Op):
+    """One message holding a table (n, 1 + k) -> one message per distinct value v of column 0 (ascending),
+    holding the rows whose column 0 equals v, in their order, without column 0, with state field
+    ``field = v``: shape (m, k), or with ``keep_2d=False`` (k = 1 only) a vector (m,), what Gather and
+    ScatterSum take as an index. A forest's ``[level, child row]`` table becomes one index message per tree
+    level (``data.forest``), to be joined with the state table when the loop reaches that level.
+
+    Column 0 follows Flatmap's rules (integers; in a float table within 1e-3 of one); the incoming state
+    must not have ``field`` yet. Backward collects the groups' gradients and sends one gradient of the
+    input's shape, zero in column 0.
+    """
+
+    kind = "partition"
+    group = "aggregation"
+
+    def __init__(self, field: str = "t", keep_2d: bool = True) -> None:
+        self.field = _field_name("Partition", "field", field)
+        if not isinstance(keep_2d, bool):
+            raise OpError(f"Partition keep_2d: expected True or False, got {keep_2d!r}")
+        self.keep_2d = keep_2d
+
+    def infer_widths(self, widths: Mapping[str, Width]) -> dict[str, Width]:
+        found = widths.get("in")
+        if found is not None and (found < 2 or (not self.keep_2d and found != 2)):
+            need = "width >= 2" if self.keep_2d else "width 2 (keep_2d=False gives vectors)"
+            raise OpError(
+                f"Partition input 'in': expected {need} (column 0 holds {self.field!r}), got {found}", port="in"
+            )
+        return {"out": None if found is None or not self.keep_2d else found - 1}
+
+    def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
+        if self.field in state:
+            raise OpError(f"Partition: state {state} already has field {self.field!r}; choose another", port="in")
+        x = np.asarray(x)
+        if x.ndim != 2 or x.shape[1] < 2 or (not self.keep_2d and x.shape[1] != 2):
+            raise OpError(
+                f"Partition input 'in': expected a matrix (n, 1 + k) with column 0 holding {self.field!r} "
+                f"(k = 1 with keep_2d=False), got shape {x.shape}",
+                port="in",
+            )
+        values = np.asarray(_integer_column("Partition", self.field, x[:, 0]), dtype=np.int64)
+        order = np.argsort(values, kind="stable")
+        groups, starts = np.unique(values[order], return_index=True)
+        bounds = [*starts.tolist(), len(order)]
+        rows = x[:, 1:] if self.keep_2d else x[:, 1]
+        out: Emitted = []
+        members: dict[int, np.ndarray] = {}
+        for v, lo, hi in zip(groups.tolist(), bounds[:-1], bounds[1:], strict=True):
+            picked = order[lo:hi]
+            members[v] = picked
+            out.append(("out", rows[picked], state.replace(**{self.field: v})))
+        if ctx.train and out:
+            ctx.cache[state] = _RowGradients(x.shape, members)
+        return out
+
+    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+        parent = state.replace(**{self.field: None})
+        entry: _RowGradients = ctx.cache[parent]
+        if entry.grad is None:
+            entry.grad = np.zeros(entry.shape, dtype=np.result_type(g, np.float64))
+        picked = entry.rows[state[self.field]]
+        entry.grad[picked, 1:] = np.reshape(g, (len(picked), -1))
+        entry.remaining -= 1
+        if entry.remaining:
+            return []
+        del ctx.cache[parent]
+        return [("in", entry.grad, parent)]
+
+    def config(self) -> dict[str, Any]:
+        return {"field": self.field, "keep_2d": self.keep_2d}
+
+
+def _integer_column(op: str, field: str, column: np.ndarray) -> np.ndarray:
+    """Column 0 of a table as integers (a float column must hold integers within 1e-3)."""
     if column.dtype.kind == "f":
         rounded = np.rint(column)
         bad = np.flatnonzero(np.abs(column - rounded) > 1e-3)
         if bad.size:
             raise OpError(
-                f"Flatmap input 'in': column 0 holds {field!r} and must hold integers, found "
+                f"{op} input 'in': column 0 holds {field!r} and must hold integers, found "
                 f"{float(column[bad[0]])!r} in row {bad[0]}",
                 port="in",
             )
-        column = rounded
-    elif column.dtype.kind not in "iu":
-        raise OpError(f"Flatmap input 'in': expected an int (or float) matrix, got dtype {column.dtype}", port="in")
-    values = [int(v) for v in column]
+        return rounded.astype(np.int64)
+    if column.dtype.kind not in "iu":
+        raise OpError(f"{op} input 'in': expected an int (or float) matrix, got dtype {column.dtype}", port="in")
+    return column
+
+
+def _row_addresses(field: str, column: np.ndarray) -> list[int]:
+    values = [int(v) for v in _integer_column("Flatmap", field, column)]
     first: dict[int, int] = {}
     for i, v in enumerate(values):
         if v in first:

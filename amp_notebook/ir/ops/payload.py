@@ -219,13 +219,13 @@ class Sigmoid(_Elementwise):
     kind = "sigmoid"
 
     def f(self, x: np.ndarray) -> np.ndarray:
-        # split by sign so that exp never overflows
-        out = np.empty_like(x)
-        pos = x >= 0
-        out[pos] = 1.0 / (1.0 + np.exp(-x[pos]))
-        ex = np.exp(x[~pos])
-        out[~pos] = ex / (1.0 + ex)
-        return out
+        # sigmoid(x) = (1 + tanh(x / 2)) / 2: never overflows, and one tanh is several times faster than exp
+        # with a split by sign on small payloads (absolute error ~1e-16; tiny tails round to 0 or 1)
+        y = np.multiply(x, 0.5)
+        np.tanh(y, out=y)
+        y *= 0.5
+        y += 0.5
+        return y
 
     def df(self, x: np.ndarray, y: np.ndarray, g: np.ndarray) -> np.ndarray:
         return g * y * (1.0 - y)

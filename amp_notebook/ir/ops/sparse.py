@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from scipy.sparse import csr_array
 
 from amp_notebook.ir.message import State
 from amp_notebook.ir.ops.base import Emitted, JoinMixin, NodeContext, Op, OpError, Width
@@ -30,6 +31,22 @@ def _index_vector(op: str, port: str, index: Any, size: int) -> np.ndarray:
             port=port,
         )
     return idx
+
+
+def scatter_add_rows(idx: np.ndarray, x: np.ndarray, n: int) -> np.ndarray:
+    """``out = zeros((n, ...)); out[idx[e]] += x[e]`` for every row e, repeated indices accumulating.
+
+    For a float matrix this is a sparse (n, E) 0/1 matrix times x, built directly in CSR form (rows
+    sorted by destination): several times faster than ``np.add.at`` on the row sizes of graph keys.
+    """
+    if x.ndim != 2 or x.dtype.kind != "f" or len(idx) == 0:
+        out = np.zeros((n, *x.shape[1:]), dtype=x.dtype)
+        np.add.at(out, idx, x)
+        return out
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(idx, minlength=n), out=indptr[1:])
+    ones = np.ones(len(idx), dtype=x.dtype)
+    return np.asarray(csr_array((ones, np.argsort(idx, kind="stable"), indptr), shape=(n, len(idx))) @ x)
 
 
 class _Sparse(JoinMixin, Op):
@@ -82,9 +99,7 @@ class Gather(_Sparse):
 def _rows_backward(ctx: NodeContext, g: Any, state: State) -> Emitted:
     """Backward of taking rows ``x[idx]``: each row's gradient added back where it came from."""
     idx, shape = ctx.cache.pop(state)
-    dx = np.zeros(shape, dtype=g.dtype)
-    np.add.at(dx, idx, g)
-    return [("x", dx, state)]
+    return [("x", scatter_add_rows(idx, np.asarray(g), shape[0]), state)]
 
 
 class ScatterSum(_Sparse):
@@ -114,8 +129,7 @@ class ScatterSum(_Sparse):
                 f"got {len(idx)}",
                 port="index",
             )
-        out = np.zeros((n, *np.shape(xs)[1:]), dtype=xs.dtype)
-        np.add.at(out, idx, xs)
+        out = scatter_add_rows(idx, xs, n)
         scale = self.row_scale(idx, n)
         if scale is not None:
             out *= scale.reshape((n,) + (1,) * (out.ndim - 1))

@@ -1,0 +1,218 @@
+"""Fused cell ops: the light elementwise part of one recurrent cell as a single node.
+
+A Tree-LSTM or GRU cell built from primitives (``ir.cells`` with ``fused=False``) spends some twenty
+messages on gate nonlinearities and the c/h update, each a few microseconds of Python glue around a
+microsecond of numpy. These ops do that part in one message; the heavy Linears that compute the gate
+pre-activations stay separate nodes, so placement still sees and spreads them. The math, the gate order
+and therefore the weights are exactly those of the primitive cells (``ir.cells`` docstrings), and every
+backward here is checked against finite differences (``tests/test_op_gradients.py``) and, inside whole
+models, against torch autograd.
+
+Sigmoids are the primitive Sigmoid's ``0.5 * tanh(x / 2) + 0.5`` (no overflow, and several times faster on
+these small matrices than ``exp`` with a sign split or ``scipy.special.expit``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from amp_notebook.ir.message import State
+from amp_notebook.ir.ops.base import Emitted, JoinMixin, NodeContext, Op, OpError, Width, check_width, positive_int
+from amp_notebook.ir.ops.payload import Sigmoid
+
+expit = Sigmoid().f  # the logistic sigmoid into a fresh array, as the primitive Sigmoid computes it
+
+
+def _check_rows(op: str, pieces: Mapping[str, np.ndarray], widths: Mapping[str, int]) -> None:
+    rows = None
+    for port, x in pieces.items():
+        shape = np.shape(x)
+        if len(shape) != 2 or shape[1] != widths[port]:
+            raise OpError(f"{op} input {port!r}: expected shape (n, {widths[port]}), got {shape}", port=port)
+        if rows is not None and shape[0] != rows:
+            raise OpError(f"{op} input {port!r}: expected {rows} rows (as the other inputs), got {shape[0]}", port=port)
+        rows = shape[0]
+
+
+class TreeLSTMLeaf(Op):
+    """Gate pre-activations [i, o, u] (n, 3 hidden) -> the leaf state [h; c] (n, 2 hidden)::
+
+    c = sigmoid(i) * tanh(u);   h = sigmoid(o) * tanh(c)
+    """
+
+    kind = "tree_lstm_leaf"
+    group = "payload"
+
+    def __init__(self, hidden: int) -> None:
+        self.hidden = positive_int("TreeLSTMLeaf", "hidden", hidden)
+
+    def input_ports(self) -> tuple[str, ...]:
+        return ("gates",)
+
+    def infer_widths(self, widths: Mapping[str, Width]) -> dict[str, Width]:
+        check_width("TreeLSTMLeaf", "gates", 3 * self.hidden, widths.get("gates"))
+        return {"out": 2 * self.hidden}
+
+    def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
+        H = self.hidden
+        _check_rows("TreeLSTMLeaf", {"gates": x}, {"gates": 3 * H})
+        s = expit(x[:, : 2 * H])  # sigmoid(i), sigmoid(o)
+        tu = np.tanh(x[:, 2 * H :])
+        out = np.empty((len(x), 2 * H), dtype=np.result_type(x, np.float32))
+        c = np.multiply(s[:, :H], tu, out=out[:, H:])
+        tc = np.tanh(c)
+        np.multiply(s[:, H:], tc, out=out[:, :H])
+        if ctx.train:
+            ctx.cache[state] = (s, tu, tc)
+        return [("out", out, state)]
+
+    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+        H = self.hidden
+        s, tu, tc = ctx.cache.pop(state)
+        s_i, s_o = s[:, :H], s[:, H:]
+        gh = g[:, :H]
+        dc = g[:, H:] + gh * s_o * (1.0 - tc * tc)
+        dz = np.empty((len(g), 3 * H), dtype=np.result_type(g, s))
+        dz[:, :H] = dc * tu
+        dz[:, H : 2 * H] = gh * tc
+        dz[:, : 2 * H] *= s * (1.0 - s)
+        dz[:, 2 * H :] = dc * s_i * (1.0 - tu * tu)
+        return [("gates", dz, state)]
+
+    def config(self) -> dict[str, Any]:
+        return {"hidden": self.hidden}
+
+
+class TreeLSTMBranch(JoinMixin, Op):
+    """Gate pre-activations [i, f_l, f_r, o, u] (n, 5 hidden) and the children's memory cells c_left,
+    c_right (n, hidden each), joined by state -> the node state [h; c] (n, 2 hidden)::
+
+    c = sigmoid(i) * tanh(u) + sigmoid(f_l) * c_left + sigmoid(f_r) * c_right;   h = sigmoid(o) * tanh(c)
+    """
+
+    kind = "tree_lstm_branch"
+    group = "payload"
+    ports = ("gates", "c_left", "c_right")
+
+    def __init__(self, hidden: int, match_on: tuple[str, ...] | list[str] | None = None) -> None:
+        self.hidden = positive_int("TreeLSTMBranch", "hidden", hidden)
+        self.match_on = None if match_on is None else tuple(match_on)
+
+    def input_ports(self) -> tuple[str, ...]:
+        return self.ports
+
+    def infer_widths(self, widths: Mapping[str, Width]) -> dict[str, Width]:
+        check_width("TreeLSTMBranch", "gates", 5 * self.hidden, widths.get("gates"))
+        check_width("TreeLSTMBranch", "c_left", self.hidden, widths.get("c_left"))
+        check_width("TreeLSTMBranch", "c_right", self.hidden, widths.get("c_right"))
+        return {"out": 2 * self.hidden}
+
+    def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
+        got = self.join(ctx, port, x, state, self.ports)
+        if got is None:
+            return []
+        H = self.hidden
+        (z, sz), (c_l, sl), (c_r, sr) = got["gates"], got["c_left"], got["c_right"]
+        _check_rows("TreeLSTMBranch", {"gates": z, "c_left": c_l, "c_right": c_r}, {"gates": 5 * H, "c_left": H,
+                                                                                   "c_right": H})  # fmt: skip
+        s = expit(z[:, : 4 * H])  # sigmoid(i), sigmoid(f_l), sigmoid(f_r), sigmoid(o)
+        tu = np.tanh(z[:, 4 * H :])
+        out = np.empty((len(z), 2 * H), dtype=np.result_type(z, c_l, c_r, np.float32))
+        c = np.multiply(s[:, :H], tu, out=out[:, H:])
+        c += s[:, H : 2 * H] * c_l
+        c += s[:, 2 * H : 3 * H] * c_r
+        tc = np.tanh(c)
+        np.multiply(s[:, 3 * H :], tc, out=out[:, :H])
+        if ctx.train:
+            ctx.cache[sz] = (s, tu, tc, c_l, c_r, sl, sr)
+        return [("out", out, sz)]
+
+    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+        H = self.hidden
+        s, tu, tc, c_l, c_r, sl, sr = ctx.cache.pop(state)
+        gh = g[:, :H]
+        dc = g[:, H:] + gh * s[:, 3 * H :] * (1.0 - tc * tc)
+        dz = np.empty((len(g), 5 * H), dtype=np.result_type(g, s))
+        dz[:, :H] = dc * tu
+        dz[:, H : 2 * H] = dc * c_l
+        dz[:, 2 * H : 3 * H] = dc * c_r
+        dz[:, 3 * H : 4 * H] = gh * tc
+        dz[:, : 4 * H] *= s * (1.0 - s)
+        dz[:, 4 * H :] = dc * s[:, :H] * (1.0 - tu * tu)
+        return [
+            ("gates", dz, state),
+            ("c_left", dc * s[:, H : 2 * H], sl),
+            ("c_right", dc * s[:, 2 * H : 3 * H], sr),
+        ]
+
+    def config(self) -> dict[str, Any]:
+        return {"hidden": self.hidden, "match_on": None if self.match_on is None else list(self.match_on)}
+
+
+class GRUUpdate(JoinMixin, Op):
+    """The GRU's gates and update from the two Linears' outputs, as torch.nn.GRUCell (gates r, z, n)::
+
+        [xr, xz, xn] = x_gates;   [hr, hz, hn] = h_gates          (n, 3 hidden) each
+        r = sigmoid(xr + hr);   z = sigmoid(xz + hz);   n = tanh(xn + r * hn)
+        h' = (1 - z) * n + z * h
+
+    with ``h`` (n, hidden) the previous state; the three inputs are joined by state (or ``match_on``) and
+    the output carries ``x_gates``' state.
+    """
+
+    kind = "gru_update"
+    group = "payload"
+    ports = ("x_gates", "h_gates", "h")
+
+    def __init__(self, hidden: int, match_on: tuple[str, ...] | list[str] | None = None) -> None:
+        self.hidden = positive_int("GRUUpdate", "hidden", hidden)
+        self.match_on = None if match_on is None else tuple(match_on)
+
+    def input_ports(self) -> tuple[str, ...]:
+        return self.ports
+
+    def infer_widths(self, widths: Mapping[str, Width]) -> dict[str, Width]:
+        check_width("GRUUpdate", "x_gates", 3 * self.hidden, widths.get("x_gates"))
+        check_width("GRUUpdate", "h_gates", 3 * self.hidden, widths.get("h_gates"))
+        check_width("GRUUpdate", "h", self.hidden, widths.get("h"))
+        return {"out": self.hidden}
+
+    def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
+        got = self.join(ctx, port, x, state, self.ports)
+        if got is None:
+            return []
+        H = self.hidden
+        (xg, sx), (hg, sh), (h, s_h) = got["x_gates"], got["h_gates"], got["h"]
+        _check_rows("GRUUpdate", {"x_gates": xg, "h_gates": hg, "h": h}, {"x_gates": 3 * H, "h_gates": 3 * H, "h": H})
+        rz = expit(xg[:, : 2 * H] + hg[:, : 2 * H])
+        r, z = rz[:, :H], rz[:, H:]
+        hn = hg[:, 2 * H :]
+        n = np.tanh(xg[:, 2 * H :] + r * hn)
+        diff = h - n
+        out = n + z * diff
+        if ctx.train:
+            ctx.cache[sx] = (rz, n, hn, diff, sh, s_h)
+        return [("out", out, sx)]
+
+    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+        H = self.hidden
+        rz, n, hn, diff, sh, s_h = ctx.cache.pop(state)
+        r, z = rz[:, :H], rz[:, H:]
+        dn = g * (1.0 - z) * (1.0 - n * n)
+        dx = np.empty((len(g), 3 * H), dtype=np.result_type(g, rz))
+        dx[:, :H] = dn * hn
+        dx[:, H : 2 * H] = g * diff
+        dx[:, : 2 * H] *= rz * (1.0 - rz)
+        dx[:, 2 * H :] = dn
+        dh = dx.copy()
+        dh[:, 2 * H :] *= r
+        return [("x_gates", dx, state), ("h_gates", dh, sh), ("h", g * z, s_h)]
+
+    def config(self) -> dict[str, Any]:
+        return {"hidden": self.hidden, "match_on": None if self.match_on is None else list(self.match_on)}
+
+
+__all__ = ["GRUUpdate", "TreeLSTMBranch", "TreeLSTMLeaf"]
