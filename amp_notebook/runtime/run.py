@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from amp_notebook.runtime import blas
 from amp_notebook.runtime.controller import Action, Controller
 from amp_notebook.trace.trace import Trace
 
@@ -72,6 +73,7 @@ class _Driver:
         except BaseException as exc:  # handed to whoever waits for the run
             self.error = exc
         finally:
+            blas.release()  # the Run's hold, taken by the thread that started it
             self.done.set()
 
 
@@ -95,6 +97,7 @@ class Run:
         self._paused = False
         self._stopping = False
         self._trace = Trace(session.buffers, session.plan.names)
+        blas.acquire()  # in the starting thread: see amp_notebook.runtime.blas
         self._driver.thread.start()
         while not backend.started.wait(POLL_S):  # the trace's time origin is fixed when the run starts
             if self._driver.done.is_set():
@@ -107,6 +110,7 @@ class Run:
     def state(self) -> str:
         """One of ``running``, ``paused``, ``stopping``, ``finished``, ``failed``."""
         if self._driver.done.is_set():
+            blas.settle()
             return "failed" if self._driver.error is not None else "finished"
         if self._stopping:
             return "stopping"
@@ -160,7 +164,10 @@ class Run:
         return self._driver.error
 
     def done(self) -> bool:
-        return self._driver.done.is_set()
+        if self._driver.done.is_set():
+            blas.settle()
+            return True
+        return False
 
     # ------------------------------------------------------------------ control
     def pause(self) -> None:
@@ -276,6 +283,7 @@ class Run:
         if not self._driver.done.wait(timeout):
             return False
         self._driver.thread.join()  # it has set `done` as its last step (its workers are joined already)
+        blas.settle()
         return True
 
     def _ended(self) -> bool:

@@ -42,9 +42,8 @@ import heapq
 from collections import deque
 from typing import Any
 
-from threadpoolctl import threadpool_limits
-
 from amp_notebook.ir.message import FWD, Message
+from amp_notebook.runtime.blas import single_threaded_blas
 from amp_notebook.runtime.costs import CostModel, CostTable
 from amp_notebook.runtime.session import Session
 
@@ -83,7 +82,7 @@ class SimulatedBackend:
     def run(self) -> None:
         """Process events until the controller finishes the run (BLAS on one thread: one simulator thread,
         and the same reduction order every run)."""
-        with threadpool_limits(limits=1, user_api="blas"):
+        with single_threaded_blas():
             self._apply(self.session.controller.start())
             self._loop()
         self.wall_s = self.now

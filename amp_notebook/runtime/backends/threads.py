@@ -24,9 +24,8 @@ import time
 from collections import deque
 from typing import Any
 
-from threadpoolctl import threadpool_limits
-
 from amp_notebook.ir.message import FWD, Message
+from amp_notebook.runtime.blas import single_threaded_blas
 from amp_notebook.runtime.session import Session
 
 
@@ -162,7 +161,7 @@ class ThreadedBackend:
     def run(self) -> None:
         """Drive the run to the end in the calling thread; raises the first worker error."""
         session = self.session
-        with threadpool_limits(limits=1, user_api="blas"):
+        with single_threaded_blas():
             self.origin = time.perf_counter()
             self.started.set()
             for t in self.threads:
