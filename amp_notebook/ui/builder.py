@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
     from amp_notebook.data.batch import Dataset
     from amp_notebook.runtime.run import Run
+    from amp_notebook.ui.dashboard import Dashboard
 
 _STATIC = Path(__file__).parent / "static"
 _MISSING = """export default { render({ el }) {
@@ -71,6 +72,7 @@ class GraphBuilder(anywidget.AnyWidget):
         self.train_data: Dataset | None = None
         self.train_options: dict[str, Any] = {"mode": "amp", "max_active_keys": 4, "epochs": 1}
         self.run: Run | None = None
+        self.dashboard: Dashboard | None = None  # the live dashboard of the last run started here
         self._seq = 0
         # beside the canvas when the notebook is wide enough for both, below it otherwise (the row wraps)
         self._side = ipywidgets.Output(layout=ipywidgets.Layout(display="none", flex="1 1 520px", min_width="0"))
@@ -239,14 +241,14 @@ class GraphBuilder(anywidget.AnyWidget):
             self._notify("error", f"{type(exc).__name__}: {exc}")
 
     def _show_dashboard(self, run: Run) -> None:
+        from amp_notebook.ui.dashboard import Dashboard
+
+        if self.dashboard is not None:  # the previous run's: its feed thread stops, its run was stopped
+            self.dashboard.close()
         self._side.layout.display = "flex"
         self._side.clear_output()
-        try:
-            from amp_notebook.ui.dashboard import Dashboard
-        except ImportError:
-            self._side.append_stdout("the live dashboard is not available in this build; see builder.run_status\n")
-            return
-        self._side.append_display_data(Dashboard(run))
+        self.dashboard = Dashboard(run)
+        self._side.append_display_data(self.dashboard)
 
     def _watch(self, run: Run) -> None:
         """Mirror the run's status into ``run_status`` until it ends."""
