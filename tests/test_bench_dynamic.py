@@ -19,6 +19,7 @@ from amp_notebook.data.graphs import (
     GraphInstance,
     babi15_graphs,
     ggsnn_batch,
+    ggsnn_bucket,
 )
 from amp_notebook.data.molecules import molecule_graphs
 from amp_notebook.data.sentiment import sentiment_tree_dataset
@@ -158,6 +159,47 @@ def test_torch_ggnn_with_our_weights_gives_our_interpreters_loss(task: str) -> N
     for key, g in enumerate(graphs):
         ours = sum(r["loss"] for r in interp.run_key(ggsnn_batch(g, types, steps, task), key=key, train=False))
         assert ours == pytest.approx(expected[key].item(), rel=1e-10)
+
+
+def test_node_selection_dense_scatter_and_our_interpreter_agree() -> None:
+    """bAbI-15 node selection, graphs of different sizes: torch dense (padded, -inf logits), torch scatter
+    (segment softmax) and our interpreter on one bucket give one loss, and both torch sides one gradient."""
+    steps, hidden, types = 3, 5, 4
+    graphs = [babi15_graphs(1, seed=k, inflate_to=size)[0] for k, size in enumerate((9, 6, 12))]
+    graph = ggsnn(types, graphs[0].feature_width, hidden=hidden, steps=steps, task="node_selection")
+    interp = Interpreter(graph, seed=4, dtype=np.float64)
+    model = tb.TorchGGNN(types, graphs[0].feature_width, hidden, steps, dtype=F64, node_selection=True)
+    model.load(interp.params())
+    targets = torch.tensor([int(g.target) for g in graphs])
+    dense_loss = torch.nn.functional.cross_entropy(tb.dense_forward(model, tb.dense_batch(graphs, types, dtype=F64)),
+                                                   targets)  # fmt: skip
+    dense_loss.backward()
+    dense_grads = _grads(model)
+    batch = tb.scatter_batch(graphs, dtype=F64)
+    rows = targets + torch.tensor([0, 9, 15])
+    scatter_loss, correct = tb.segment_cross_entropy(tb.scatter_forward(model, batch), batch.node_graph, rows, 3)
+    scatter_loss.backward()
+    _assert_same_grads(_grads(model), dense_grads)
+    assert scatter_loss.item() == pytest.approx(dense_loss.item(), rel=1e-10)
+    (report,) = interp.run_key(ggsnn_bucket(graphs, types, steps, "node_selection"), key=0, train=False)
+    assert report["loss"] == pytest.approx(dense_loss.item(), rel=1e-10)
+    assert report["correct"] == int(correct)
+    exported = model.export()
+    assert {n: {k: v.shape for k, v in p.items()} for n, p in exported.items()} == {
+        name: node.op.param_shapes() for name, node in graph.nodes.items() if node.op.param_shapes()
+    }
+
+
+def test_the_benchmark_reaches_its_babi15_bar_in_a_ci_sized_run() -> None:
+    """The benchmark's own training of ours (same settings, 54-node graphs, 10 graphs per key) on a CI-sized
+    set: the full run reaches 100% validation accuracy (``TARGETS``); 500 graphs and 3 epochs reach 1.0 on
+    seeds 0-4 in under 2 s each, so the bar here is 0.95."""
+    from amp_notebook.bench import ggsnn_vs_torch as bench
+
+    train_g, val_g = bench.make_graphs("babi15", 500, 100, seed=0, inflate_to=54)
+    result = bench.ours("babi15", train_g, val_g, epochs=3, seed=0)
+    assert result["final_metric"] >= 0.95
+    assert bench.epochs_to_target([0.3, 0.99, 1.0], 1.0) == 3 and bench.epochs_to_target([0.5], 1.0) is None
 
 
 def test_torch_models_export_the_weights_they_load() -> None:

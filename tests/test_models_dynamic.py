@@ -179,7 +179,11 @@ def torch_ggsnn_loss(
         a = torch.zeros_like(h)
         for e in range(n_types):
             src, dst = edges[types == e, 0], edges[types == e, 1]
-            a = a.index_add(0, dst, h[src] @ p[f"edge{e}"]["W"] + p[f"edge{e}"]["b"])
+            if "edges" in p:  # fused: the types' weights side by side in one Linear
+                w, b = p["edges"]["W"][:, e * GH : (e + 1) * GH], p["edges"]["b"][e * GH : (e + 1) * GH]
+            else:
+                w, b = p[f"edge{e}"]["W"], p[f"edge{e}"]["b"]
+            a = a.index_add(0, dst, h[src] @ w + b)
         h = cell(a, h)
     if task == "node_selection":
         logits = (h @ p["score"]["W"] + p["score"]["b"]).T
@@ -200,11 +204,13 @@ def ggsnn_case(task: str) -> tuple[list[GraphInstance], int, int, int | None]:
     return graphs, 5, BABI15_FEATURE_WIDTH, len(BABI15_TYPES) if task == "classification" else None
 
 
+@pytest.mark.parametrize("fused_edges", [True, False], ids=["fused_edges", "per_type"])
 @pytest.mark.parametrize("task", ["classification", "regression", "node_selection"])
-def test_ggsnn_gradients_equal_torch(task: str) -> None:
+def test_ggsnn_gradients_equal_torch(task: str, fused_edges: bool) -> None:
     instances, n_types, width, classes = ggsnn_case(task)
-    graph = ggsnn(n_types, width, GH, STEPS, task, classes)
+    graph = ggsnn(n_types, width, GH, STEPS, task, classes, fused_edges=fused_edges)
     graph.validate(require_loss=True)
+    assert ("edges" in graph.nodes) == fused_edges and ("edge0" in graph.nodes) != fused_edges
     interp = Interpreter(graph, seed=1, dtype=np.float64)
     for key, inst in enumerate(instances):
         batch = ggsnn_batch(inst, n_types, STEPS, task)
@@ -225,16 +231,21 @@ def test_ggsnn_gradients_equal_torch(task: str) -> None:
         assert_grads_equal({n: v for n, v in grads.items() if not n.startswith("gru")}, params)
 
 
-@pytest.mark.parametrize("task", ["classification", "regression"])
-def test_ggsnn_bucket_of_graphs_equals_the_mean_of_its_graphs_in_torch(task: str) -> None:
-    """A key holding several graphs (their disjoint union): loss and gradients are the mean over its graphs."""
+@pytest.mark.parametrize("fused_edges", [True, False], ids=["fused_edges", "per_type"])
+@pytest.mark.parametrize("task", ["classification", "regression", "node_selection"])
+def test_ggsnn_bucket_of_graphs_equals_the_mean_of_its_graphs_in_torch(task: str, fused_edges: bool) -> None:
+    """A key holding several graphs (their disjoint union): loss and gradients are the mean over its graphs
+    (node selection: graphs of different sizes, each a softmax over its own nodes)."""
     if task == "regression":
         instances = molecule_graphs(3, seed=4, max_heavy_atoms=4, min_heavy_atoms=2)
         n_types, width, classes = 3, instances[0].feature_width, None
+    elif task == "node_selection":
+        instances = [babi15_graphs(1, seed=5 + k, inflate_to=size)[0] for k, size in enumerate((9, 6, 11))]
+        n_types, width, classes = 5, BABI15_FEATURE_WIDTH, None
     else:
         instances = babi15_graphs(3, seed=5, inflate_to=9, task="classification")
         n_types, width, classes = 5, BABI15_FEATURE_WIDTH, len(BABI15_TYPES)
-    interp = Interpreter(ggsnn(n_types, width, GH, STEPS, task, classes), seed=2, dtype=np.float64)
+    interp = Interpreter(ggsnn(n_types, width, GH, STEPS, task, classes, fused_edges), seed=2, dtype=np.float64)
     batch = ggsnn_bucket(instances, n_types, STEPS, task)
     assert batch.size == 3
     assert batch.inputs["node_graph"].tolist() == [k for k, g in enumerate(instances) for _ in range(g.num_nodes)]
@@ -252,9 +263,11 @@ def test_ggsnn_bucket_of_graphs_equals_the_mean_of_its_graphs_in_torch(task: str
     assert_grads_equal({n: v for n, v in grads.items() if not n.startswith("gru")}, params)
 
 
-def test_ggsnn_bucket_keeps_node_selection_to_one_graph() -> None:
-    with pytest.raises(ValueError, match="one graph per key"):
-        ggsnn_bucket(babi15_graphs(2, inflate_to=8), 4, STEPS, "node_selection")
+def test_ggsnn_bucket_counts_node_selection_targets_in_the_union() -> None:
+    graphs = [babi15_graphs(1, seed=k, inflate_to=size)[0] for k, size in enumerate((8, 5, 7))]
+    batch = ggsnn_bucket(graphs, 4, STEPS, "node_selection")
+    assert batch.inputs["target"].tolist() == [graphs[0].target, 8 + graphs[1].target, 13 + graphs[2].target]
+    assert batch.size == 3 and batch.fields["n_nodes"] == 20
 
 
 def test_ggsnn_rejects_bad_arguments() -> None:

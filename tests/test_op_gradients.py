@@ -44,11 +44,13 @@ from amp_notebook.ir.ops import (
     Mul,
     NodeContext,
     Op,
+    OpError,
     Partition,
     Phi,
     ReLU,
     ScatterMean,
     ScatterSum,
+    SegmentSoftmaxCrossEntropy,
     SelectRows,
     Sigmoid,
     SoftmaxCrossEntropy,
@@ -58,6 +60,7 @@ from amp_notebook.ir.ops import (
     Tanh,
     TreeLSTMBranch,
     TreeLSTMLeaf,
+    TypedEdgeSum,
     Ungroup,
 )
 
@@ -207,6 +210,24 @@ def _cases() -> list[Case]:
                 ("target", np.array([1, 2]), s),
             ],
         ),
+        Case(
+            "segment_softmax_cross_entropy",
+            SegmentSoftmaxCrossEntropy(),
+            [
+                ("scores", 3.0 * randn(7, 1), s),
+                ("segments", np.array([0, 0, 0, 1, 1, 2, 2]), s),
+                ("target", np.array([1, 3, 6]), s),
+            ],
+        ),
+        Case(
+            "segment_softmax_cross_entropy_flat_target_first",
+            SegmentSoftmaxCrossEntropy(match_on=()),
+            [
+                ("target", np.array([0, 4]), st(length=2)),
+                ("segments", np.array([0, 0, 0, 1, 1]), st(length=2)),
+                ("scores", randn(5), st(length=2, t=3)),
+            ],
+        ),
         Case("mse", MSE(), [("pred", randn(3, 2), s), ("target", randn(3, 2), s)]),
         Case("mse_flat_target", MSE(), [("target", randn(6), s), ("pred", randn(3, 2), s)]),
         Case("sub", Sub(), [("b", randn(3, 4), s), ("a", randn(3, 4), s)]),
@@ -259,6 +280,17 @@ def _cases() -> list[Case]:
             "scatter_mean",
             ScatterMean(),
             [("like", randn(5, 2), s), ("index", np.array([1, 1, 0, 3, 1, 0]), s), ("x", randn(6, 3), s)],
+        ),
+        # two edge types, hidden 3: x (4 nodes, 2 * 3); edges [src * 2 + type, dst], repeats accumulate
+        Case(
+            "typed_edge_sum",
+            TypedEdgeSum(2),
+            [("x", randn(4, 6), s), ("edges", np.array([[0, 1, 5, 7, 2, 0, 6], [1, 1, 0, 3, 1, 2, 3]]), s)],
+        ),
+        Case(
+            "typed_edge_sum_no_edges_match_on_key",
+            TypedEdgeSum(3, match_on=()),
+            [("edges", np.zeros((2, 0), dtype=np.int64), st(length=5)), ("x", randn(2, 6), st(t=1))],
         ),
         Case("select_rows_index", SelectRows(), [("x", randn(5, 3), s), ("rows", np.array([4, 0, 4, 1]), s)]),
         Case(
@@ -508,3 +540,85 @@ def test_softmax_cross_entropy_is_stable_for_large_logits() -> None:
         ((_, g, _),) = op.backward(ctx, LOSS_PORT, 1.0, s)
     assert loss == pytest.approx(500.0)
     np.testing.assert_allclose(g, [[0.0, 0.0], [-0.5, 0.5]], atol=1e-12)
+
+
+def test_segment_softmax_cross_entropy_is_softmax_cross_entropy_per_graph() -> None:
+    """Two graphs in one key: the mean of each graph's SoftmaxCrossEntropy on its (1, N_k) row of scores."""
+    rng = np.random.default_rng(5)
+    scores = rng.standard_normal((7, 1))
+    seg_op, ctx = SegmentSoftmaxCrossEntropy(), NodeContext("loss")
+    seg_op.forward(ctx, "scores", scores, st())
+    seg_op.forward(ctx, "segments", np.array([0, 0, 0, 0, 1, 1, 1]), st())
+    ((_, loss, s),) = seg_op.forward(ctx, "target", np.array([2, 4]), st())
+    ((_, g, _),) = seg_op.backward(ctx, LOSS_PORT, 1.0, s)
+    (report,) = ctx.reports
+    assert report["n"] == 2 and report["correct"] == int(scores[:4, 0].argmax() == 2) + int(scores[4:, 0].argmax() == 0)
+    per_graph = []
+    for rows, target in ((slice(0, 4), 2), (slice(4, 7), 0)):
+        one, octx = SoftmaxCrossEntropy(), NodeContext("loss")
+        one.forward(octx, "logits", scores[rows].T, st())
+        ((_, l1, s1),) = one.forward(octx, "target", np.array([target]), st())
+        ((_, g1, _),) = one.backward(octx, LOSS_PORT, 1.0, s1)
+        per_graph.append((l1, g1))
+        np.testing.assert_allclose(g[rows, 0], g1[0] / 2, rtol=1e-12)
+    assert loss == pytest.approx((per_graph[0][0] + per_graph[1][0]) / 2, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("segments", "target", "message"),
+    [
+        (np.array([0, 0, 2, 2]), np.array([0, 2]), "expected graph ids 0..1"),
+        (np.array([1, 1, 0, 0]), np.array([2, 0]), "one run of rows in order"),
+        (np.array([0, 0, 1, 1]), np.array([2, 3]), "a row of that graph's own nodes"),
+        (np.array([0, 0, 1]), np.array([0, 2]), "expected 4 integer graph ids"),
+    ],
+)
+def test_segment_softmax_cross_entropy_names_bad_segments(
+    segments: np.ndarray, target: np.ndarray, message: str
+) -> None:
+    op, ctx = SegmentSoftmaxCrossEntropy(), NodeContext("loss")
+    op.forward(ctx, "scores", np.zeros((4, 1)), st())
+    op.forward(ctx, "segments", segments, st())
+    with pytest.raises(OpError, match=message):
+        op.forward(ctx, "target", target, st())
+
+
+def test_typed_edge_sum_is_a_gather_linear_and_scatter_per_edge_type() -> None:
+    rng = np.random.default_rng(9)
+    h, weights = rng.standard_normal((5, 3)), rng.standard_normal((2, 3, 4))
+    src, dst, types = np.array([0, 4, 4, 2, 1]), np.array([1, 1, 3, 0, 1]), np.array([1, 0, 1, 1, 0])
+    every_type = np.concatenate([h @ weights[0], h @ weights[1]], axis=1)  # (5, 2 * 4)
+    ctx = NodeContext("propagate")
+    TypedEdgeSum(2).forward(ctx, "x", every_type, st())
+    ((_, out, _),) = TypedEdgeSum(2).forward(ctx, "edges", np.stack([src * 2 + types, dst]), st())
+    expected = np.zeros((5, 4))
+    for e in range(2):
+        np.add.at(expected, dst[types == e], h[src[types == e]] @ weights[e])
+    np.testing.assert_allclose(out, expected, rtol=1e-12)
+
+
+def test_typed_edge_sum_names_bad_edges() -> None:
+    ctx = NodeContext("propagate")
+    TypedEdgeSum(2).forward(ctx, "x", np.zeros((3, 4)), st())
+    with pytest.raises(OpError, match=r"indices must lie in \[0, 6\)"):
+        TypedEdgeSum(2).forward(ctx, "edges", np.array([[6], [0]]), st())
+    with pytest.raises(OpError, match="expected a width divisible by types=3"):
+        TypedEdgeSum(3).infer_widths({"x": 4})
+
+
+@pytest.mark.parametrize("kernel", [True, False], ids=["scipy_kernel", "public_csr_array"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_scatter_add_rows_equals_add_at(kernel: bool, dtype: type, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both routes of the scatter behind Gather, ScatterSum and TypedEdgeSum: repeated and absent rows."""
+    from amp_notebook.ir.ops import sparse
+
+    if not kernel:
+        monkeypatch.setattr(sparse, "csr_matvecs", None)
+    rng = np.random.default_rng(4)
+    idx, x = np.array([3, 0, 3, 5, 3, 0]), rng.standard_normal((6, 4)).astype(dtype)
+    expected = np.zeros((7, 4), dtype=dtype)
+    np.add.at(expected, idx, x)
+    out = sparse.scatter_add_rows(idx, x, 7)
+    assert out.dtype == dtype and out.shape == (7, 4)
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+    np.testing.assert_allclose(sparse.scatter_add_rows(idx, x[:, ::2], 7), expected[:, ::2], rtol=1e-6)  # a view

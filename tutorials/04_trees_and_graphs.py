@@ -136,9 +136,11 @@ print(
 # ## A gated graph network, one graph per key
 #
 # bAbI task 15 ("What is Gertrude afraid of?") as a graph: people and animal types are nodes, facts are
-# typed edges. Each edge type's source and destination lists arrive as a (steps, E) matrix; an Ungroup
-# with counter `t` turns them into one index message per step, so the step-t Gather and ScatterSum join
-# the node states of the same `t`, just as the RNN joins its step-t token.
+# typed edges, and the network answers by node selection: a softmax over the graph's nodes. One Linear
+# computes every node's message under every edge type, and a TypedEdgeSum adds each edge's message (its
+# type's block of its source's row) into its destination. The edges arrive as a (steps, 2, E) array; an
+# Ungroup with counter `t` turns it into one index message per step, so the step-t TypedEdgeSum joins the
+# node states of the same `t`, just as the RNN joins its step-t token.
 
 # %%
 steps = 3
@@ -146,9 +148,9 @@ graphs = babi15_graphs(300, seed=0, inflate_to=8)
 graph_data = ggsnn_dataset(graphs, 4, "node_selection", steps, val_instances=babi15_graphs(100, seed=1, inflate_to=8))
 print(graphs[0].meta["question_text"], "->", graphs[0].meta["answer"])
 first = graph_data.train[0].inputs
-print("src0 (steps, edges):", first["src0"].shape, " node_features:", first["node_features"].shape)
+print("typed_edges (steps, 2, edges):", first["typed_edges"].shape, " node_features:", first["node_features"].shape)
 graph_graph = ggsnn(4, BABI15_FEATURE_WIDTH, hidden=16, steps=steps, task="node_selection")
-print(graph_graph.nodes["more"].op, "|", graph_graph.nodes["tick"].op, "|", graph_graph.nodes["as_logits"].op)
+print(graph_graph.nodes["more"].op, "|", graph_graph.nodes["tick"].op, "|", graph_graph.nodes["propagate"].op)
 
 # %%
 graph_result = amp.train(

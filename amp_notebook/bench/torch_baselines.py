@@ -37,6 +37,10 @@ Graphs are ``data.graphs.GraphInstance``s (edges (E, 2) as (source, destination)
 - scatter: the graphs are concatenated; each node's message under every edge type comes from one einsum,
   each edge gathers its (source, type) row, ``index_add_`` sums messages into the targets, and the readout
   is a segment sum over each graph's nodes.
+
+Node selection (``TorchGGNN(node_selection=True)``, Li et al.'s bAbI answer): the readout is one score per
+node, ``h @ W_score + b_score``; dense gives logits (B, N) with padding at -inf, scatter the scores of the
+concatenated nodes, for ``segment_cross_entropy`` (a softmax over each graph's own nodes).
 """
 
 from __future__ import annotations
@@ -218,21 +222,25 @@ def node_tree_index(trees: Sequence[Batch]) -> torch.Tensor:
 # GGNN
 
 GGNN_SCALAR_NODES = ("init", "gate", "value", "readout")
+GGNN_NODE_SELECTION_NODES = ("init", "score")
 
 
 class TorchGGNN(nn.Module):
     """'init' Linear, one 'edge{e}' Linear per edge type, a GRUCell, the gated-sum readout and 'readout' Linear.
 
-    ``outputs`` is the number of classes (classification) or 1 (regression).
+    ``outputs`` is the number of classes (classification) or 1 (regression). With ``node_selection`` the
+    readout is instead Linear 'score' (hidden -> 1), one score per node (``models.ggsnn``'s node selection).
     """
 
     def __init__(
         self, n_edge_types: int, feature_width: int, hidden: int = 32, steps: int = 4, outputs: int = 1,
-        seed: int = 0, dtype: torch.dtype = torch.float32,
+        seed: int = 0, dtype: torch.dtype = torch.float32, node_selection: bool = False,
     ) -> None:  # fmt: skip
         super().__init__()
         gen = torch.Generator().manual_seed(seed)
         self.hidden, self.steps, self.n_edge_types = hidden, steps, n_edge_types
+        self.node_selection = node_selection
+        self.scalar_nodes = GGNN_NODE_SELECTION_NODES if node_selection else GGNN_SCALAR_NODES
         self.init_W = _glorot(feature_width, hidden, gen, dtype)
         self.init_b = nn.Parameter(torch.zeros(hidden, dtype=dtype))
         self.edge_W = nn.Parameter(torch.stack([_glorot(hidden, hidden, gen, dtype) for _ in range(n_edge_types)]))
@@ -241,6 +249,10 @@ class TorchGGNN(nn.Module):
         with torch.no_grad():  # torch's GRUCell initialises from the global generator: draw from ours instead
             for p in self.gru.parameters():
                 p.uniform_(-1 / hidden**0.5, 1 / hidden**0.5, generator=gen)
+        if node_selection:
+            self.score_W = _glorot(hidden, 1, gen, dtype)
+            self.score_b = nn.Parameter(torch.zeros(1, dtype=dtype))
+            return
         self.gate_W = _glorot(hidden, hidden, gen, dtype)
         self.gate_b = nn.Parameter(torch.zeros(hidden, dtype=dtype))
         self.value_W = _glorot(hidden, hidden, gen, dtype)
@@ -249,30 +261,38 @@ class TorchGGNN(nn.Module):
         self.readout_b = nn.Parameter(torch.zeros(outputs, dtype=dtype))
 
     def load(self, params: Params) -> None:
-        """Copy the parameters of a ``models.ggsnn`` graph (classification or regression readout)."""
+        """Copy the parameters of a ``models.ggsnn`` graph (of this model's readout)."""
         with torch.no_grad():
-            for name in GGNN_SCALAR_NODES:
+            for name in self.scalar_nodes:
                 getattr(self, f"{name}_W").copy_(torch.as_tensor(params[name]["W"]))
                 getattr(self, f"{name}_b").copy_(torch.as_tensor(params[name]["b"]))
             for e in range(self.n_edge_types):
-                self.edge_W[e].copy_(torch.as_tensor(params[f"edge{e}"]["W"]))
-                self.edge_b[e].copy_(torch.as_tensor(params[f"edge{e}"]["b"]))
+                if "edges" in params:  # the fused layout: the types' matrices side by side
+                    block = slice(e * self.hidden, (e + 1) * self.hidden)
+                    self.edge_W[e].copy_(torch.as_tensor(params["edges"]["W"][:, block]))
+                    self.edge_b[e].copy_(torch.as_tensor(params["edges"]["b"][block]))
+                else:
+                    self.edge_W[e].copy_(torch.as_tensor(params[f"edge{e}"]["W"]))
+                    self.edge_b[e].copy_(torch.as_tensor(params[f"edge{e}"]["b"]))
             self.gru.weight_ih.copy_(torch.as_tensor(params["gru_x"]["W"]).T)
             self.gru.bias_ih.copy_(torch.as_tensor(params["gru_x"]["b"]))
             self.gru.weight_hh.copy_(torch.as_tensor(params["gru_h"]["W"]).T)
             self.gru.bias_hh.copy_(torch.as_tensor(params["gru_h"]["b"]))
 
-    def export(self) -> dict[str, dict[str, np.ndarray]]:
-        """The inverse of :meth:`load` (classification or regression readout): this model's weights as the
-        parameters of a ``models.ggsnn`` graph, so that both sides of a benchmark start from the same weights."""
+    def export(self, fused_edges: bool = True) -> dict[str, dict[str, np.ndarray]]:
+        """The inverse of :meth:`load`: this model's weights as the parameters of a ``models.ggsnn`` graph
+        (built with the same ``fused_edges``), so that both sides of a benchmark start from the same weights."""
 
         def arr(t: torch.Tensor) -> np.ndarray:
             return t.detach().numpy().copy()
 
         out = {name: {"W": arr(getattr(self, f"{name}_W")), "b": arr(getattr(self, f"{name}_b"))}
-               for name in GGNN_SCALAR_NODES}  # fmt: skip
-        for e in range(self.n_edge_types):
-            out[f"edge{e}"] = {"W": arr(self.edge_W[e]), "b": arr(self.edge_b[e])}
+               for name in self.scalar_nodes}  # fmt: skip
+        if fused_edges:
+            out["edges"] = {"W": np.concatenate(list(arr(self.edge_W)), axis=1), "b": arr(self.edge_b).reshape(-1)}
+        else:
+            for e in range(self.n_edge_types):
+                out[f"edge{e}"] = {"W": arr(self.edge_W[e]), "b": arr(self.edge_b[e])}
         out["gru_x"] = {"W": arr(self.gru.weight_ih.T), "b": arr(self.gru.bias_ih)}
         out["gru_h"] = {"W": arr(self.gru.weight_hh.T), "b": arr(self.gru.bias_hh)}
         return out
@@ -286,6 +306,10 @@ class TorchGGNN(nn.Module):
 
     def readout(self, pooled: torch.Tensor) -> torch.Tensor:
         return pooled @ self.readout_W + self.readout_b
+
+    def score(self, h: torch.Tensor) -> torch.Tensor:
+        """Node selection: one score per node, ``h`` (..., hidden) -> (...)."""
+        return (h @ self.score_W + self.score_b)[..., 0]
 
 
 @dataclass(frozen=True)
@@ -310,7 +334,8 @@ def dense_batch(graphs: Sequence[GraphInstance], n_edge_types: int, dtype: torch
 
 
 def dense_forward(model: TorchGGNN, batch: DenseBatch) -> torch.Tensor:
-    """Graph outputs (B, outputs) by dense adjacency products; padded nodes are masked out of the readout."""
+    """Graph outputs (B, outputs) by dense adjacency products; padded nodes are masked out of the readout.
+    Node selection: logits (B, N) over each graph's nodes, -inf at padding (cross-entropy against local ids)."""
     bsz, n, _ = batch.features.shape
     h = model.initial(batch.features)
     for _ in range(model.steps):
@@ -318,6 +343,8 @@ def dense_forward(model: TorchGGNN, batch: DenseBatch) -> torch.Tensor:
         for t in range(model.n_edge_types):
             a = a + batch.adjacency[:, t] @ (h @ model.edge_W[t] + model.edge_b[t])
         h = model.gru(a.reshape(bsz * n, -1), h.reshape(bsz * n, -1)).reshape(bsz, n, -1)
+    if model.node_selection:
+        return model.score(h).masked_fill(batch.mask[..., 0] == 0, float("-inf"))
     return model.readout((model.gated(h) * batch.mask).sum(dim=1))
 
 
@@ -347,11 +374,27 @@ def scatter_batch(graphs: Sequence[GraphInstance], dtype: torch.dtype = torch.fl
 
 
 def scatter_forward(model: TorchGGNN, batch: ScatterBatch) -> torch.Tensor:
-    """Graph outputs (B, outputs) by gather / index_add_ over edge lists and a segment-sum readout."""
+    """Graph outputs (B, outputs) by gather / index_add_ over edge lists and a segment-sum readout.
+    Node selection: one score per node (sum N,), for :func:`segment_cross_entropy`."""
     h = model.initial(batch.features)
     for _ in range(model.steps):
         per_type = torch.einsum("nh,thk->ntk", h, model.edge_W)  # every node's message under every edge type
         messages = per_type[batch.src, batch.types] + model.edge_b[batch.types]
         h = model.gru(torch.zeros_like(h).index_add_(0, batch.dst, messages), h)
+    if model.node_selection:
+        return model.score(h)
     pooled = torch.zeros((batch.n_graphs, model.hidden), dtype=h.dtype).index_add_(0, batch.node_graph, model.gated(h))
     return model.readout(pooled)
+
+
+def segment_cross_entropy(
+    scores: torch.Tensor, node_graph: torch.Tensor, targets: torch.Tensor, n_graphs: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Node selection on concatenated graphs: (mean over graphs of the cross-entropy of a softmax over each
+    graph's own node scores, number of graphs whose top-scoring node is the target); ``targets`` are rows
+    of the concatenation."""
+    top = torch.full((n_graphs,), float("-inf"), dtype=scores.dtype)
+    top = top.scatter_reduce(0, node_graph, scores.detach(), reduce="amax")
+    total = torch.zeros(n_graphs, dtype=scores.dtype).index_add_(0, node_graph, torch.exp(scores - top[node_graph]))
+    loss = (torch.log(total) + top - scores[targets]).mean()
+    return loss, (scores.detach()[targets] >= top).sum()

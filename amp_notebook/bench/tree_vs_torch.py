@@ -18,7 +18,8 @@ math, checked against our interpreter in ``tests/test_bench_dynamic.py``). Optim
 - torch_eager: one tree at a time, a Python loop over its nodes (``eager_tree_losses``); gradients of a
   minibatch of 25 trees accumulate before each Adam step.
 - torch_batched: minibatches of 25 trees run level by level (``batched_tree_losses``), one branch cell per
-  depth across the minibatch; the index plan is built inside the timed loop (it changes with every shuffle).
+  depth across the minibatch; minibatches of consecutive trees whose index plans are built once before
+  timing (as ours' forests are), in a new order every epoch.
 
 Every side starts from the same weights (``TorchTreeLSTM(seed)``, exported into our layout for ours).
 torch runs with ``torch.set_num_threads(2)`` (the same 2 cores). Each side trains the same number of epochs
@@ -122,6 +123,10 @@ def torch_side(data: Dataset, epochs: int, seed: int, batched: bool) -> dict[str
 
     _warm_up(data, losses_and_logits)
     rng = np.random.default_rng(seed)
+    # level-batched: minibatches of consecutive trees with their level plans built once, before timing, as
+    # ours builds its forests once; their order is shuffled every epoch. Eager: random minibatches.
+    chunks = [data.train[i : i + TORCH_BATCH] for i in range(0, len(data.train), TORCH_BATCH)]
+    plans = [tb.level_plan(trees) for trees in chunks] if batched else []
     per_epoch: list[float] = []
     node_acc: list[float] = []
     root_acc = 0.0
@@ -129,11 +134,16 @@ def torch_side(data: Dataset, epochs: int, seed: int, batched: bool) -> dict[str
     for _ in range(epochs):
         epoch_start = time.perf_counter()
         order = rng.permutation(len(data.train))
-        for i in range(0, len(order), TORCH_BATCH):
-            trees = [data.train[j] for j in order[i : i + TORCH_BATCH]]
-            node_losses, _, node_tree = losses_and_logits(trees)
+        for b in rng.permutation(len(chunks)):
+            if batched:
+                node_losses, _ = tb.batched_tree_losses(model, plans[b])
+                node_tree, count = plans[b].node_tree, len(chunks[b])
+            else:
+                trees = [data.train[j] for j in order[b * TORCH_BATCH : (b + 1) * TORCH_BATCH]]
+                node_losses, _, node_tree = losses_and_logits(trees)
+                count = len(trees)
             opt.zero_grad()
-            tb.minibatch_loss(node_losses, node_tree, len(trees)).backward()
+            tb.minibatch_loss(node_losses, node_tree, count).backward()
             opt.step()
         accuracy, root_acc = _evaluate(data.val, losses_and_logits)
         node_acc.append(accuracy)

@@ -160,20 +160,16 @@ def ggsnn_bucket(instances: Sequence[GraphInstance], n_edge_types: int, steps: i
     Inputs: `node_features` (N, F) float64 (N = total nodes); for every edge type e, `src{e}` and `dst{e}`
     (steps, E_e) int64, the sources and destinations of that type's edges tiled once per propagation step
     (the graph ungroups them with counter `t`, so step t's Gather and ScatterSum join the index message of
-    the same state; E_e may be 0); `node_graph` (N,) int64, the graph (0..K-1) each node belongs to;
-    `target` (K,) int64 class ids or node index, or (K, 1) float64 for regression; for node selection (one graph
-    per key only) also `node_ids` (N, 1) float64 = 0..N-1, the column a Flatmap turns into the state field
-    `node`. Size K; fields `n_nodes`, `n_edges` (totals).
+    the same state; E_e may be 0); `typed_edges` (steps, 2, E) int64, all edges sorted by destination
+    with rows `src * n_edge_types + type` and `dst`, tiled the same way (for the fused model's
+    TypedEdgeSum); `node_graph` (N,) int64, the graph (0..K-1) each node belongs to;
+    `target` (K,) int64 class ids, or for node selection each graph's answer as a row of the union (its node
+    index plus `offset_k`), or (K, 1) float64 for regression. Size K; fields `n_nodes`, `n_edges` (totals).
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps: expected an int >= 1 (propagation steps), got {steps!r}")
     if not instances:
         raise ValueError("ggsnn_bucket: expected at least one graph, got none")
-    if task == "node_selection" and len(instances) != 1:
-        raise ValueError(
-            f"ggsnn_bucket: task 'node_selection' takes one graph per key (its logits are one row over the "
-            f"graph's nodes), got {len(instances)} graphs; use graphs_per_key=1"
-        )
     sizes = [g.num_nodes for g in instances]
     offsets = np.cumsum([0, *sizes[:-1]])
     edges = np.concatenate([g.edges.astype(np.int64) + off for g, off in zip(instances, offsets, strict=True)])
@@ -184,14 +180,17 @@ def ggsnn_bucket(instances: Sequence[GraphInstance], n_edge_types: int, steps: i
         "node_graph": np.repeat(np.arange(len(instances), dtype=np.int64), sizes),
         "target": np.array([g.target for g in instances], dtype=dtype),
     }
+    if task == "node_selection":  # each graph's answer node, counted in the union
+        inputs["target"] = inputs["target"] + offsets.astype(np.int64)
     if task == "regression":  # one column per graph, as the regression readout's (K, 1) prediction
         inputs["target"] = inputs["target"][:, None]
+    by_dst = np.argsort(edges[:, 1], kind="stable")
+    typed_edges = np.stack([edges[by_dst, 0] * n_edge_types + types[by_dst].astype(np.int64), edges[by_dst, 1]])
+    inputs["typed_edges"] = np.ascontiguousarray(np.tile(typed_edges, (steps, 1, 1)))
     for e in range(n_edge_types):
         typed = edges[types == e]
         inputs[f"src{e}"] = np.ascontiguousarray(np.tile(typed[:, 0], (steps, 1)))
         inputs[f"dst{e}"] = np.ascontiguousarray(np.tile(typed[:, 1], (steps, 1)))
-    if task == "node_selection":
-        inputs["node_ids"] = np.arange(sizes[0], dtype=np.float64)[:, None]
     return Batch(inputs=inputs, size=len(instances), fields={"n_nodes": int(sum(sizes)), "n_edges": len(edges)})
 
 

@@ -323,6 +323,13 @@ class Graph:
         """Adds the loss node and returns its name (a loss has no outputs)."""
         return self._add(O.SoftmaxCrossEntropy(match_on), [logits, target], name, {}).name
 
+    def segment_softmax_cross_entropy(
+        self, scores: Ref, segments: Ref, target: Ref, name: str | None = None, match_on: Sequence[str] | None = None
+    ) -> str:
+        """Node selection: a softmax over each graph's rows of ``scores`` (graph ids ``segments``) against each
+        graph's answer row ``target``; adds the loss node and returns its name."""
+        return self._add(O.SegmentSoftmaxCrossEntropy(match_on), [scores, segments, target], name, {}).name
+
     def mse(self, pred: Ref, target: Ref, name: str | None = None, match_on: Sequence[str] | None = None) -> str:
         return self._add(O.MSE(match_on), [pred, target], name, {}).name
 
@@ -385,6 +392,13 @@ class Graph:
     ) -> Ref:
         """Rows of ``x`` (E, H) summed into ``len(like)`` rows at ``index`` (E,), e.g. each edge's destination."""
         return self._single(O.ScatterSum(match_on), [x, index, like], name, {})
+
+    def typed_edge_sum(
+        self, x: Ref, edges: Ref, types: int, name: str | None = None, match_on: Sequence[str] | None = None
+    ) -> Ref:
+        """Each node's messages under ``types`` edge types side by side ``x`` (N, types * H), summed into the
+        edges' destinations: ``edges`` (2, E) = [src * types + type, dst]; out (N, H)."""
+        return self._single(O.TypedEdgeSum(types, match_on), [x, edges], name, {})
 
     def scatter_mean(
         self, x: Ref, index: Ref, like: Ref, name: str | None = None, match_on: Sequence[str] | None = None

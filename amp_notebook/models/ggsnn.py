@@ -9,20 +9,31 @@ depends on N, on K or on the edges::
 
     node_features (N, F) -> Linear 'init' -> Isu 'start' (t = 0) -> Phi 'loop' <---------------------+
       -> Bcast 'h_fanout'                                                                              |
-           for each edge type e:                                                                       |
-             Gather 'gather{e}' (h, src{e}[t]) -> Linear 'edge{e}' (message per edge)                  |
-             -> ScatterSum 'scatter{e}' (messages, dst{e}[t], like=h)  (summed into destinations)      |
-           Add 'sum{e}' chain over types -> a (N, hidden)                                              |
+           Linear 'edges' (every node's message under every edge type, (N, T * hidden))                |
+           -> TypedEdgeSum 'propagate' (messages, typed_edges[t]) -> a (N, hidden)                     |
            gru_cell 'gru' (x = a, h) -> h'                                                             |
       -> Isu 'tick' (t + 1) -> Cond 'more' on ``t < steps`` -- true ---------------------------------+
                                                            -- false -> readout -> loss
 
-The index payloads ``src{e}`` / ``dst{e}`` arrive as (steps, E_e) matrices (the edge list tiled once per
-step, see :func:`amp_notebook.data.graphs.ggsnn_batch`) and pass through an Ungroup with counter ``t``,
-exactly as the RNN's tokens do: step t's Gather and ScatterSum join the index message whose state equals
-the node states' state (key, ..., t). The number of steps is a literal in the Cond's predicate, so the
-data must be built with the same ``steps``. An edge type with no edges in a graph (E_e = 0) sends empty
-index vectors: the Gather gives (0, hidden), the Linear (0, hidden) and the ScatterSum zeros (N, hidden).
+'propagate' takes for each edge (u -> v) of type e the block e of u's row and adds it into v's row: a
+Gather, a per-type Linear and a ScatterSum per edge type, in two nodes and two messages a step (the
+torch scatter baseline's einsum-then-gather). The index payload ``typed_edges`` arrives as a (steps, 2, E)
+array (rows ``src * T + type`` and ``dst``, tiled once per step, see
+:func:`amp_notebook.data.graphs.ggsnn_bucket`) and passes through an Ungroup with counter ``t``, exactly
+as the RNN's tokens do: step t's TypedEdgeSum joins the index message whose state equals the node
+states' state (key, ..., t). The number of steps is a literal in the Cond's predicate, so the data must
+be built with the same ``steps``.
+
+With ``fused_edges=False`` the step is spelled out per edge type (more nodes that placement can spread,
+and many more messages)::
+
+           for each edge type e:
+             Gather 'gather{e}' (h, src{e}[t]) -> Linear 'edge{e}' (message per edge)
+             -> ScatterSum 'scatter{e}' (messages, dst{e}[t], like=h)  (summed into destinations)
+           Add 'sum{e}' chain over types -> a (N, hidden)
+
+with index payloads ``src{e}`` / ``dst{e}`` (steps, E_e). An edge type with no edges in a graph (E_e = 0)
+sends empty index vectors: the Gather gives (0, hidden), the Linear (0, hidden) and the ScatterSum zeros.
 
 Readouts
 --------
@@ -32,14 +43,13 @@ Readouts
   ``node_graph``; the input ``graphs``, zeros (K, 1), only gives the row count), then Linear 'readout'
   (hidden -> classes, or 1) -> SoftmaxCrossEntropy or MSE 'loss' against ``target`` (K,), a mean over
   the key's graphs.
-* ``node_selection``: a score per node, Linear 'score' (hidden -> 1), turned into one row of logits (1, N)
-  with the tree machinery: Concat 'numbered' puts the input ``node_ids`` (N, 1) in front of the scores,
-  Flatmap 'per_node' makes one message per node with state field ``node``, and Collect 'as_logits' (group
-  ``0``, slot ``node``, count ``n_nodes``) concatenates them in node order; SoftmaxCrossEntropy 'loss' against
-  the target node index. N may differ from key to key.
+* ``node_selection`` (Li et al.'s bAbI answer): a score per node, Linear 'score' (hidden -> 1), and
+  SegmentSoftmaxCrossEntropy 'loss': a softmax over each graph's own nodes (by ``node_graph``) against
+  ``target`` (K,), each graph's answer row in the union; graphs of a key may differ in size.
 
 Weights (each Linear holds ``W`` (in, out) = torch ``weight.T`` and ``b``): 'init' (F, hidden);
-'edge{e}' (hidden, hidden), applied to each edge's source row, its bias added once per edge; the GRU's
+'edges' (hidden, T * hidden) = the edge types' (hidden, hidden) matrices side by side, or one 'edge{e}'
+(hidden, hidden) per type, applied to each edge's source row, its bias added once per edge; the GRU's
 'gru_x' (hidden, 3 hidden) on ``a`` and 'gru_h' (hidden, 3 hidden) on ``h``, gates (r, z, n) as
 torch.nn.GRUCell (see :func:`amp_notebook.ir.cells.gru_cell`); readout 'gate', 'value', 'readout' or 'score'.
 """
@@ -58,8 +68,13 @@ def ggsnn(
     steps: int = 4,
     task: str = "classification",
     classes: int | None = None,
+    fused_edges: bool = True,
 ) -> Graph:
-    """A GG-NN over ``steps`` propagation steps; inputs as built by :func:`~amp_notebook.data.graphs.ggsnn_bucket`."""
+    """A GG-NN over ``steps`` propagation steps; inputs as built by :func:`~amp_notebook.data.graphs.ggsnn_bucket`.
+
+    ``fused_edges``: all edge types in one Linear 'edges' and one TypedEdgeSum 'propagate' (default), or
+    (False) one Gather, Linear 'edge{e}' and ScatterSum per edge type, summed by Adds.
+    """
     if task not in TASKS:
         raise GraphError(f"ggsnn task: expected one of {TASKS}, got {task!r}")
     if task == "classification" and (classes is None or classes < 2):
@@ -71,6 +86,12 @@ def ggsnn(
     h0 = g.linear(g.input("node_features", width=feature_width), hidden, name="init")
     h0 = g.isu(h0, forward={"t": "0"}, backward={"t": None}, name="start")
     h = g.phi(h0, None, name="loop")
+    if fused_edges:
+        to_edges, to_gru = g.bcast(h, 2, name="h_fanout")
+        typed_edges = g.ungroup(g.input("typed_edges", dtype="int"), counter="t", name="typed_edges_steps")
+        every_type = g.linear(to_edges, n_edge_types * hidden, name="edges", in_features=hidden)
+        incoming = g.typed_edge_sum(every_type, typed_edges, n_edge_types, name="propagate")
+        return _finish(g, incoming, to_gru, hidden, steps, task, classes)
     copies = g.bcast(h, 2 * n_edge_types + 1, name="h_fanout")
     incoming: Ref | None = None
     for e in range(n_edge_types):
@@ -80,17 +101,20 @@ def ggsnn(
         summed = g.scatter_sum(messages, dst, copies[2 * e + 1], name=f"scatter{e}")
         incoming = summed if incoming is None else g.add(incoming, summed, name=f"sum{e}")
     assert incoming is not None
-    h_new = gru_cell(g, incoming, copies[-1], hidden, name="gru", in_features=hidden)
+    return _finish(g, incoming, copies[-1], hidden, steps, task, classes)
+
+
+def _finish(g: Graph, incoming: Ref, h: Ref, hidden: int, steps: int, task: str, classes: int | None) -> Graph:
+    """The GRU update, the loop back while ``t < steps``, then the readout and the loss."""
+    h_new = gru_cell(g, incoming, h, hidden, name="gru", in_features=hidden)
     h_new = g.isu(h_new, forward={"t": "t + 1"}, backward={"t": "t - 1"}, name="tick")
     again, final = g.cond(h_new, f"t < {steps}", name="more")
     g.connect(again, "loop", "in1")
 
     if task == "node_selection":
         scores = g.linear(final, 1, name="score")
-        numbered = g.concat(g.input("node_ids", width=1), scores, name="numbered", match_on=("key",))
-        rows = g.flatmap(numbered, "node", keep_2d=True, name="per_node")
-        logits = g.collect(rows, key="0", index="node", count="n_nodes", field="node", name="as_logits")
-        g.softmax_cross_entropy(logits, g.input("target", dtype="int"), name="loss", match_on=("key",))
+        segments = g.input("node_graph", dtype="int")
+        g.segment_softmax_cross_entropy(scores, segments, g.input("target", dtype="int"), name="loss", match_on=())
         return g
     to_gate, to_value = g.bcast(final, 2, name="final_fanout")
     gate = g.sigmoid(g.linear(to_gate, hidden, name="gate"), name="gate_sigmoid")

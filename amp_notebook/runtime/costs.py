@@ -68,6 +68,7 @@ ELEMENT_FLOPS: dict[str, tuple[float, float]] = {
     "add": (1.0, 0.0),
     "mul": (1.0, 2.0),
     "softmax_cross_entropy": (5.0, 1.0),
+    "segment_softmax_cross_entropy": (5.0, 1.0),
     "mse": (3.0, 1.0),
     # fused cells, per element of each message (gate pre-activations and c forward, [h; c] or h' backward):
     # a sigmoid or tanh and a few products per gate element

@@ -11,7 +11,7 @@ from amp_notebook.ir.ops.base import NodeContext, Op, OpError
 from amp_notebook.ir.ops.control import Cond, Isu, Phi
 from amp_notebook.ir.ops.dynamic import Collect, Distribute, Flatmap, Partition
 from amp_notebook.ir.ops.fused import GRUUpdate, TreeLSTMBranch, TreeLSTMLeaf
-from amp_notebook.ir.ops.loss import LOSS_PORT, MSE, SoftmaxCrossEntropy
+from amp_notebook.ir.ops.loss import LOSS_PORT, MSE, SegmentSoftmaxCrossEntropy, SoftmaxCrossEntropy
 from amp_notebook.ir.ops.payload import (
     Add,
     Discard,
@@ -25,7 +25,15 @@ from amp_notebook.ir.ops.payload import (
     Sub,
     Tanh,
 )  # fmt: skip
-from amp_notebook.ir.ops.sparse import Gather, MeanRows, ScatterMean, ScatterSum, SelectRows, SumRows
+from amp_notebook.ir.ops.sparse import (
+    Gather,
+    MeanRows,
+    ScatterMean,
+    ScatterSum,
+    SelectRows,
+    SumRows,
+    TypedEdgeSum,
+)
 
 OPS: dict[str, type[Op]] = {
     cls.kind: cls
@@ -33,8 +41,8 @@ OPS: dict[str, type[Op]] = {
         Input, Identity, Linear, Embedding, ReLU, Tanh, Sigmoid, Add, Sub, Mul,
         Cond, Phi, Isu, Distribute,
         Concat, Split, Bcast, Ungroup, Group, Flatmap, Partition, Collect,
-        Gather, ScatterSum, ScatterMean, SelectRows, SumRows, MeanRows,
-        SoftmaxCrossEntropy, MSE, Discard,
+        Gather, ScatterSum, ScatterMean, TypedEdgeSum, SelectRows, SumRows, MeanRows,
+        SoftmaxCrossEntropy, SegmentSoftmaxCrossEntropy, MSE, Discard,
         TreeLSTMLeaf, TreeLSTMBranch, GRUUpdate,
     )
 }  # fmt: skip
@@ -44,12 +52,12 @@ HEAVY = frozenset(kind for kind, cls in OPS.items() if cls.heavy)
 CONTROL_FLOW = frozenset({"cond", "phi", "isu", "distribute"})
 AGGREGATION = frozenset({
     "concat", "split", "bcast", "ungroup", "group", "flatmap", "partition", "collect",
-    "gather", "scatter_sum", "scatter_mean", "select_rows", "sum_rows", "mean_rows",
+    "gather", "scatter_sum", "scatter_mean", "typed_edge_sum", "select_rows", "sum_rows", "mean_rows",
 })  # fmt: skip
 # Ops that change the state of every message they pass, so a loop through one never sees the same state
 # twice: the validator accepts any of them in place of an Isu on a cycle (a Collect maps pos -> pos // 2).
 STATE_UPDATING = frozenset({"isu", "collect"})
-LOSSES = frozenset({"softmax_cross_entropy", "mse"})
+LOSSES = frozenset({"softmax_cross_entropy", "segment_softmax_cross_entropy", "mse"})
 # The light elementwise part of one recurrent cell in one node (``ir.cells`` with ``fused=True``).
 FUSED_CELLS = frozenset({"tree_lstm_leaf", "tree_lstm_branch", "gru_update"})
 INPUTS = frozenset({"input"})
@@ -58,6 +66,7 @@ __all__ = [
     "AGGREGATION", "CONTROL_FLOW", "FUSED_CELLS", "HEAVY", "INPUTS", "LOSSES", "LOSS_PORT", "MSE", "OPS",
     "PARAMETERIZED", "STATE_UPDATING", "Add", "Bcast", "Collect", "Concat", "Cond", "Discard", "Distribute",
     "Embedding", "Flatmap", "GRUUpdate", "Gather", "Group", "Identity", "Input", "Isu", "Linear", "MeanRows", "Mul",
-    "NodeContext", "Op", "OpError", "Partition", "Phi", "ReLU", "ScatterMean", "ScatterSum", "SelectRows", "Sigmoid",
-    "SoftmaxCrossEntropy", "Split", "Sub", "SumRows", "Tanh", "TreeLSTMBranch", "TreeLSTMLeaf", "Ungroup",
+    "NodeContext", "Op", "OpError", "Partition", "Phi", "ReLU", "ScatterMean", "ScatterSum",
+    "SegmentSoftmaxCrossEntropy", "SelectRows", "Sigmoid", "SoftmaxCrossEntropy", "Split", "Sub", "SumRows", "Tanh",
+    "TreeLSTMBranch", "TreeLSTMLeaf", "TypedEdgeSum", "Ungroup",
 ]  # fmt: skip

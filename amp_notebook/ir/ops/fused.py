@@ -201,15 +201,21 @@ class GRUUpdate(JoinMixin, Op):
         H = self.hidden
         rz, n, hn, diff, sh, s_h = ctx.cache.pop(state)
         r, z = rz[:, :H], rz[:, H:]
-        dn = g * (1.0 - z) * (1.0 - n * n)
         dx = np.empty((len(g), 3 * H), dtype=np.result_type(g, rz))
-        dx[:, :H] = dn * hn
-        dx[:, H : 2 * H] = g * diff
-        dx[:, : 2 * H] *= rz * (1.0 - rz)
-        dx[:, 2 * H :] = dn
-        dh = dx.copy()
-        dh[:, 2 * H :] *= r
-        return [("x_gates", dx, state), ("h_gates", dh, sh), ("h", g * z, s_h)]
+        # written into place, few temporaries: this runs once per node update of every graph step
+        g_z = g * z  # the gradient of h (through z * h), and g - g_z = g * (1 - z)
+        dn = np.multiply(n, n, out=dx[:, 2 * H :])
+        np.subtract(1.0, dn, out=dn)
+        dn *= g - g_z  # dn = g * (1 - z) * (1 - n^2)
+        np.multiply(dn, hn, out=dx[:, :H])
+        np.multiply(g, diff, out=dx[:, H : 2 * H])
+        slope = 1.0 - rz
+        slope *= rz
+        dx[:, : 2 * H] *= slope
+        dh = np.empty_like(dx)
+        dh[:, : 2 * H] = dx[:, : 2 * H]
+        np.multiply(dn, r, out=dh[:, 2 * H :])
+        return [("x_gates", dx, state), ("h_gates", dh, sh), ("h", g_z, s_h)]
 
     def config(self) -> dict[str, Any]:
         return {"hidden": self.hidden, "match_on": None if self.match_on is None else list(self.match_on)}

@@ -101,3 +101,79 @@ class MSE(_Loss):
             raise OpError(f"MSE input 'target': expected shape {pred.shape} (as 'pred'), got {target.shape}")
         diff = pred - target
         return float(np.mean(diff * diff)), (2.0 / diff.size) * diff, {}
+
+
+class SegmentSoftmaxCrossEntropy(_Loss):
+    """Node selection over the graphs of a key: a softmax over each graph's own nodes.
+
+    ``scores`` (N, 1) or (N,) holds one score per node of the key's disjoint union, ``segments`` (N,) the
+    graph (0..K-1) of each node, non-decreasing (each graph's nodes are one run of rows), and ``target``
+    (K,) the row of each graph's answer node, counted in the union (graph k's local answer plus the
+    number of nodes before graph k). The loss is the mean over graphs of
+    ``logsumexp(scores of graph k) - scores[target k]``: for one graph, exactly SoftmaxCrossEntropy on
+    the (1, N) row of its scores. Accuracy counts the graphs whose highest score (the first, on ties) is
+    the target. Graphs may differ in size; the segments and targets get no gradient.
+    """
+
+    kind = "segment_softmax_cross_entropy"
+    pred_port = "scores"
+    nondiff_inputs = frozenset({"segments", "target"})
+
+    def input_ports(self) -> tuple[str, ...]:
+        return ("scores", "segments", "target")
+
+    def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
+        got = self.join(ctx, port, x, state, ("scores", "segments", "target"))
+        if got is None:
+            return []
+        (scores, pred_state), (segments, _), (target, _) = got["scores"], got["segments"], got["target"]
+        loss, grad, extra = self.evaluate_segments(np.asarray(scores), np.asarray(segments), np.asarray(target))
+        ctx.report(key=pred_state["key"], loss=loss, n=len(target), **extra)
+        if ctx.train:
+            ctx.cache[pred_state] = grad
+        return [(LOSS_PORT, loss, pred_state)]
+
+    def evaluate_segments(
+        self, scores: np.ndarray, segments: np.ndarray, target: np.ndarray
+    ) -> tuple[float, np.ndarray, dict[str, Any]]:
+        name = "SegmentSoftmaxCrossEntropy"
+        if scores.ndim not in (1, 2) or (scores.ndim == 2 and scores.shape[1] != 1):
+            raise OpError(f"{name} input 'scores': expected shape (N, 1) or (N,), got {scores.shape}", port="scores")
+        s = scores.reshape(-1)
+        n, k = len(s), len(target)
+        if segments.shape != (n,) or segments.dtype.kind not in "iu":
+            raise OpError(
+                f"{name} input 'segments': expected {n} integer graph ids (one per score), got shape "
+                f"{segments.shape} dtype {segments.dtype}",
+                port="segments",
+            )
+        if target.shape != (k,) or target.dtype.kind not in "iu" or k == 0:
+            raise OpError(
+                f"{name} input 'target': expected one integer row index per graph, got shape {target.shape} "
+                f"dtype {target.dtype}",
+                port="target",
+            )
+        counts = np.bincount(segments, minlength=k) if n and segments.min() >= 0 else None
+        if counts is None or len(counts) != k or not counts.all() or np.any(segments[1:] < segments[:-1]):
+            raise OpError(
+                f"{name} input 'segments': expected graph ids 0..{k - 1} (one graph per target), each graph's "
+                "nodes one run of rows in order; build the key with data.graphs.ggsnn_bucket",
+                port="segments",
+            )
+        if target.min() < 0 or target.max() >= n or np.any(segments[target] != np.arange(k)):
+            raise OpError(
+                f"{name} input 'target': each graph's target must be a row of that graph's own nodes, found "
+                f"{target.tolist()} for graphs of {counts.tolist()} nodes",
+                port="target",
+            )
+        starts = np.zeros(k, dtype=np.int64)
+        np.cumsum(counts[:-1], out=starts[1:])
+        top = np.maximum.reduceat(s, starts)
+        exp = np.exp(s - top[segments])
+        total = np.add.reduceat(exp, starts)
+        loss = float(np.mean(np.log(total) + top - s[target]))
+        grad = exp / total[segments]
+        grad[target] -= 1.0
+        grad /= k
+        first_top = np.minimum.reduceat(np.where(s == top[segments], np.arange(n), n), starts)
+        return loss, grad.reshape(scores.shape), {"correct": int(np.sum(first_top == target))}

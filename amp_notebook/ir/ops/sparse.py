@@ -1,7 +1,8 @@
 """Sparse message passing on one graph per message: node states (N, H), edges as int index payloads.
 
 Gather takes the rows of the edges' source nodes, ScatterSum/ScatterMean add per-edge rows into their
-destination nodes, SelectRows keeps a subset of rows (the edges of one type), SumRows/MeanRows read a
+destination nodes, TypedEdgeSum does both for every edge type at once (each edge picks its type's block
+of its source's row), SelectRows keeps a subset of rows (the edges of one type), SumRows/MeanRows read a
 graph out. Index payloads are joined by state and carry no gradient.
 """
 
@@ -14,7 +15,27 @@ import numpy as np
 from scipy.sparse import csr_array
 
 from amp_notebook.ir.message import State
-from amp_notebook.ir.ops.base import Emitted, JoinMixin, NodeContext, Op, OpError, Width
+from amp_notebook.ir.ops.base import Emitted, JoinMixin, NodeContext, Op, OpError, Width, positive_int
+
+
+def _csr_kernel() -> Any:
+    """scipy's kernel behind ``csr_array @ dense`` without the array's construction checks (half the time of
+    a scatter on graph keys), if this scipy has it with the signature we use; else None (the public route)."""
+    try:
+        from scipy.sparse._sparsetools import csr_matvecs
+    except ImportError:
+        return None
+    out = np.zeros((2, 2))
+    try:  # [[1, 0, 1], [0, 1, 0]] @ [[1, 2], [3, 4], [5, 6]]
+        indptr, indices = np.array([0, 2, 3], dtype=np.intp), np.array([0, 2, 1], dtype=np.intp)
+        x = np.arange(1.0, 7.0)
+        csr_matvecs(2, 3, 2, indptr, indices, np.ones(3), x, out.ravel())
+    except Exception:
+        return None
+    return csr_matvecs if out.tolist() == [[6.0, 8.0], [3.0, 4.0]] else None
+
+
+csr_matvecs = _csr_kernel()
 
 
 def _index_vector(op: str, port: str, index: Any, size: int) -> np.ndarray:
@@ -43,10 +64,16 @@ def scatter_add_rows(idx: np.ndarray, x: np.ndarray, n: int) -> np.ndarray:
         out = np.zeros((n, *x.shape[1:]), dtype=x.dtype)
         np.add.at(out, idx, x)
         return out
-    indptr = np.zeros(n + 1, dtype=np.int64)
+    indptr = np.zeros(n + 1, dtype=np.intp)  # the dtype of argsort's result: the kernel wants them alike
     np.cumsum(np.bincount(idx, minlength=n), out=indptr[1:])
     ones = np.ones(len(idx), dtype=x.dtype)
-    return np.asarray(csr_array((ones, np.argsort(idx, kind="stable"), indptr), shape=(n, len(idx))) @ x)
+    order = np.argsort(idx, kind="stable")
+    if csr_matvecs is None or x.dtype not in (np.float32, np.float64):
+        return np.asarray(csr_array((ones, order, indptr), shape=(n, len(idx))) @ x)
+    # our indices are checked and in range, so the kernel may run on them directly: out = A @ x
+    out = np.zeros((n, x.shape[1]), dtype=x.dtype)
+    csr_matvecs(n, len(idx), x.shape[1], indptr, order, ones, np.ascontiguousarray(x).ravel(), out.ravel())
+    return out
 
 
 class _Sparse(JoinMixin, Op):
@@ -146,6 +173,66 @@ class ScatterSum(_Sparse):
     def row_scale(self, idx: np.ndarray, n: int) -> np.ndarray | None:
         """A factor per output row (None: plain sum)."""
         return None
+
+
+class TypedEdgeSum(_Sparse):
+    """Every edge type's messages summed into the destination nodes, in one node::
+
+        out[dst[e]] += x[src[e], type[e] * H : (type[e] + 1) * H]        for every edge e
+
+    ``x`` (N, T * H) holds each node's message under each of the T edge types side by side (one Linear
+    with the edge types' weights side by side computes it for all nodes at once) and ``edges`` (2, E) the
+    edges: row 0 ``src * T + type`` (the edge's block in ``x`` seen as (N * T, H)), row 1 ``dst``. This
+    is a Gather per type, a ScatterSum per type and their Adds in one message. Backward adds each edge's
+    destination gradient back into its source's block; the edges get no gradient.
+    """
+
+    kind = "typed_edge_sum"
+    nondiff_inputs = frozenset({"edges"})
+
+    def __init__(self, types: int, match_on: tuple[str, ...] | list[str] | None = None) -> None:
+        super().__init__(match_on)
+        self.types = positive_int("TypedEdgeSum", "types", types)
+
+    def input_ports(self) -> tuple[str, ...]:
+        return ("x", "edges")
+
+    def infer_widths(self, widths: Mapping[str, Width]) -> dict[str, Width]:
+        width = widths.get("x")
+        if width is not None and width % self.types:
+            raise OpError(
+                f"TypedEdgeSum input 'x': expected a width divisible by types={self.types} (one block per edge "
+                f"type), got {width}",
+                port="x",
+            )
+        return {"out": None if width is None else width // self.types}
+
+    def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
+        got = self.join(ctx, port, x, state, ("x", "edges"))
+        if got is None:
+            return []
+        (xs, sx), (edges, _) = got["x"], got["edges"]
+        n, width = np.shape(xs)
+        edges = np.asarray(edges)
+        if edges.ndim != 2 or len(edges) != 2:
+            raise OpError(
+                f"TypedEdgeSum input 'edges': expected (2, E) rows [src * types + type, dst], got shape {edges.shape}",
+                port="edges",
+            )
+        blocks = _index_vector("TypedEdgeSum", "edges", edges[0], n * self.types)
+        dst = _index_vector("TypedEdgeSum", "edges", edges[1], n)
+        out = scatter_add_rows(dst, xs.reshape(n * self.types, width // self.types)[blocks], n)
+        if ctx.train:
+            ctx.cache[sx] = (blocks, dst, xs.shape)
+        return [("out", out, sx)]
+
+    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+        blocks, dst, shape = ctx.cache.pop(state)
+        g = np.asarray(g)
+        return [("x", scatter_add_rows(blocks, g[dst], shape[0] * self.types).reshape(shape), state)]
+
+    def config(self) -> dict[str, Any]:
+        return {"types": self.types, **super().config()}
 
 
 class ScatterMean(ScatterSum):
