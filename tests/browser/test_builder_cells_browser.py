@@ -1,6 +1,7 @@
-"""Compound cells in the graph builder: a GGSNN (38 IR nodes, its GRU cell tagged ``meta["cell"]``) opens
-with the cell collapsed into one box wired to the rest; double-click expands it into its IR nodes, and
-double-clicking one of those collapses it again. The graph itself never changes: only the view."""
+"""Compound cells in the graph builder: a GGSNN with one Linear per edge type (54 IR nodes, its GRU cell
+tagged ``meta["cell"]``) opens with the cell collapsed into one box wired to the rest (graphs over 30 nodes
+do); double-click expands it into its IR nodes, and double-clicking one of those collapses it again. The
+graph itself never changes: only the view."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.browser
 SETUP = """
 from amp_notebook import models
 from amp_notebook.ui import GraphBuilder
-b = GraphBuilder(models.ggsnn(n_edge_types=2, feature_width=8, classes=4))
+b = GraphBuilder(models.ggsnn(n_edge_types=4, feature_width=8, classes=4, fused_edges=False))
 b
 """
 
