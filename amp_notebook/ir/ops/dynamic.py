@@ -20,7 +20,37 @@ from amp_notebook.ir.ops.base import Emitted, NodeContext, Op, OpError, Width, p
 from amp_notebook.ir.ops.control import Cond
 
 
-class Flatmap(Op):
+class _RowSplit(Op):
+    """What Flatmap and Partition share: a state field named after column 0 of a table, the ``keep_2d``
+    switch, and a backward that writes each part's gradient into its rows of the table's gradient and
+    sends it once every part has come back (column 0, the addresses, gets zero)."""
+
+    def __init__(self, field: str, keep_2d: bool) -> None:
+        name = type(self).__name__
+        self.field = _field_name(name, "field", field)
+        if not isinstance(keep_2d, bool):
+            raise OpError(f"{name} keep_2d: expected True or False, got {keep_2d!r}")
+        self.keep_2d = keep_2d
+
+    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+        parent = state.replace(**{self.field: None})
+        entry: _RowGradients = ctx.cache[parent]
+        if entry.grad is None:
+            entry.grad = np.zeros(entry.shape, dtype=np.result_type(g, np.float64))
+        rows = entry.rows[state[self.field]]  # one row (Flatmap) or an index array (Partition)
+        part = entry.grad[rows, 1:]
+        entry.grad[rows, 1:] = np.reshape(g, part.shape)
+        entry.remaining -= 1
+        if entry.remaining:
+            return []
+        del ctx.cache[parent]
+        return [("in", entry.grad, parent)]
+
+    def config(self) -> dict[str, Any]:
+        return {"field": self.field, "keep_2d": self.keep_2d}
+
+
+class Flatmap(_RowSplit):
     """One message holding a matrix (n, 1 + k) -> n messages, one per row, addressed by column 0.
 
     Row i's column 0 becomes the state field ``field`` (``state.replace(pos=int(row[0]))``) and the rest
@@ -42,10 +72,7 @@ class Flatmap(Op):
     group = "aggregation"
 
     def __init__(self, field: str = "pos", keep_2d: bool = True) -> None:
-        self.field = _field_name("Flatmap", "field", field)
-        if not isinstance(keep_2d, bool):
-            raise OpError(f"Flatmap keep_2d: expected True or False, got {keep_2d!r}")
-        self.keep_2d = keep_2d
+        super().__init__(field, keep_2d)
 
     def infer_widths(self, widths: Mapping[str, Width]) -> dict[str, Width]:
         found = widths.get("in")
@@ -81,21 +108,6 @@ class Flatmap(Op):
             ctx.cache[state] = _RowGradients(x.shape, {v: i for i, v in enumerate(values)})
         return out
 
-    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
-        parent = state.replace(**{self.field: None})
-        entry: _RowGradients = ctx.cache[parent]
-        if entry.grad is None:
-            entry.grad = np.zeros(entry.shape, dtype=np.result_type(g, np.float64))
-        entry.grad[entry.rows[state[self.field]], 1:] = np.reshape(g, -1)
-        entry.remaining -= 1
-        if entry.remaining:
-            return []
-        del ctx.cache[parent]
-        return [("in", entry.grad, parent)]
-
-    def config(self) -> dict[str, Any]:
-        return {"field": self.field, "keep_2d": self.keep_2d}
-
 
 class _RowGradients:
     """What Flatmap's (Partition's) backward fills in: the input's shape, the row (rows) of each field value,
@@ -110,7 +122,7 @@ class _RowGradients:
         self.grad: np.ndarray | None = None
 
 
-class Partition(Op):
+class Partition(_RowSplit):
     """One message holding a table (n, 1 + k) -> one message per distinct value v of column 0 (ascending),
     holding the rows whose column 0 equals v, in their order, without column 0, with state field
     ``field = v``: shape (m, k), or with ``keep_2d=False`` (k = 1 only) a vector (m,), what Gather and
@@ -126,10 +138,7 @@ class Partition(Op):
     group = "aggregation"
 
     def __init__(self, field: str = "t", keep_2d: bool = True) -> None:
-        self.field = _field_name("Partition", "field", field)
-        if not isinstance(keep_2d, bool):
-            raise OpError(f"Partition keep_2d: expected True or False, got {keep_2d!r}")
-        self.keep_2d = keep_2d
+        super().__init__(field, keep_2d)
 
     def infer_widths(self, widths: Mapping[str, Width]) -> dict[str, Width]:
         found = widths.get("in")
@@ -164,22 +173,6 @@ class Partition(Op):
         if ctx.train and out:
             ctx.cache[state] = _RowGradients(x.shape, members)
         return out
-
-    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
-        parent = state.replace(**{self.field: None})
-        entry: _RowGradients = ctx.cache[parent]
-        if entry.grad is None:
-            entry.grad = np.zeros(entry.shape, dtype=np.result_type(g, np.float64))
-        picked = entry.rows[state[self.field]]
-        entry.grad[picked, 1:] = np.reshape(g, (len(picked), -1))
-        entry.remaining -= 1
-        if entry.remaining:
-            return []
-        del ctx.cache[parent]
-        return [("in", entry.grad, parent)]
-
-    def config(self) -> dict[str, Any]:
-        return {"field": self.field, "keep_2d": self.keep_2d}
 
 
 def _integer_column(op: str, field: str, column: np.ndarray) -> np.ndarray:
