@@ -22,6 +22,7 @@ from typing import Any
 from amp_notebook.bench.registry import BENCHMARKS, run_benchmark
 from amp_notebook.data.batch import Dataset
 from amp_notebook.data.digits import load_digits_dataset
+from amp_notebook.data.forest import forest_dataset
 from amp_notebook.data.graphs import (
     BABI15_FEATURE_WIDTH,
     BABI15_TYPES,
@@ -35,7 +36,7 @@ from amp_notebook.data.molecules import molecule_graphs
 from amp_notebook.data.sentiment import sentiment_tree_dataset
 from amp_notebook.ir.graph import Graph
 from amp_notebook.models import ggsnn, mlp, rnn, tree_lstm
-from amp_notebook.models.tree_lstm import root_accuracy
+from amp_notebook.models.tree_lstm import root_accuracy, tree_lstm_forest
 from amp_notebook.runtime.controller import MODES
 from amp_notebook.runtime.placement import STRATEGIES
 from amp_notebook.runtime.session import PRIORITIES
@@ -64,30 +65,73 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--replicas", type=positive_int, default=1, help="replicas of the RNN step (rnn only)")
     t.add_argument("--workers", type=positive_int, default=2)
     t.add_argument("--max-active-keys", type=positive_int, default=4)
-    t.add_argument("--min-update-frequency", type=positive_int, default=None,
-                   help="gradients a node holds before it updates (amp mode); default 1 (mlp), 10 (rnn)")
+    t.add_argument(
+        "--min-update-frequency",
+        type=positive_int,
+        default=None,
+        help="gradients a node holds before it updates (amp mode); default 1 (mlp), 10 (rnn)",
+    )
     t.add_argument("--mode", choices=MODES, default="amp")
-    t.add_argument("--placement", choices=STRATEGIES, default="round_robin",
-                   help="heavy ops round-robin over workers (the paper) or in contiguous cost-balanced stages")
-    t.add_argument("--priority", choices=PRIORITIES, default="backward_first",
-                   help="worker inbox order: backward messages first (the paper) or arrival order")
+    t.add_argument(
+        "--placement",
+        choices=STRATEGIES,
+        default="round_robin",
+        help="heavy ops round-robin over workers (the paper) or in contiguous cost-balanced stages",
+    )
+    t.add_argument(
+        "--priority",
+        choices=PRIORITIES,
+        default="backward_first",
+        help="worker inbox order: backward messages first (the paper) or arrival order",
+    )
     t.add_argument("--epochs", type=positive_int, default=3)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--optimizer", choices=("sgd", "momentum", "adam"), default=None)
     t.add_argument("--lr", type=float, default=None)
-    t.add_argument("--n-train", type=positive_int, default=None,
-                   help="training instances: lists (rnn, 20000), trees (tree-lstm, 2000), graphs (ggsnn, 1000)")
+    t.add_argument(
+        "--n-train",
+        type=positive_int,
+        default=None,
+        help="training instances: lists (rnn, 20000), trees (tree-lstm, 2000), graphs (ggsnn, 1000)",
+    )
     t.add_argument("--n-val", type=positive_int, default=None, help="validation instances (2000, 500, 200)")
-    t.add_argument("--task", choices=TASKS, default="node_selection",
-                   help="ggsnn: bAbI-15 node_selection (default) or classification, or molecule regression")
-    t.add_argument("--graph-nodes", type=positive_int, default=8,
-                   help="ggsnn bAbI-15: nodes per graph (8 = the original task; the paper inflates to 54)")
+    t.add_argument(
+        "--task",
+        choices=TASKS,
+        default="node_selection",
+        help="ggsnn: bAbI-15 node_selection (default) or classification, or molecule regression",
+    )
+    t.add_argument(
+        "--graph-nodes",
+        type=positive_int,
+        default=8,
+        help="ggsnn bAbI-15: nodes per graph (8 = the original task; the paper inflates to 54)",
+    )
     t.add_argument("--steps", type=positive_int, default=4, help="ggsnn propagation steps")
-    t.add_argument("--mnist", type=Path, default=None, metavar="DIR",
-                   help="train the mlp on MNIST IDX files in DIR instead of the embedded digits")
+    t.add_argument(
+        "--per-key",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="tree-lstm: trees per key, run level by level (forests); ggsnn: graphs per key (their "
+        "disjoint union). 1 (default) = one instance per key, the paper's layout",
+    )
+    t.add_argument(
+        "--mnist",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="train the mlp on MNIST IDX files in DIR instead of the embedded digits",
+    )
     t.add_argument("--trace", type=Path, default=None, help="write a Chrome/Perfetto trace JSON here")
-    t.add_argument("--trace-window", type=float, nargs=2, default=None, metavar=("START_S", "END_S"),
-                   help="only export slices starting in this window of seconds")
+    t.add_argument(
+        "--trace-window",
+        type=float,
+        nargs=2,
+        default=None,
+        metavar=("START_S", "END_S"),
+        help="only export slices starting in this window of seconds",
+    )
     t.add_argument("--json", action="store_true", help="print one JSON summary as the last stdout line")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.add_argument("--target", type=float, default=None, help="stop once validation accuracy reaches this")
@@ -108,6 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def model_and_data(args: argparse.Namespace) -> tuple[Graph, Dataset]:
+    per_key = getattr(args, "per_key", 1)
+    if per_key != 1 and args.model not in ("tree-lstm", "ggsnn"):
+        raise SystemExit("amp-notebook: --per-key applies to --model tree-lstm and ggsnn only")
     if args.model == "mlp":
         if args.replicas != 1:
             raise SystemExit("amp-notebook: --replicas applies to --model rnn only")
@@ -122,6 +169,10 @@ def model_and_data(args: argparse.Namespace) -> tuple[Graph, Dataset]:
     n_train, n_val = getattr(args, "n_train", None) or n_train, getattr(args, "n_val", None) or n_val
     if args.model == "tree-lstm":
         data = sentiment_tree_dataset(n_train=n_train, n_val=n_val, seed=args.seed)
+        if per_key > 1:  # forests: one update per key unless --min-update-frequency says otherwise
+            forests = forest_dataset(data, per_key)
+            forests.meta["trees"] = data  # the trees themselves, for the root accuracy
+            return tree_lstm_forest(int(data.meta["vocab_size"])), forests  # type: ignore[call-overload]
         # the paper's per-node frequencies (embedding 1000, the rest 50) unless --min-update-frequency is given
         paper = getattr(args, "min_update_frequency", None) is None
         graph = tree_lstm(
@@ -137,14 +188,17 @@ def model_and_data(args: argparse.Namespace) -> tuple[Graph, Dataset]:
                 molecule_graphs(n_train, seed=args.seed),
                 molecule_graphs(n_val, seed=args.seed + 1),
             )
-            data = ggsnn_dataset(train_graphs, 3, "regression", steps, val_instances=val_graphs, name="molecules")
+            data = ggsnn_dataset(
+                train_graphs, 3, "regression", steps, val_instances=val_graphs, name="molecules", graphs_per_key=per_key
+            )
             return ggsnn(3, train_graphs[0].feature_width, steps=steps, task="regression"), data
         nodes = getattr(args, "graph_nodes", 8)
         train_graphs = babi15_graphs(n_train, seed=args.seed, inflate_to=nodes, task=task)
         val_graphs = babi15_graphs(n_val, seed=args.seed + 1, inflate_to=nodes, task=task)
         classes = len(BABI15_TYPES) if task == "classification" else None
         data = ggsnn_dataset(
-            train_graphs, 4, task, steps, val_instances=val_graphs, num_classes=classes, name="babi15"
+            train_graphs, 4, task, steps, val_instances=val_graphs, num_classes=classes, name="babi15",
+            graphs_per_key=per_key,
         )  # fmt: skip
         return ggsnn(4, BABI15_FEATURE_WIDTH, steps=steps, task=task, classes=classes), data
     data = list_reduction_dataset(n_train=n_train, n_val=n_val, seed=args.seed)
@@ -207,7 +261,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     if per_node:
         summary["node_min_update_frequency"] = per_node
     if args.model == "tree-lstm":
-        summary["val_root_accuracy"] = root_accuracy(result.params, data.val)  # val_accuracy is per tree node
+        trees = data.meta.get("trees", data)  # forests keep their trees in meta
+        summary["val_root_accuracy"] = root_accuracy(result.params, trees.val)  # val_accuracy is per tree node
+        summary["per_key"] = getattr(args, "per_key", 1)
     if args.model == "ggsnn":
         summary["task"] = getattr(args, "task", "node_selection")
         summary["val_metric"] = [e.val_loss for e in result.history] if summary["task"] == "regression" else None
@@ -290,8 +346,12 @@ def add_simulate_parser(sub: Any) -> None:
     s.add_argument("--overhead", type=float, default=0.0, help="seconds of overhead per message")
     s.add_argument("--wire-dtype", choices=("float32", "float16", "bfloat16"), default="float32")
     s.add_argument("--max-active-keys", type=positive_int, default=4)
-    s.add_argument("--min-update-frequency", type=positive_int, default=None,
-                   help="gradients a node holds before it updates; default 1 (mlp), 10 (rnn)")
+    s.add_argument(
+        "--min-update-frequency",
+        type=positive_int,
+        default=None,
+        help="gradients a node holds before it updates; default 1 (mlp), 10 (rnn)",
+    )
     s.add_argument("--mode", choices=MODES, default="amp")
     s.add_argument("--epochs", type=positive_int, default=1)
     s.add_argument("--seed", type=int, default=0)

@@ -64,6 +64,22 @@ def test_bad_arguments_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
         main(["train", "--model", "mlp", "--replicas", "2", "--quiet"])
     with pytest.raises(SystemExit):
         main(["bench", "no-such-benchmark"])
+    with pytest.raises(SystemExit, match="--per-key applies to --model tree-lstm and ggsnn only"):
+        main(["train", "--model", "mlp", "--per-key", "4", "--quiet"])
+
+
+@pytest.mark.parametrize(
+    ("model", "extra"),
+    [("tree-lstm", ["--n-train", "60", "--n-val", "20"]), ("ggsnn", ["--n-train", "40", "--n-val", "20"])],
+)
+def test_train_several_instances_per_key(model: str, extra: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["train", "--model", model, "--per-key", "5", "--epochs", "1", "--json", "--quiet", *extra]
+    assert main(argv) == 0
+    out = last_json_line(capsys.readouterr().out)
+    assert out["train_instances"] == int(extra[1])  # instances, not keys
+    assert 0.0 <= out["val_accuracy"][-1] <= 1.0
+    if model == "tree-lstm":
+        assert out["per_key"] == 5 and 0.0 <= out["val_root_accuracy"] <= 1.0
 
 
 @pytest.mark.parametrize(
