@@ -370,3 +370,20 @@ def test_replay_of_a_simulated_run_shows_its_virtual_time(digits: Dataset) -> No
     assert dash.runs[0]["workers"] == 4
     assert meta["duration_s"] == pytest.approx(float(sim.trace.events()["end"].max()))
     assert max(meta["utilization"]) <= 1.0 + 1e-9 and meta["keys_in_flight"]
+
+
+def test_a_failing_feed_says_so_in_the_widget_and_the_run_goes_on(digits: Dataset) -> None:
+    class Broken(Captured):
+        def _emit(self, frame: Frame) -> None:
+            raise RuntimeError("wire cut")
+
+    run = background(digits)
+    dash = Broken(run, rate_hz=20)
+    try:
+        assert dash.wait_feed(DEADLINE_S)
+        assert dash.errors and "wire cut" in dash.errors[0]
+        assert dash.messages[-1]["type"] == "error"
+        assert run.state == "running"
+    finally:
+        run.stop()
+        dash.close()

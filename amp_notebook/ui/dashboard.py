@@ -166,9 +166,15 @@ class Dashboard(anywidget.AnyWidget):
         period = 1.0 / self.rate_hz
         while not self._closed.is_set():
             began = time.perf_counter()
-            with self._lock:
-                frame = self._feed.poll()
-                self._emit(frame)
+            try:
+                with self._lock:
+                    frame = self._feed.poll()
+                    self._emit(frame)
+            except Exception as exc:  # say so in the widget rather than freeze silently; the run goes on
+                message = f"the dashboard's feed stopped: {type(exc).__name__}: {exc}"
+                self.errors.append(message)
+                self.send({"type": "error", "message": message})
+                return
             if self._feed.finished:  # that poll began after the run ended: it read every row
                 return
             self._closed.wait(max(0.0, period - (time.perf_counter() - began)))
