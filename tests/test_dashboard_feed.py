@@ -387,3 +387,15 @@ def test_a_failing_feed_says_so_in_the_widget_and_the_run_goes_on(digits: Datase
     finally:
         run.stop()
         dash.close()
+
+
+def test_interleaved_medians_can_swap_who_runs_first() -> None:
+    from amp_notebook.bench.common import interleaved_medians
+
+    calls: list[str] = []
+
+    def contender(name: str) -> Any:
+        return lambda: calls.append(name) or 1.0
+
+    interleaved_medians(4, {"a": contender("a"), "b": contender("b")}, swap=True)
+    assert calls == ["a", "b", "b", "a", "a", "b", "b", "a"]

@@ -16,11 +16,17 @@ def median_of(repeats: int, fn: Callable[[], float]) -> tuple[float, list[float]
     return statistics.median(values), values
 
 
-def interleaved_medians(repeats: int, fns: dict[str, Callable[[], float]]) -> dict[str, tuple[float, list[float]]]:
-    """Run the contenders alternately (a, b, a, b, ...) so drifting machine load hits both alike."""
+def interleaved_medians(
+    repeats: int, fns: dict[str, Callable[[], float]], swap: bool = False
+) -> dict[str, tuple[float, list[float]]]:
+    """Run the contenders alternately (a, b, a, b, ...) so drifting machine load hits both alike; with
+    ``swap`` the order flips every round (a, b, b, a, ...) so neither always runs first."""
     values: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
+    for i in range(repeats):
+        order = list(fns.items())
+        if swap and i % 2:
+            order.reverse()
+        for name, fn in order:
             values[name].append(fn())
     return {name: (statistics.median(v), v) for name, v in values.items()}
 

@@ -95,6 +95,7 @@ class Dashboard(anywidget.AnyWidget):
         self._thread: threading.Thread | None = None
         self._feed: LiveFeed | None = None
         self.errors: list[str] = []  # errors of browser requests (also shown in the widget)
+        self.feed_busy_s = 0.0  # time the feed thread spent reading, packing and sending frames
         self.on_msg(self._on_msg)
         if run is not None:
             if not isinstance(run, Run):
@@ -175,9 +176,11 @@ class Dashboard(anywidget.AnyWidget):
                 self.errors.append(message)
                 self.send({"type": "error", "message": message})
                 return
+            busy = time.perf_counter() - began
+            self.feed_busy_s += busy
             if self._feed.finished:  # that poll began after the run ended: it read every row
                 return
-            self._closed.wait(max(0.0, period - (time.perf_counter() - began)))
+            self._closed.wait(max(0.0, period - busy))
 
     def _emit(self, frame: Frame) -> None:
         """Send one frame to every open view (a no-op outside a kernel)."""
