@@ -19,7 +19,7 @@ import numpy as np
 
 from amp_notebook.trace.buffers import PHASES, WorkerBuffer
 from amp_notebook.trace.totals import EventTotals, StalenessTotals, sum_totals
-from amp_notebook.trace.window import Cursor, Increment, since, window
+from amp_notebook.trace.window import Cursor, Increment, _merge, _with_worker, since, window
 
 
 class Trace:
@@ -36,30 +36,15 @@ class Trace:
     def events(self) -> dict[str, np.ndarray]:
         """One row per handled message (and per update): worker, node, phase, key, start, end, depth,
         sorted by start time."""
-        parts = []
-        for w, buf in enumerate(self.buffers):
-            rows, _ = buf.snapshot()
-            rows["worker"] = np.full(len(rows["end"]), w, dtype=np.int32)
-            parts.append(rows)
-        cols = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]} if parts else {}
-        if not cols:
+        if not self.buffers:
             return {n: np.zeros(0) for n in ("worker", "node", "phase", "key", "start", "end", "depth")}
-        cols["start"] = cols["start"] - self.origin
-        cols["end"] = cols["end"] - self.origin
-        order = np.argsort(cols["start"], kind="stable")
-        return {name: col[order] for name, col in cols.items()}
+        parts = [_with_worker(buf.snapshot()[0], w, "end") for w, buf in enumerate(self.buffers)]
+        return _merge(parts, self.origin, ("start", "end"), "start")
 
     def staleness(self) -> dict[str, np.ndarray]:
         """One row per gradient received by a parameterized node: worker, node, key, value (staleness), time."""
-        parts = []
-        for w, buf in enumerate(self.buffers):
-            rows = buf.snapshot()[1]
-            rows["worker"] = np.full(len(rows["time"]), w, dtype=np.int32)
-            parts.append(rows)
-        cols = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
-        cols["time"] = cols["time"] - self.origin
-        order = np.argsort(cols["time"], kind="stable")
-        return {name: col[order] for name, col in cols.items()}
+        parts = [_with_worker(buf.snapshot()[1], w, "time") for w, buf in enumerate(self.buffers)]
+        return _merge(parts, self.origin, ("time",), "time")
 
     def window(self, start_s: float, end_s: float) -> dict[str, np.ndarray]:
         """Event rows overlapping ``[start_s, end_s)`` (seconds since the run began), sorted by start."""

@@ -299,9 +299,4 @@ def _as_trace(source: Any) -> tuple[Trace, list[dict[str, Any]] | None, str | No
     )
 
 
-def frame_json_bytes(frame: Frame) -> int:
-    """Bytes a frame takes on the wire once serialized as a kernel would (JSON content + raw buffers)."""
-    return len(json.dumps(frame.content, default=float).encode()) + frame.nbytes
-
-
-__all__ = ["Dashboard", "frame_json_bytes"]
+__all__ = ["Dashboard"]

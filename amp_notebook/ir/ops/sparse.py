@@ -100,7 +100,7 @@ class Gather(_Sparse):
     """``out = x[index]``: node states (N, H) and an index (E,) give one row per edge (E, H).
 
     With ``index = edges[:, 0]`` it reads each edge's source node. Backward adds the rows back into
-    zeros of shape (N, H) (``np.add.at``, so repeated indices accumulate); the index gets no gradient.
+    zeros of shape (N, H) (``scatter_add_rows``, so repeated indices accumulate); the index gets no gradient.
     """
 
     kind = "gather"
