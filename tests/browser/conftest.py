@@ -10,6 +10,7 @@ When Chromium or Playwright is missing these tests are skipped, unless ``AMP_REQ
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -138,27 +139,78 @@ def browser() -> Iterator[Any]:
             b.close()
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    setattr(item, f"report_{report.when}", report)  # lets fixtures see whether the test failed
+    return report
+
+
 @pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
+def page(browser: Any, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     pg = context.new_page()
     errors: list[str] = []
+    console: list[str] = []
     pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    pg.on("console", lambda msg: msg.type != "debug" and console.append(f"{msg.type}: {msg.text}"))
     pg.errors = errors  # type: ignore[attr-defined]  # JS exceptions seen by the page, for assertions
     try:
         yield pg
     finally:
+        report = getattr(request.node, "report_call", None)
+        if report is not None and report.failed:
+            _show_failure(pg, request, tmp_path, console)
         context.close()
+
+
+def _show_failure(page: Any, request: pytest.FixtureRequest, tmp_path: Path, console: list[str]) -> None:
+    """After a failed browser test: a screenshot, the page's console and the server's log, in the report."""
+    shot = tmp_path / "failure.png"
+    try:
+        page.screenshot(path=str(shot), full_page=True)
+        print(f"screenshot of the page at failure: {shot}")
+    except Exception as exc:  # the page may be gone; the log below still helps
+        print(f"no screenshot: {exc}")
+    print("browser console (last 40 lines):\n" + "\n".join(console[-40:]))
+    if "lab" in request.fixturenames:
+        log = request.getfixturevalue("lab").log
+        print(f"JupyterLab log {log} (tail):\n{log.read_text(errors='replace')[-6000:]}")
+
+
+def shutdown_kernels(lab: Lab) -> int:
+    """Shut down every kernel the server runs (a test's notebook may leave a background run training, which
+    would take the CPU from every later test); returns how many were running."""
+    req = urllib.request.Request(f"{lab.url}/api/kernels?token={lab.token}")
+    with urllib.request.urlopen(req, timeout=10) as r:
+        kernels = json.loads(r.read())
+    for k in kernels:
+        delete = urllib.request.Request(f"{lab.url}/api/kernels/{k['id']}?token={lab.token}", method="DELETE")
+        with urllib.request.urlopen(delete, timeout=30):
+            pass
+    return len(kernels)
+
+
+@pytest.fixture(autouse=True)
+def _kernels_shut_down_after_each_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    if "lab" in request.fixturenames:
+        shutdown_kernels(request.getfixturevalue("lab"))
 
 
 def write_notebook(path: Path, cells: list[str]) -> Path:
     """A notebook with one code cell per source string (nbformat 4, Python 3 kernel)."""
-    import json
-
     nb = {
         "cells": [
-            {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": src}
-            for src in cells
+            {
+                "cell_type": "code",
+                "id": f"cell{i}",
+                "execution_count": None,
+                "metadata": {},
+                "outputs": [],
+                "source": src,
+            }
+            for i, src in enumerate(cells)
         ],
         "metadata": {
             "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
@@ -182,6 +234,16 @@ def open_and_run(page: Any, lab: Lab, notebook: Path, timeout_s: float = 120) ->
     page.click(".jp-NotebookPanel .jp-Cell .jp-InputArea-editor")
     page.keyboard.press("Escape")  # command mode
     _run_all(page, timeout_s)
+    # a queued or finished cell shows [*] or [n] in its prompt; a click the menu swallowed shows neither
+    started = (
+        "() => [...document.querySelectorAll('.jp-NotebookPanel .jp-Cell .jp-InputPrompt')]"
+        ".some((p) => /\\[(\\*|\\d+)\\]/.test(p.textContent))"
+    )
+    try:
+        page.wait_for_function(started, timeout=20_000)
+    except Exception:  # Playwright's TimeoutError; the menu is asked once more
+        _run_all(page, timeout_s)
+        page.wait_for_function(started, timeout=timeout_s * 1000)
 
 
 def _run_all(page: Any, timeout_s: float) -> None:

@@ -137,6 +137,9 @@ def test_build_fix_and_train_in_jupyterlab(lab: Any, page: Any, tmp_path: Any) -
         timeout=WAIT_MS,
     )
     page.screenshot(path=str(tmp_path / "builder_training.png"), full_page=True)
+    # stop it from the dashboard, so the layout timing below does not share the CPU with training
+    page.click(".amp-dashboard .amp-stop")
+    page.wait_for_selector(".amp-dashboard[data-state='finished']", timeout=WAIT_MS)
 
     # 201 nodes: first layout + render, then an auto-layout of the same graph
     big = page.locator('.amp-builder[data-graph="chain201"]')
