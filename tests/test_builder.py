@@ -90,6 +90,8 @@ def test_every_intent_through_apply_and_undo_redo() -> None:
         {"type": "delete", "nodes": ["t"]},
         {"type": "auto_layout"},
         {"type": "auto_place"},
+        {"type": "pin", "nodes": ["x", "act"], "worker": 1},
+        {"type": "pin", "nodes": ["act"], "worker": ""},
     ]
     states = [graph_to_dict(m.graph)]
     positions = [dict(m.positions)]
@@ -244,6 +246,54 @@ def test_auto_place_pins_workers_and_view_colours_by_worker() -> None:
     assert all(n["pinned"] and n["worker"] == placed[n["id"]] for n in view["nodes"])
     m.set_property("linear1", "worker", "")
     assert m.graph.nodes["linear1"].worker is None
+
+
+def test_pin_is_one_undo_step_and_lanes_show_each_workers_load() -> None:
+    m = BuilderModel(workers=3)
+    m.load_model("mlp")
+    m.auto_place()
+    lanes = m.view()["lanes"]
+    assert [lane["worker"] for lane in lanes] == [0, 1, 2]
+    assert sum(lane["nodes"] for lane in lanes) == len(m.graph.nodes)
+    linear = [n for n in m.graph.nodes if m.graph.nodes[n].kind == "linear"]
+    assert sorted(x for lane in lanes for x in lane["heavy_nodes"]) == sorted(linear)
+    costs = {n: m.graph.nodes[n].op.in_features * m.graph.nodes[n].op.out_features for n in linear}
+    for lane in lanes:  # a lane's cost is the multiply-adds per row of the Linear nodes it runs
+        assert lane["cost"] == sum(costs[n] for n in lane["heavy_nodes"])
+        assert lane["pinned"] == lane["nodes"]
+    before = graph_to_dict(m.graph)
+    m.pin(["linear1", "linear2"], 2)  # what dropping two selected nodes on lane 2 sends
+    assert m.graph.nodes["linear1"].worker == m.graph.nodes["linear2"].worker == 2
+    lane2 = m.view()["lanes"][2]
+    assert {"linear1", "linear2"} <= set(lane2["heavy_nodes"])
+    assert lane2["cost"] >= costs["linear1"] + costs["linear2"]
+    m.undo()
+    assert graph_to_dict(m.graph) == before  # both nodes back in one step
+    m.pin("linear1", None)  # the "heuristic" lane unpins
+    assert m.graph.nodes["linear1"].worker is None
+    assert m.view()["lanes"][0]["pinned"] + m.view()["lanes"][1]["pinned"] + m.view()["lanes"][2]["pinned"] == (
+        len(m.graph.nodes) - 1
+    )
+
+
+@pytest.mark.parametrize(
+    ("nodes", "worker", "message"),
+    [
+        (["linear1"], 3, r"worker 3 is not one of the builder's workers 0\.\.2"),
+        (["linear1"], -1, r"worker -1 is not one of"),
+        (["linear1"], "two", r"pin worker"),
+        (["nope"], 1, r"pin: there is no node 'nope'"),
+        ([], 1, r"pin: expected a list of node names"),
+        ({"a": 1}, 1, r"pin: expected a list of node names"),
+    ],
+)
+def test_pin_refuses_bad_input_and_changes_nothing(nodes: object, worker: object, message: str) -> None:
+    m = BuilderModel(workers=3)
+    m.load_model("mlp")
+    before = graph_to_dict(m.graph)
+    with pytest.raises(BuilderError, match=message):
+        m.apply({"type": "pin", "nodes": nodes, "worker": worker})
+    assert graph_to_dict(m.graph) == before
 
 
 def test_cells_are_added_behind_identity_ports() -> None:

@@ -389,7 +389,7 @@ def test_a_failing_feed_says_so_in_the_widget_and_the_run_goes_on(digits: Datase
         dash.close()
 
 
-def test_interleaved_medians_can_swap_who_runs_first() -> None:
+def test_interleaved_medians_swap_who_runs_first_by_default() -> None:
     from amp_notebook.bench.common import interleaved_medians
 
     calls: list[str] = []
@@ -397,5 +397,8 @@ def test_interleaved_medians_can_swap_who_runs_first() -> None:
     def contender(name: str) -> Any:
         return lambda: calls.append(name) or 1.0
 
-    interleaved_medians(4, {"a": contender("a"), "b": contender("b")}, swap=True)
+    interleaved_medians(4, {"a": contender("a"), "b": contender("b")})
     assert calls == ["a", "b", "b", "a", "a", "b", "b", "a"]
+    calls.clear()
+    interleaved_medians(2, {"a": contender("a"), "b": contender("b")}, swap=False)
+    assert calls == ["a", "b", "a", "b"]

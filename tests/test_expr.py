@@ -178,9 +178,7 @@ def _extend(children: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
     )
     return st.one_of(
         binary.map(lambda x: f"({x[0]} {x[1]} {x[2]})"),
-        st.tuples(children, st.sampled_from(["and", "or"]), children).map(
-            lambda x: f"({x[0]} {x[1]} {x[2]})"
-        ),
+        st.tuples(children, st.sampled_from(["and", "or"]), children).map(lambda x: f"({x[0]} {x[1]} {x[2]})"),
         children.map(lambda x: f"(not {x})"),
         children.map(lambda x: f"(-{x})"),
         st.tuples(children, children, children).map(lambda x: f"({x[0]} if {x[1]} else {x[2]})"),

@@ -51,6 +51,18 @@ def test_balanced_mlp_is_two_contiguous_stages_and_overrides_win() -> None:
     assert [place(g, 2)[f"linear{i}"] for i in range(1, 5)] == [0, 1, 0, 1]  # round robin stays the default
 
 
+def test_round_robin_pinning_one_heavy_node_leaves_the_others_in_place() -> None:
+    g = mlp(64, 784)
+    free = place(g, 3)
+    heavy = [f"linear{i}" for i in range(1, 5)]
+    assert [free[n] for n in heavy] == [0, 1, 2, 0]
+    for name in heavy:
+        for w in range(3):
+            pinned = place(g, 3, overrides={name: w})
+            assert pinned[name] == w
+            assert all(pinned[n] == free[n] for n in heavy if n != name), (name, w, pinned)
+
+
 def test_balanced_puts_rnn_replicas_on_different_workers() -> None:
     placed = place(rnn(replicas=4), 4, strategy="balanced")
     assert sorted(placed[f"step{i}"] for i in range(4)) == [0, 1, 2, 3]

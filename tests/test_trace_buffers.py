@@ -52,9 +52,9 @@ def test_small_capacity_holds_recent_rows_and_exact_totals(capacity):
     held = len(rows["end"])
     assert held == len(bounded)
     for c in ROW_COLUMNS:  # the most recent rows, whole and in order: dropped, never decimated
-        np.testing.assert_array_equal(rows[c], all_rows[c][n - held:])
+        np.testing.assert_array_equal(rows[c], all_rows[c][n - held :])
     for c in STALE_COLUMNS:
-        np.testing.assert_array_equal(stale[c], all_stale[c][len(all_stale["time"]) - len(stale["time"]):])
+        np.testing.assert_array_equal(stale[c], all_stale[c][len(all_stale["time"]) - len(stale["time"]) :])
     assert len(stale["time"]) <= capacity
     # totals over every row ever written
     t, u = bounded.event_totals(), full.event_totals()

@@ -65,7 +65,7 @@ def run(repeats: int = 9, n_train: int = 60_000, quick: bool = False) -> dict[st
             busy_share.append(dash.feed_busy_s / result.wall_s)
         return result.train_instances_per_s
 
-    medians = interleaved_medians(repeats, {"with": lambda: rate(True), "without": lambda: rate(False)}, swap=True)
+    medians = interleaved_medians(repeats, {"with": lambda: rate(True), "without": lambda: rate(False)})
     with_rate, with_all = medians["with"]
     without_rate, without_all = medians["without"]
     frame_ms = [1e3 * s for d in feeds for s in d.frame_s]

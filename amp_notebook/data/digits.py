@@ -16,8 +16,7 @@ def batches_from_arrays(x: np.ndarray, target: np.ndarray, batch_size: int) -> l
         raise ValueError(f"batch_size: expected a positive integer, got {batch_size}")
     if x.shape[0] != target.shape[0]:
         raise ValueError(
-            f"x/target: expected the same number of instances, got {x.shape[0]} inputs and "
-            f"{target.shape[0]} targets"
+            f"x/target: expected the same number of instances, got {x.shape[0]} inputs and {target.shape[0]} targets"
         )
     out: list[Batch] = []
     for start in range(0, x.shape[0], batch_size):

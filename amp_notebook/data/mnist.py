@@ -50,9 +50,7 @@ def read_idx(path: str | Path) -> np.ndarray:
     path = Path(path)
     raw = _read_bytes(path)
     if len(raw) < 4:
-        raise ValueError(
-            f"{path}: truncated IDX file: expected at least a 4-byte magic number, found {len(raw)} bytes"
-        )
+        raise ValueError(f"{path}: truncated IDX file: expected at least a 4-byte magic number, found {len(raw)} bytes")
     zero, type_code, ndim = int.from_bytes(raw[0:2], "big"), raw[2], raw[3]
     if zero != 0 or type_code not in IDX_DTYPES:
         known = ", ".join(f"0x{c:02X}" for c in IDX_DTYPES)
@@ -64,8 +62,7 @@ def read_idx(path: str | Path) -> np.ndarray:
     header_len = 4 + 4 * ndim
     if len(raw) < header_len:
         raise ValueError(
-            f"{path}: truncated IDX header: expected {header_len} bytes for {ndim} dimensions, "
-            f"found {len(raw)} bytes"
+            f"{path}: truncated IDX header: expected {header_len} bytes for {ndim} dimensions, found {len(raw)} bytes"
         )
     shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
     dtype = IDX_DTYPES[type_code]

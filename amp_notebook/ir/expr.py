@@ -87,9 +87,7 @@ def _check_node(source: str, node: ast.AST, names: set[str]) -> None:
             names.add(node.id)
     elif isinstance(node, ast.Constant):
         if not isinstance(node.value, (int, float, bool)):
-            raise ExpressionError(
-                f"{source!r}: only int, float and bool constants are allowed, found {node.value!r}"
-            )
+            raise ExpressionError(f"{source!r}: only int, float and bool constants are allowed, found {node.value!r}")
     elif isinstance(node, ast.Call):
         if not isinstance(node.func, ast.Name) or node.func.id not in ALLOWED_FUNCTIONS:
             raise ExpressionError(

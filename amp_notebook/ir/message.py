@@ -95,9 +95,7 @@ class Message:
 
     __slots__ = ("direction", "node", "payload", "port", "state", "train")
 
-    def __init__(
-        self, node: int, port: str, direction: int, payload: Any, state: State, train: bool = True
-    ) -> None:
+    def __init__(self, node: int, port: str, direction: int, payload: Any, state: State, train: bool = True) -> None:
         self.node = node
         self.port = port
         self.direction = direction

@@ -89,8 +89,10 @@ def _check_ports(graph: Graph) -> list[Problem]:
             if port not in outgoing:
                 hint = ""
                 if node.kind == "cond":
-                    hint = f" (a Cond needs all its branches connected: {', '.join(node.op.output_ports())}; " \
+                    hint = (
+                        f" (a Cond needs all its branches connected: {', '.join(node.op.output_ports())}; "
                         "both branches of a 2-way Cond)"
+                    )
                 problems.append(
                     Problem(
                         node.name, port,
@@ -213,7 +215,5 @@ def _check_replicas(graph: Graph) -> list[Problem]:
             continue
         shapes = {n: graph.nodes[n].op.param_shapes() for n in group}
         if len({repr(s) for s in shapes.values()}) > 1:
-            problems.append(
-                Problem(group[0], None, f"replica group {group}: parameter shapes differ: {shapes}")
-            )
+            problems.append(Problem(group[0], None, f"replica group {group}: parameter shapes differ: {shapes}"))
     return problems

@@ -72,9 +72,7 @@ class SGD(Optimizer):
 class Momentum(Optimizer):
     name = "momentum"
 
-    def __init__(
-        self, lr: float, momentum: float = 0.9, clip_norm: float | None = None, lr_decay: float = 1.0
-    ) -> None:
+    def __init__(self, lr: float, momentum: float = 0.9, clip_norm: float | None = None, lr_decay: float = 1.0) -> None:
         super().__init__(lr, clip_norm, lr_decay)
         if not 0 <= momentum < 1:
             raise OptimizerError(f"momentum momentum: expected a value in [0, 1), got {momentum!r}")

@@ -3,7 +3,8 @@
 Two strategies place the heavy ops (the parameterized Linear and Embedding):
 
 * ``round_robin`` (the default, as in the paper): heavy ops in topological order go to workers 0, 1, 2,
-  ... in turn, so consecutive layers land on different workers;
+  ... in turn, so consecutive layers land on different workers; a pinned heavy op takes its turn (pinning
+  one op leaves where the others go unchanged);
 * ``balanced``: the heavy ops in topological order are cut into contiguous stages, one per worker, with
   the largest stage cost (parameter count, a proxy for FLOPs per instance) as small as possible: the
   partition pipeline-parallel systems use. A key then crosses workers once per stage boundary instead of
@@ -90,13 +91,15 @@ def place(
             )
     order = graph.topological_order()
     placed: dict[str, int] = dict(overrides)
-    heavy = [n for n in order if graph.nodes[n].kind in O.HEAVY and n not in placed]
+    all_heavy = [n for n in order if graph.nodes[n].kind in O.HEAVY]
+    heavy = [n for n in all_heavy if n not in placed]
     if strategy == "balanced":
         stages = contiguous_partition([heavy_cost(graph, n) for n in heavy], workers)
         placed.update(zip(heavy, stages, strict=True))
     else:
-        for i, name in enumerate(heavy):
-            placed[name] = i % workers
+        # a pinned heavy node keeps its turn, so pinning one node by hand leaves the others where they were
+        for i, name in enumerate(all_heavy):
+            placed.setdefault(name, i % workers)
     incoming = {n: graph.incoming(n) for n in graph.nodes}
     outgoing = {n: graph.outgoing(n) for n in graph.nodes}
     for _ in range(2):  # a second sweep places inputs whose consumer was placed late

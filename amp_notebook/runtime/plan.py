@@ -55,9 +55,7 @@ def requires_grad(graph: Graph) -> set[tuple[str, str]]:
         for name, node in graph.nodes.items():
             op = node.op
             live = node.kind in O.PARAMETERIZED or any(
-                (e.src, e.src_port) in needs
-                for port, e in incoming[name].items()
-                if port not in op.nondiff_inputs
+                (e.src, e.src_port) in needs for port, e in incoming[name].items() if port not in op.nondiff_inputs
             )
             if not live:
                 continue

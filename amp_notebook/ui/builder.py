@@ -144,6 +144,10 @@ class GraphBuilder(anywidget.AnyWidget):
     def auto_place(self, strategy: str = "round_robin") -> dict[str, int]:
         return self._do(self.model.auto_place, strategy)
 
+    def pin(self, nodes: str | list[str], worker: int | None) -> None:
+        """Pin one node or several to ``worker`` (None unpins them: the placement heuristic chooses)."""
+        self._do(self.model.pin, [nodes] if isinstance(nodes, str) else list(nodes), worker)
+
     def apply(self, intent: dict[str, Any]) -> Any:
         """Apply an intent dict exactly as the canvas sends it."""
         return self._do(self.model.apply, intent)

@@ -245,6 +245,25 @@ class BuilderModel:
                 self.graph.nodes[name].worker = w
         return placed
 
+    def pin(self, nodes: list[str] | tuple[str, ...], worker: Any) -> None:
+        """Pin ``nodes`` to ``worker`` as one undo step (what dropping nodes on a worker lane sends); an empty
+        ``worker`` (None or "") unpins them, so the placement heuristic chooses again."""
+        if isinstance(nodes, str):
+            nodes = [nodes]
+        if not isinstance(nodes, (list, tuple)) or not nodes or not all(isinstance(n, str) for n in nodes):
+            raise BuilderError(f"pin: expected a list of node names, got {nodes!r}")
+        nodes = list(nodes)
+        self._require_nodes(nodes, "pin")
+        w = S.coerce(S.OPT_INT, worker, "pin worker")
+        if w is not None and not 0 <= w < self.workers:
+            raise BuilderError(
+                f"pin {nodes[0]!r}{' and others' if len(nodes) > 1 else ''}: worker {w} is not one of the "
+                f"builder's workers 0..{self.workers - 1}; raise 'workers' first or pick a lane that exists"
+            )
+        with self._edit():
+            for name in nodes:
+                self.graph.nodes[name].worker = w
+
     def set_workers(self, workers: Any) -> None:
         workers = S.coerce(S.INT, workers, "workers")
         if workers < 1:
@@ -387,6 +406,7 @@ BuilderModel._HANDLERS = {
     "load_model": BuilderModel.load_model,
     "auto_layout": BuilderModel.auto_layout,
     "auto_place": BuilderModel.auto_place,
+    "pin": BuilderModel.pin,
     "set_workers": BuilderModel.set_workers,
 }
 

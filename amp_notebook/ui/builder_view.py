@@ -31,6 +31,30 @@ def effective_workers(model: BuilderModel) -> dict[str, int | None]:
         return {n: node.worker for n, node in graph.nodes.items()}
 
 
+def worker_lanes(model: BuilderModel, workers: dict[str, int | None]) -> list[dict[str, Any]]:
+    """One lane per worker, as the placement view draws it: how many nodes and heavy nodes the worker runs,
+    how many of them are pinned there, and its cost (the sum of :func:`heavy_cost`, multiply-adds per row
+    for a Linear), so a user dragging nodes between lanes sees the balance change."""
+    from amp_notebook.runtime.placement import heavy_cost
+
+    graph = model.graph
+    lanes = [{"worker": w, "nodes": 0, "heavy": 0, "pinned": 0, "cost": 0, "heavy_nodes": []}
+             for w in range(model.workers)]  # fmt: skip
+    for name in graph.topological_order():
+        w = workers.get(name)
+        if w is None or not 0 <= w < model.workers:
+            continue
+        lane = lanes[w]
+        node = graph.nodes[name]
+        lane["nodes"] += 1
+        lane["pinned"] += node.worker is not None
+        if node.kind in O.HEAVY:
+            lane["heavy"] += 1
+            lane["cost"] += heavy_cost(graph, name)
+            lane["heavy_nodes"].append(name)
+    return lanes
+
+
 def build_view(model: BuilderModel) -> dict[str, Any]:
     graph = model.graph
     widths = model.widths()
@@ -87,6 +111,7 @@ def build_view(model: BuilderModel) -> dict[str, Any]:
         "can_undo": model.can_undo,
         "can_redo": model.can_redo,
         "workers": model.workers,
+        "lanes": worker_lanes(model, workers),
     }
 
 

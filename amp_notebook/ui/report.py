@@ -177,9 +177,7 @@ class Report:
         _plotly()
         import plotly.offline
 
-        rows = "".join(
-            f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in self.summary_rows()
-        )
+        rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in self.summary_rows())
         placement = "".join(
             f"<tr><th>{html.escape(n)}</th><td>worker {w}</td></tr>" for n, w in self.result.placement.items()
         )
@@ -191,9 +189,9 @@ class Report:
         c = self.result.config
         title = f"amp_notebook run: {c.mode}, {c.workers} workers, {c.epochs} epochs"
         return (
-            "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
+            '<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
             f"<title>{html.escape(title)}</title>"
-            f"<script type=\"text/javascript\">{plotly.offline.get_plotlyjs()}</script>"
+            f'<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script>'
             "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
             "th,td{border:1px solid #ccc;padding:2px 8px;text-align:left}</style></head><body>"
             f"<h1>{html.escape(title)}</h1><h2>Summary</h2><table>{rows}</table>"

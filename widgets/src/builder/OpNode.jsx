@@ -35,6 +35,7 @@ function OpNode({ id, data }) {
       data-node={id}
       data-kind={n.kind}
       data-worker={n.worker ?? ""}
+      data-pinned={n.pinned ? "1" : "0"}
       data-errors={n.errors.length}
     >
       <div className="amp-node-head">

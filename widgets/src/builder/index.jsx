@@ -20,6 +20,7 @@ import OpNode, { workerColour } from "./OpNode.jsx";
 import CellNode, { collapseCells } from "./CellNode.jsx";
 import { ExportDialog, Inspector, Palette } from "./panels.jsx";
 import { placeMissing } from "./layout.js";
+import Lanes, { laneAt, laneWorker } from "./Lanes.jsx";
 
 const nodeTypes = { op: OpNode, cell: CellNode };
 const AUTO_COLLAPSE_NODES = 30; // graphs larger than this open with their compound cells collapsed
@@ -77,6 +78,8 @@ function Builder({ model }) {
   const [zooChoice, setZooChoice] = useState("rnn");
   const [perfTick, setPerfTick] = useState(0);
   const [collapsed, setCollapsed] = useState(() => new Set());
+  const [hoverLane, setHoverLane] = useState(null); // data-worker of the lane under a dragged node
+  const dragStart = useRef(null); // positions of the nodes being dragged, to put them back after a pin
   const nodesRef = useRef([]);
   nodesRef.current = nodes;
   const cellNames = useMemo(() => {
@@ -177,17 +180,51 @@ function Builder({ model }) {
     (c) => send({ type: "connect", src: c.source, src_port: c.sourceHandle, dst: c.target, dst_port: c.targetHandle }),
     [send],
   );
-  const onNodeDragStop = useCallback(
+  // the IR nodes behind dragged canvas nodes (a collapsed cell's box stands for its members)
+  const irNodes = useCallback((dragged) => {
+    const out = [];
+    for (const n of dragged) {
+      if (!n.id.startsWith("cell:")) out.push(n);
+      else for (const m of nodesRef.current) if (m.data.node.cell === n.id.slice(5)) out.push(m);
+    }
+    return out;
+  }, []);
+  const placement = colourBy === "worker";
+  const onNodeDragStart = useCallback(
     (_event, _node, dragged) => {
-      const positions = {};
-      const at = (n) => [Math.round(n.position.x), Math.round(n.position.y)];
-      for (const n of dragged) {
-        if (!n.id.startsWith("cell:")) positions[n.id] = at(n);
-        else for (const m of nodesRef.current) if (m.data.node.cell === n.id.slice(5)) positions[m.id] = at(m);
+      const start = {};
+      for (const n of irNodes(dragged)) start[n.id] = { ...n.position };
+      dragStart.current = { positions: start, viewport: flow.getViewport() };
+    },
+    [irNodes, flow],
+  );
+  const onNodeDrag = useCallback(
+    (event) => {
+      if (!placement) return;
+      const lane = laneAt(event.clientX, event.clientY);
+      setHoverLane(lane ? lane.dataset.worker : null);
+    },
+    [placement],
+  );
+  const onNodeDragStop = useCallback(
+    (event, _node, dragged) => {
+      setHoverLane(null);
+      const members = irNodes(dragged);
+      const lane = placement ? laneAt(event.clientX, event.clientY) : null;
+      if (lane) {
+        // dropped on a worker lane: the nodes go back where they were (and the view where it was, had
+        // the drag towards the lanes auto-panned it) and are pinned to that worker
+        const { positions: start = {}, viewport } = dragStart.current || {};
+        setNodes((ns) => ns.map((n) => (start[n.id] ? { ...n, position: start[n.id] } : n)));
+        if (viewport) flow.setViewport(viewport);
+        send({ type: "pin", nodes: members.map((n) => n.id), worker: laneWorker(lane) });
+        return;
       }
+      const positions = {};
+      for (const n of members) positions[n.id] = [Math.round(n.position.x), Math.round(n.position.y)];
       send({ type: "move", positions });
     },
-    [send],
+    [send, irNodes, placement, flow],
   );
   const toggleCell = useCallback((cell, collapse) => {
     setCollapsed((old) => {
@@ -340,7 +377,10 @@ function Builder({ model }) {
             onNodesChange={onNodesChange}
             onEdgesChange={onEdgesChange}
             onConnect={onConnect}
+            onNodeDragStart={onNodeDragStart}
+            onNodeDrag={onNodeDrag}
             onNodeDragStop={onNodeDragStop}
+            autoPanOnNodeDrag={hoverLane === null}
             onNodeDoubleClick={onNodeDoubleClick}
             zoomOnDoubleClick={false}
             deleteKeyCode={null}
@@ -367,6 +407,9 @@ function Builder({ model }) {
           )}
           {showExport && <ExportDialog exported={showExport} onClose={() => setShowExport(null)} />}
         </div>
+        {placement && view && view.lanes && (
+          <Lanes lanes={view.lanes} hoverLane={hoverLane} onPin={(names, worker) => send({ type: "pin", nodes: names, worker })} />
+        )}
         <Inspector node={selected} entry={entry} workers={workers} send={send} />
       </div>
     </div>
