@@ -80,3 +80,24 @@ def test_a_run_that_ends_on_its_own_restores_at_the_next_look_from_its_thread(tw
         time.sleep(0.01)
     assert run.state == "finished"
     assert set(blas_threads()) == {2}
+
+
+def test_in_ipython_the_next_cell_gets_the_users_setting_back(two_blas_threads) -> None:
+    # a notebook user who never touches a run that ended on its own must not keep one BLAS thread
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    try:
+        data = load_digits_dataset(batch_size=20, seed=0)
+        run = train(models.mlp(input_width=64, hidden=16), data, background=True, epochs=1, workers=2, seed=0)
+        deadline = time.monotonic() + 20
+        while not run._driver.done.is_set():  # without touching the run's public methods
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert runs_limiting() == 0 and set(blas_threads()) == {1}, "restore is due, not yet done"
+        shell.run_cell("pass")  # the next cell
+        assert set(blas_threads()) == {2}
+        shell.run_cell("pass")  # and the hook is harmless when nothing is due
+        assert set(blas_threads()) == {2}
+    finally:
+        InteractiveShell.clear_instance()

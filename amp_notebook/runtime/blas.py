@@ -11,11 +11,14 @@ module:
   foreground run, or any ``threadpoolctl`` call in a notebook, does). So the limit is set by the thread
   that starts a run (``train``), also for background runs, and restored by that thread: a background run
   that ends on its own marks the restore as due, and it happens at the next call from the starting thread
-  into the run (``wait``, ``stop``, ``status``, ...) or into ``train``.
+  into the run (``wait``, ``stop``, ``status``, ...) or into ``train``, and in IPython / Jupyter before the
+  next cell runs (a ``pre_run_cell`` hook, registered when a run starts from the shell's main thread), so
+  the user's own numpy work in the next cell gets its threads back without touching the run.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +30,7 @@ _lock = threading.Lock()
 _active = 0
 _limiter: Any = None
 _owner: int | None = None  # the thread that set the limit, the one that can restore it
+_hooked_shell: Any = None  # the IPython shell whose cells settle the limit (see _settle_before_each_cell)
 
 
 def acquire() -> None:
@@ -37,6 +41,8 @@ def acquire() -> None:
             _limiter = threadpool_limits(limits=1, user_api="blas")
             _owner = threading.get_ident()
         _active += 1
+    if threading.current_thread() is threading.main_thread():
+        _settle_before_each_cell()
 
 
 def release() -> None:
@@ -59,6 +65,25 @@ def _restore_if_due() -> None:
     if _active == 0 and _limiter is not None and threading.get_ident() == _owner:
         _limiter.restore_original_limits()
         _limiter, _owner = None, None
+
+
+def _settle_before_each_cell() -> None:
+    """In IPython (a notebook's kernel), settle before every cell: the shell runs cells on the main thread,
+    the one that set the limit. Registered once per shell; nothing happens outside IPython."""
+    global _hooked_shell
+    if "IPython" not in sys.modules:  # not in IPython; never import it just to find that out
+        return
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None or shell is _hooked_shell:
+        return
+    shell.events.register("pre_run_cell", _settle_event)
+    _hooked_shell = shell
+
+
+def _settle_event(*_info: Any) -> None:
+    settle()
 
 
 @contextmanager
