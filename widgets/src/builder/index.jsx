@@ -79,7 +79,7 @@ function Builder({ model }) {
   const [perfTick, setPerfTick] = useState(0);
   const [collapsed, setCollapsed] = useState(() => new Set());
   const [hoverLane, setHoverLane] = useState(null); // data-worker of the lane under a dragged node
-  const dragStart = useRef(null); // positions of the nodes being dragged, to put them back after a pin
+  const dragStart = useRef(null); // where the dragged nodes and the view were, to go back there after a pin
   const nodesRef = useRef([]);
   nodesRef.current = nodes;
   const cellNames = useMemo(() => {
