@@ -32,6 +32,32 @@ def interleaved_medians(
     return {name: (statistics.median(v), v) for name, v in values.items()}
 
 
+def interleaved_runs(repeats: int, sides: dict[str, Callable[[], dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    """Every run of each side (a training that returns its figures, ``instances_per_s`` among them), the
+    sides interleaved as in :func:`interleaved_medians`."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
+
+    def throughput_of(name: str) -> Callable[[], float]:
+        def one_run() -> float:
+            runs[name].append(sides[name]())
+            return float(runs[name][-1]["instances_per_s"])
+
+        return one_run
+
+    interleaved_medians(repeats, {name: throughput_of(name) for name in sides})
+    return runs
+
+
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run of median throughput (the lower middle one for an even count), with every run's throughput
+    and final metric added (``runs_instances_per_s``, ``runs_final_metric``)."""
+    ordered = sorted(runs, key=lambda r: r["instances_per_s"])
+    chosen = dict(ordered[(len(ordered) - 1) // 2])
+    chosen["runs_instances_per_s"] = [r["instances_per_s"] for r in runs]
+    chosen["runs_final_metric"] = [r.get("final_metric") for r in runs]
+    return chosen
+
+
 def repeat_epochs(dataset: Dataset, copies: int) -> Dataset:
     """The same training keys ``copies`` times (a longer run without a longer download)."""
     return Dataset(dataset.name, list(dataset.train) * copies, [], dataset.num_classes, dataset.meta)

@@ -54,12 +54,11 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from amp_notebook.bench.common import interleaved_medians, report
+from amp_notebook.bench.common import interleaved_runs, median_run, report
 from amp_notebook.data.graphs import (
     BABI15_FEATURE_WIDTH,
     GraphInstance,
@@ -287,17 +286,8 @@ def compare(
         "torch_dense": lambda: torch_side(task, train_g, val_g, epochs, seed, scatter=False),
         "torch_scatter": lambda: torch_side(task, train_g, val_g, epochs, seed, scatter=True),
     }
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
-
-    def throughput_of(name: str) -> Callable[[], float]:
-        def one_run() -> float:
-            runs[name].append(sides[name]())
-            return float(runs[name][-1]["instances_per_s"])
-
-        return one_run
-
-    interleaved_medians(repeats, {name: throughput_of(name) for name in sides})
-    a, dense, scatter = (_median_run(runs[name]) for name in sides)
+    runs = interleaved_runs(repeats, sides)
+    a, dense, scatter = (median_run(runs[name]) for name in sides)
     metric = "val MAE" if task_spec(task)["kind"] == "regression" else "val accuracy"
     target = TARGETS.get(task)
     if target is not None:
@@ -326,15 +316,6 @@ def compare(
              ("runs per side", f"{repeats}, interleaved; medians shown")]  # fmt: skip
     print(report(rows))
     return result
-
-
-def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The run of median throughput, with every run's throughput and final metric added."""
-    ordered = sorted(runs, key=lambda r: r["instances_per_s"])
-    chosen = dict(ordered[(len(ordered) - 1) // 2])
-    chosen["runs_instances_per_s"] = [r["instances_per_s"] for r in runs]
-    chosen["runs_final_metric"] = [r["final_metric"] for r in runs]
-    return chosen
 
 
 def run(
