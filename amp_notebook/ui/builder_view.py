@@ -40,7 +40,7 @@ def worker_lanes(model: BuilderModel, workers: dict[str, int | None]) -> list[di
     graph = model.graph
     lanes = [{"worker": w, "nodes": 0, "heavy": 0, "pinned": 0, "cost": 0, "heavy_nodes": []}
              for w in range(model.workers)]  # fmt: skip
-    for name in graph.topological_order():
+    for name in graph.nodes:  # insertion order: no second topological sort per view (placement did one)
         w = workers.get(name)
         if w is None or not 0 <= w < model.workers:
             continue
