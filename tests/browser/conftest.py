@@ -36,6 +36,7 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 LAB_START_TIMEOUT_S = 90
+WAIT_MS = 90_000  # how long a test waits for something the page should show
 
 
 def _missing(reason: str) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import open_and_run, write_notebook
+from tests.browser.conftest import WAIT_MS, open_and_run, write_notebook
 
 pytestmark = pytest.mark.browser
 
@@ -49,8 +49,6 @@ chain.mse(h, chain.input("y", width=16), name="loss")
 big = GraphBuilder(chain)
 big
 """
-
-WAIT_MS = 90_000
 
 
 def drag(page: Any, source: Any, target: Any) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import open_and_run, write_notebook
+from tests.browser.conftest import WAIT_MS, open_and_run, write_notebook
 
 pytestmark = pytest.mark.browser
 
@@ -19,8 +19,6 @@ from amp_notebook.ui import GraphBuilder
 b = GraphBuilder(models.ggsnn(n_edge_types=4, feature_width=8, classes=4, fused_edges=False))
 b
 """
-
-WAIT_MS = 90_000
 
 
 def test_cells_collapse_and_expand(lab: Any, page: Any, tmp_path: Any) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import open_and_run, write_notebook
+from tests.browser.conftest import WAIT_MS, open_and_run, write_notebook
 
 pytestmark = pytest.mark.browser
 
@@ -19,8 +19,6 @@ from amp_notebook.ui import GraphBuilder
 b = GraphBuilder(models.mlp(input_width=64, hidden=32), workers=3)
 b
 """
-
-WAIT_MS = 90_000
 
 
 def test_drag_a_node_onto_a_worker_lane(lab: Any, page: Any, tmp_path: Any) -> None:

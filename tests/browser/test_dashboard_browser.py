@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import open_and_run, write_notebook
+from tests.browser.conftest import WAIT_MS, open_and_run, write_notebook
 
 pytestmark = pytest.mark.browser
 
@@ -54,8 +54,6 @@ results = [train(small, ds, workers=2, mode=m, max_active_keys=4, epochs=1, seed
            for m in ("sync", "amp")]
 Dashboard.compare(*results, labels=("sync", "amp"), graph=small)
 """
-
-WAIT_MS = 90_000
 
 
 def attr(page: Any, selector: str, name: str) -> str | None:
