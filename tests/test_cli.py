@@ -44,6 +44,7 @@ def test_train_rnn_replicas_sync_with_trace(tmp_path: Path, capsys: pytest.Captu
     assert any(e["ph"] == "X" for e in doc["traceEvents"])
 
 
+@pytest.mark.slow
 def test_console_entry_point_runs_as_module() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "amp_notebook", "train", "--model", "mlp", "--epochs", "1", "--mode", "pipeline",
@@ -93,6 +94,7 @@ def test_train_several_instances_per_key(model: str, extra: list[str], capsys: p
         ("ggsnn-vs-torch", {"ours", "torch_dense", "torch_scatter", "ratio_vs_dense", "ratio_vs_scatter"}),
     ],
 )
+@pytest.mark.slow
 def test_bench_quick_json_contract(name: str, keys: set[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", name, "--quick", "--json"]) == 0
     out = last_json_line(capsys.readouterr().out)
@@ -110,7 +112,7 @@ def test_bench_quick_json_contract(name: str, keys: set[str], capsys: pytest.Cap
 
 
 def test_train_mlp_on_mnist_idx_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from tests.test_mnist_idx import write_mnist
+    from tests.data.test_mnist_idx import write_mnist
 
     write_mnist(tmp_path, n_train=300, n_test=100, gz=True)
     args = ["train", "--model", "mlp", "--mnist", str(tmp_path), "--epochs", "1", "--json", "--quiet"]

@@ -121,7 +121,7 @@ for label, result in runs.items():
 #   `T = S c + u + (n - 1)(c + u)` and the gain tends to `(S c + u) / (c + u)`, close to S (the number of
 #   devices with a layer) when updates are cheap, as the run gets longer.
 #
-# The simulator reproduces the first two exactly (`tests/test_simulated.py` checks all three to the last
+# The simulator reproduces the first two exactly (`tests/runtime/test_simulated.py` checks all three to the last
 # bit):
 
 # %%

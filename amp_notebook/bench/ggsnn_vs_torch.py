@@ -10,7 +10,7 @@ validation accuracy after the last epoch. A full run adds random molecules (``mo
 types, regression; final metric = validation MAE, no target). Model everywhere: hidden 32, 4 propagation
 steps, an input Linear, one message Linear per edge type, a GRU update and the readout (``models.ggsnn``;
 torch: ``bench.torch_baselines.TorchGGNN``, the same math, checked against our interpreter in
-``tests/test_bench_dynamic.py``). Optimizer: Adam with the same settings on every side (``optimizer_for``:
+``tests/bench/test_bench_dynamic.py``). Optimizer: Adam with the same settings on every side (``optimizer_for``:
 ``OPTIMIZER`` with ``OPTIMIZER_BY_TASK``'s additions; the torch sides build ``torch.optim.Adam`` from the same
 lr, betas and eps and multiply the lr by the same ``lr_decay`` after each epoch, as our runtime's
 ``Optimizer.end_epoch`` does); float32 everywhere.
@@ -46,7 +46,7 @@ torch runs with ``torch.set_num_threads(2)``. All sides train the same epochs an
 time included), ratio = ours / theirs. ``load_average_1min`` records the machine's load before and after:
 on a shared 2-core machine, other processes make torch's 2 OpenMP threads stall far more than our workers.
 Our regression MAE is measured by loading our final parameters into the torch model (the runtime reports
-MSE only; ``tests/test_bench_dynamic.py`` shows that the two compute the same outputs).
+MSE only; ``tests/bench/test_bench_dynamic.py`` shows that the two compute the same outputs).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Data: ``sentiment_tree_dataset`` (synthetic compositional sentiment trees, 3..12 words, a 5-class label at
 every node). Model everywhere: embedding 64, hidden 64, binary Tree-LSTM leaf and branch cells, a classifier
 at every node (``models.tree_lstm``; the torch side is ``bench.torch_baselines.TorchTreeLSTM``, the same
-math, checked against our interpreter in ``tests/test_bench_dynamic.py``). Optimizer: Adam, same learning rate.
+math, checked against our interpreter in ``tests/bench/test_bench_dynamic.py``). Optimizer: Adam, same learning rate.
 
 - ours: forest keys (``data.forest``): ``TREES_PER_KEY`` = 25 trees per key (the torch minibatch), run level
   by level by ``models.tree_lstm_forest`` (same cells, weights and node names; validation forests of

@@ -7,7 +7,7 @@ busiest directed link's share), gradient staleness and the training curve. :func
 a grid of ``max_active_keys`` x ``min_update_frequency``, the paper's Fig. 5.
 
 Throughput of a chain of S equal stages (each f forward + b backward per key, c = f + b, update time u,
-n keys; derived in ``tests/test_simulated.py`` and checked there against the simulator to the last bit):
+n keys; derived in ``tests/runtime/test_simulated.py`` and checked there against the simulator to the last bit):
 
 * ``sync`` handles one key at a time: ``T = n (S c + u)``;
 * ``pipeline`` with m keys in flight, then a flush: the last stage receives the first forward after

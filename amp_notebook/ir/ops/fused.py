@@ -5,7 +5,7 @@ messages on gate nonlinearities and the c/h update, each a few microseconds of P
 microsecond of numpy. These ops do that part in one message; the heavy Linears that compute the gate
 pre-activations stay separate nodes, so placement still sees and spreads them. The math, the gate order
 and therefore the weights are exactly those of the primitive cells (``ir.cells`` docstrings), and every
-backward here is checked against finite differences (``tests/test_op_gradients.py``) and, inside whole
+backward here is checked against finite differences (``tests/ir/test_op_gradients.py``) and, inside whole
 models, against torch autograd.
 
 Sigmoids are the primitive Sigmoid's ``0.5 * tanh(x / 2) + 0.5`` (no overflow, and several times faster on

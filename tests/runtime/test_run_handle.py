@@ -16,11 +16,12 @@ import numpy as np
 import pytest
 
 from amp_notebook import models
-from amp_notebook.data import Dataset, load_digits_dataset
+from amp_notebook.data import Dataset
 from amp_notebook.ir.graph import Graph
 from amp_notebook.runtime.run import Run
 from amp_notebook.runtime.train import TrainResult, train
 from amp_notebook.runtime.worker import NodeError
+from tests.conftest import digits_dataset
 
 DEADLINE_S = 20.0
 MANY_EPOCHS = 10_000  # runs that only end when a test stops them
@@ -29,7 +30,7 @@ STARTED: list[Run] = []  # stopped after each test, whatever happened in it
 
 @pytest.fixture(scope="module")
 def digits() -> Dataset:
-    return load_digits_dataset(batch_size=20, seed=0)  # 72 training keys, 18 validation keys
+    return digits_dataset(batch_size=20)  # 72 training keys, 18 validation keys
 
 
 def start(digits: Dataset, **options) -> Run:

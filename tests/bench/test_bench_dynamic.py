@@ -190,6 +190,7 @@ def test_node_selection_dense_scatter_and_our_interpreter_agree() -> None:
     }
 
 
+@pytest.mark.slow
 def test_the_benchmark_reaches_its_babi15_bar_in_a_ci_sized_run() -> None:
     """The benchmark's own training of ours (same settings, 54-node graphs, 10 graphs per key) on a CI-sized
     set: the full run reaches 100% validation accuracy (``TARGETS``); 500 graphs and 3 epochs reach 1.0 on

@@ -9,7 +9,6 @@ import pytest
 
 import amp_notebook as amp
 from amp_notebook import models
-from amp_notebook.data import Dataset, load_digits_dataset
 from amp_notebook.runtime.costs import CostModel, CostModelError, NodeCost
 from amp_notebook.runtime.whatif import (
     PAPER_APPENDIX_C,
@@ -20,11 +19,6 @@ from amp_notebook.runtime.whatif import (
     sweep,
     whatif,
 )
-
-
-@pytest.fixture(scope="module")
-def digits() -> Dataset:
-    return load_digits_dataset(batch_size=100, seed=0)
 
 
 def mlp():
@@ -88,6 +82,7 @@ def test_sweep_covers_the_grid_from_the_same_start(digits):
         sweep(mlp(), digits, max_active_keys=())
 
 
+@pytest.mark.slow
 def test_appendix_c_estimate_is_of_the_papers_order():
     est = appendix_c()
     paper = PAPER_APPENDIX_C

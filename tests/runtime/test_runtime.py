@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from amp_notebook import models
-from amp_notebook.data import Batch, Dataset, list_reduction_dataset, load_digits_dataset
+from amp_notebook.data import Batch, Dataset
 from amp_notebook.ir.interpret import Interpreter
 from amp_notebook.ir.ops import Cond
 from amp_notebook.runtime.backends import threads as threads_backend
@@ -22,19 +22,15 @@ from amp_notebook.runtime.optim import make_optimizer
 from amp_notebook.runtime.session import DataError, RunConfig, Session
 from amp_notebook.runtime.train import train
 from amp_notebook.runtime.worker import NodeError
+from tests.conftest import lists_dataset
 
 FWD, BWD, UPDATE = 0, 1, 2
 MLP_LINEARS = ("linear1", "linear2", "linear3", "linear4")
 
 
 @pytest.fixture(scope="module")
-def digits() -> Dataset:
-    return load_digits_dataset(batch_size=100, seed=0)  # 15 training keys, 4 validation keys
-
-
-@pytest.fixture(scope="module")
 def lists() -> Dataset:
-    return list_reduction_dataset(n_train=500, n_val=150, bucket_size=50, seed=0)
+    return lists_dataset(n_train=500, n_val=150)
 
 
 def small_mlp():

@@ -51,6 +51,7 @@ def test_a_benchmark_bucket_has_torchs_loss_and_gradient() -> None:
             np.testing.assert_allclose(grads[node][name], value, rtol=1e-7, atol=1e-10, err_msg=f"{node}.{name}")
 
 
+@pytest.mark.slow
 def test_every_side_trains_molecules_with_the_same_optimizer() -> None:
     spec = bench.optimizer_for("molecules")
     assert spec["name"] == "adam" and spec["lr"] == bench.OPTIMIZER["lr"] and 0 < spec["lr_decay"] < 1

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 from amp_notebook import models
-from amp_notebook.data import Batch, list_reduction_dataset, load_digits_dataset
+from amp_notebook.data import Batch
 from amp_notebook.ir.graph import Graph, Ref
 from amp_notebook.ir.interpret import Interpreter, InvariantError
 from amp_notebook.ir.message import State
 from amp_notebook.ir.ops import Identity, NodeContext
+from tests.conftest import digits_dataset, lists_dataset
 
 EPS = 1e-6
 
@@ -25,12 +26,12 @@ def assert_quiescent(interp: Interpreter) -> None:
 
 @pytest.fixture(scope="module")
 def digits() -> Any:
-    return load_digits_dataset(batch_size=25)
+    return digits_dataset(batch_size=25)
 
 
 @pytest.fixture(scope="module")
 def lists() -> Any:
-    return list_reduction_dataset(n_train=48, n_val=12, bucket_size=4, max_len=6, seed=3)
+    return lists_dataset(n_train=48, n_val=12, bucket_size=4, max_len=6, seed=3)
 
 
 # ------------------------------------------------------------------------------------- running

@@ -16,8 +16,8 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 from amp_notebook import models  # noqa: E402
-from amp_notebook.data import list_reduction_dataset, load_digits_dataset  # noqa: E402
 from amp_notebook.ir.interpret import Interpreter  # noqa: E402
+from tests.conftest import digits_dataset, lists_dataset  # noqa: E402
 
 RTOL = 1e-6
 HIDDEN = 16
@@ -51,7 +51,7 @@ def torch_linear(p: dict[str, np.ndarray]) -> nn.Linear:
 
 @pytest.fixture(scope="module")
 def digits():
-    return load_digits_dataset(batch_size=64, seed=0)
+    return digits_dataset(batch_size=64)
 
 
 def test_mlp_gradients_and_loss_match_torch(digits):
@@ -135,7 +135,7 @@ def torch_rnn_grads(
 
 @pytest.fixture(scope="module")
 def lists():
-    return list_reduction_dataset(n_train=600, n_val=10, bucket_size=20, seed=1)
+    return lists_dataset(n_train=600, n_val=10, bucket_size=20, seed=1)
 
 
 def one_bucket_per_length(dataset, lengths):

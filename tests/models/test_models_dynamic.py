@@ -143,6 +143,7 @@ def test_tree_lstm_sync_runtime_equals_the_interpreter() -> None:
 TREE_NODE_ACCURACY_BAR = 0.75
 
 
+@pytest.mark.slow
 def test_tree_lstm_learns_synthetic_sentiment_in_a_short_run() -> None:
     ds = sentiment_tree_dataset(n_train=300, n_val=100, seed=0)
     labels = np.concatenate([b.inputs["labels"] for b in ds.val])
@@ -302,6 +303,7 @@ def test_ggsnn_variable_graph_sizes_in_node_selection() -> None:
 BABI_ACCURACY_BAR = 0.9
 
 
+@pytest.mark.slow
 def test_ggsnn_learns_babi15_in_a_short_run() -> None:
     train_graphs = babi15_graphs(300, seed=0, inflate_to=8)
     val_graphs = babi15_graphs(100, seed=1, inflate_to=8)

@@ -16,7 +16,7 @@ from amp_notebook.ir.interpret import Interpreter
 from amp_notebook.models import tree_lstm_forest
 from amp_notebook.models.tree_lstm import root_accuracy
 from amp_notebook.runtime.train import TrainResult, train
-from tests.test_models_dynamic import train_both
+from tests.models.test_models_dynamic import train_both
 
 H, EMB = 4, 3
 
@@ -103,6 +103,7 @@ def test_forest_dataset_rejects_a_bad_bucket_size() -> None:
 FOREST_NODE_ACCURACY_BAR = 0.75
 
 
+@pytest.mark.slow
 def test_forest_tree_lstm_learns_synthetic_sentiment_in_a_short_run() -> None:
     trees = sentiment_tree_dataset(n_train=400, n_val=100, seed=0)
     ds = forest_dataset(trees, trees_per_key=10)

@@ -112,6 +112,7 @@ def simulated_rate(mode: str, placement: str, priority: str) -> float:
     return r.train_instances_per_s
 
 
+@pytest.mark.slow
 def test_balanced_fifo_keeps_both_workers_busy_where_the_paper_defaults_take_turns() -> None:
     sync = simulated_rate("sync", "balanced", "fifo")
     assert simulated_rate("sync", "round_robin", "backward_first") == pytest.approx(sync)

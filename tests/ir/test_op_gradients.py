@@ -487,7 +487,7 @@ def test_no_cache_when_not_training(case: Case) -> None:
 def test_every_op_kind_has_a_gradient_case() -> None:
     covered = {c.op.kind for c in CASES}
     missing = set(OPS) - covered - set(EXEMPT)
-    assert not missing, f"op kind(s) {sorted(missing)} have no gradient case in tests/test_op_gradients.py"
+    assert not missing, f"op kind(s) {sorted(missing)} have no gradient case in tests/ir/test_op_gradients.py"
     assert set(EXEMPT) <= set(OPS), "an exemption names an op kind that no longer exists"
 
 

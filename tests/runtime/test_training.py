@@ -28,6 +28,7 @@ def test_mlp_learns_digits(mode, keys, epochs):
     assert result.history[-1].train_loss < result.history[0].train_loss
 
 
+@pytest.mark.slow
 def test_rnn_learns_list_reduction():
     # 20k training instances in buckets of 50 (400 keys/epoch), hidden 128, Adam 1.5e-3 with gradient-norm
     # clipping at 1.0, amp mode with 4 keys in flight on 2 workers: about 1 s per epoch on 2 cores. Over

@@ -10,7 +10,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-WIDGETS = Path(__file__).resolve().parent.parent / "widgets"
+WIDGETS = Path(__file__).resolve().parents[2] / "widgets"
 
 
 def test_front_end_unit_tests_pass() -> None:

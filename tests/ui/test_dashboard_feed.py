@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from amp_notebook import models
-from amp_notebook.data import Dataset, load_digits_dataset
+from amp_notebook.data import Dataset
 from amp_notebook.runtime.run import Run
 from amp_notebook.runtime.train import TrainResult, train
 from amp_notebook.trace.io import from_columns, load_trace, save_trace
@@ -27,13 +27,14 @@ from amp_notebook.ui.feed import (
     pack,
     static_frames,
 )
+from tests.conftest import digits_dataset
 
 DEADLINE_S = 20.0
 
 
 @pytest.fixture(scope="module")
 def digits() -> Dataset:
-    return load_digits_dataset(batch_size=20, seed=0)
+    return digits_dataset(batch_size=20)
 
 
 @pytest.fixture(scope="module")
@@ -149,6 +150,7 @@ def test_live_feed_that_falls_behind_sends_the_newest_rows_and_counts_the_rest(d
     assert frame.content["meta"]["rows_skipped"] == rows - 100
 
 
+@pytest.mark.slow
 def test_bounded_trace_keeps_memory_flat_in_a_long_run_and_the_feed_reports_what_it_missed(digits: Dataset) -> None:
     run = background(digits, trace_capacity=2_000)
     try:

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from amp_notebook import models
-from amp_notebook.data import load_digits_dataset
 from amp_notebook.runtime.train import train
 from amp_notebook.trace import Trace, WorkerBuffer, staleness_histogram, staleness_summary, utilization
 from amp_notebook.trace.buffers import chunk_rows_for
 from amp_notebook.trace.window import Cursor
+from tests.conftest import digits_dataset
 
 ROW_COLUMNS = ("node", "phase", "key", "depth", "start", "end")
 STALE_COLUMNS = ("node", "key", "value", "time")
@@ -104,7 +104,7 @@ def test_invalid_capacity_is_refused(bad):
 
 @pytest.fixture(scope="module")
 def digits():
-    return load_digits_dataset(batch_size=50, seed=0)
+    return digits_dataset(batch_size=50)
 
 
 def sync_run(digits, capacity):

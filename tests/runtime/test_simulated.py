@@ -32,23 +32,13 @@ import pytest
 
 from amp_notebook import models
 from amp_notebook.cli import main
-from amp_notebook.data import Batch, Dataset, list_reduction_dataset, load_digits_dataset
+from amp_notebook.data import Batch, Dataset
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.interpret import Interpreter
 from amp_notebook.runtime.costs import CostModel, NodeCost
 from amp_notebook.runtime.train import train
 
 S = 3  # heavy stages of the pipeline chain
-
-
-@pytest.fixture(scope="module")
-def digits() -> Dataset:
-    return load_digits_dataset(batch_size=100, seed=0)
-
-
-@pytest.fixture(scope="module")
-def lists() -> Dataset:
-    return list_reduction_dataset(n_train=400, n_val=100, bucket_size=50, seed=0)
 
 
 def small_mlp() -> Graph:
@@ -289,6 +279,7 @@ def test_cli_simulate_refuses_bad_hardware(capsys: pytest.CaptureFixture[str]):
         assert "expected a number" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_bench_simulator_quick_json(capsys: pytest.CaptureFixture[str]):
     assert main(["bench", "simulator", "--quick", "--json"]) == 0
     out = last_json_line(capsys.readouterr().out)

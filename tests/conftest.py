@@ -1,0 +1,73 @@
+"""What every test shares: the small datasets, the thread-leak guard, and the fast/slow tiers.
+
+Datasets. ``digits_dataset`` and ``lists_dataset`` build (and cache for the session) the two small
+datasets most tests train on; the ``digits`` and ``lists`` fixtures give their defaults, and a test module
+that needs another bucket size overrides the fixture with one line calling the loader. Tests must not
+mutate a dataset they are given (they are shared).
+
+Threads. Every test must end with no run, worker, driver or feed thread of its own still alive: the
+``no_leaked_threads`` guard waits a moment for threads started during the test to finish (a run that was
+stopped joins its threads), then fails the test and names the threads that are left.
+
+Tiers. ``pytest -m "not slow"`` is the fast tier (seconds); the browser tests, the executed tutorials and
+the long training tests carry the ``slow`` marker (the browser tests and notebooks get it here).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+
+import pytest
+
+from amp_notebook.data import Dataset, list_reduction_dataset, load_digits_dataset
+
+LEAK_GRACE_S = 10.0
+RUNTIME_THREAD_PREFIXES = ("amp-", "builder-run-status")
+
+
+@functools.cache
+def digits_dataset(batch_size: int = 100, seed: int = 0) -> Dataset:
+    """scikit-learn's 8x8 digits in keys of ``batch_size`` (100: 15 training keys, 4 validation keys)."""
+    return load_digits_dataset(batch_size=batch_size, seed=seed)
+
+
+@functools.cache
+def lists_dataset(
+    n_train: int = 400, n_val: int = 100, bucket_size: int = 50, seed: int = 0, max_len: int = 10
+) -> Dataset:
+    """The paper's list-reduction task, bucketed by total length into keys of <= ``bucket_size`` lists."""
+    return list_reduction_dataset(n_train=n_train, n_val=n_val, bucket_size=bucket_size, seed=seed, max_len=max_len)
+
+
+@pytest.fixture(scope="session")
+def digits() -> Dataset:
+    return digits_dataset()
+
+
+@pytest.fixture(scope="session")
+def lists() -> Dataset:
+    return lists_dataset()
+
+
+def _runtime_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith(RUNTIME_THREAD_PREFIXES)}
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_threads():
+    before = _runtime_threads()
+    yield
+    deadline = time.monotonic() + LEAK_GRACE_S
+    for t in _runtime_threads() - before:
+        t.join(max(0.0, deadline - time.monotonic()))
+    left = sorted(t.name for t in _runtime_threads() - before if t.is_alive())
+    assert not left, f"the test left threads running: {left}; stop its runs (run.stop()) and close its dashboards"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Browser tests and executed notebooks belong to the slow tier."""
+    for item in items:
+        if item.get_closest_marker("browser") is not None or item.nodeid.startswith("tutorials/"):
+            item.add_marker(pytest.mark.slow)
