@@ -136,6 +136,42 @@ def gru_cell(
     return h_new
 
 
+def lstm_loop(g: Graph, rows: Ref, hidden: int, name: str, counter: str, last: str, every_step: bool) -> Ref:
+    """An LSTM over a sequence: a stream of input-gate rows ``x_t @ W_x + b`` (n, 4 hidden), one message per
+    step with state ``counter`` = 0, 1, ... (an Ungroup's output), ``last`` an expression for the last
+    step's counter (``"length - 1"``). Returns the states [h; c] (n, 2 hidden) of every step, one message
+    per step with its counter (``every_step``), or only the last step's. Gates (i, f, g, o) as
+    torch.nn.LSTMCell::
+
+        rows -> Cond '{name}_first' on ``t == 0``
+                  true  -> LSTMStart '{name}_start' (the zero state) -> Phi '{name}_loop' <----------------+
+                  false -> LSTMUpdate '{name}_update' (x_gates)                                            |
+        Phi -> Cond '{name}_more' on ``t < last``: false -> out (the last step)                            |
+               true -> [Bcast '{name}_fanout': a copy out] -> Isu '{name}_tick' (t + 1) -> Split h, c      |
+                       -> Linear '{name}_h' (h @ W_h, no bias) and c -> LSTMUpdate (h_gates, c) -----------+
+
+    Every branch of every Cond carries a gradient back (the last step leaves through the false branch,
+    every step's copy through the Phi '{name}_out'), so each forward message gets its backward. torch's
+    ``weight_hh`` is ``W_h.T``; its ``weight_ih`` and both biases belong to the Linear that made the rows.
+    """
+    with _cell(g, name):
+        first, later = g.cond(rows, f"{counter} == 0", name=f"{name}_first")
+        start = g.add_node(O.LSTMStart(hidden), [first], name=f"{name}_start")
+        states = g.phi(Ref(start.name), None, name=f"{name}_loop")
+        more, done = g.cond(states, f"{counter} < {last}", name=f"{name}_more")
+        out_step: Ref | None = None
+        if every_step:
+            more, out_step = g.bcast(more, 2, name=f"{name}_fanout")
+        following = g.isu(more, {counter: f"{counter} + 1"}, {counter: f"{counter} - 1"}, name=f"{name}_tick")
+        h, c = g.split(following, [hidden, hidden], name=f"{name}_hc")
+        h_gates = g.linear(h, 4 * hidden, name=f"{name}_h", in_features=hidden, bias=False)
+        update = g.add_node(O.LSTMUpdate(hidden), [later, h_gates, c], name=f"{name}_update")
+        g.connect(Ref(update.name), states.node, "in1")
+        if out_step is None:
+            return done
+        return g.phi(out_step, done, name=f"{name}_out")
+
+
 def tree_lstm_leaf(g: Graph, x: Ref, hidden: int, name: str, in_features: int | None = None, fused: bool = True) -> Ref:
     """A Tree-LSTM leaf: an input vector x -> the node state [h; c] (width 2 hidden). Gates (i, o, u)::
 

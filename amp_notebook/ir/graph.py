@@ -311,8 +311,9 @@ class Graph:
     ) -> Ref:
         return self._single(O.Isu(forward, backward), [x], name, {})
 
-    def ungroup(self, x: Ref, counter: str = "t", name: str | None = None) -> Ref:
-        return self._single(O.Ungroup(counter), [x], name, {})
+    def ungroup(self, x: Ref, counter: str = "t", name: str | None = None, chunk: int | str | None = None) -> Ref:
+        """One message per row of ``x`` (state ``counter = i``), or per ``chunk`` rows, keeping the leading axis."""
+        return self._single(O.Ungroup(counter, chunk), [x], name, {})
 
     def group(self, x: Ref, count: str, counter: str = "t", name: str | None = None) -> Ref:
         return self._single(O.Group(count, counter), [x], name, {})
@@ -369,15 +370,22 @@ class Graph:
         payload ((1, k), or (k,) with ``keep_2d=False`` for ids and class labels)."""
         return self._single(O.Flatmap(field, keep_2d), [x], name, {})
 
-    def partition(self, x: Ref, field: str = "t", keep_2d: bool = True, name: str | None = None) -> Ref:
+    def partition(
+        self, x: Ref, field: str = "t", keep_2d: bool = True, name: str | None = None, size_field: str | None = None
+    ) -> Ref:
         """One message per distinct value of column 0 of a table (n, 1 + k), holding that group's rows
-        ((m, k), or (m,) with ``keep_2d=False``) with ``field`` set to the value: per-level index vectors."""
-        return self._single(O.Partition(field, keep_2d), [x], name, {})
+        ((m, k), or (m,) with ``keep_2d=False``) with ``field`` set to the value: per-level index vectors.
+        ``size_field`` also puts each group's row count m into its state."""
+        return self._single(O.Partition(field, keep_2d, size_field), [x], name, {})
 
-    def collect(self, x: Ref, key: str, index: str, count: int | str, field: str, name: str | None = None) -> Ref:
-        """Merge the messages whose ``key`` expression agrees into one, concatenated in ``index`` order, with
-        ``field`` set to the key value: ``g.collect(x, "pos // 2", "pos % 2", 2, "pos")`` joins tree children."""
-        return self._single(O.Collect(key, index, count, field), [x], name, {})
+    def collect(
+        self, x: Ref, key: str, index: str, count: int | str, field: str | None, name: str | None = None,
+        axis: int = -1, drop: Sequence[str] | None = None,
+    ) -> Ref:  # fmt: skip
+        """Merge the messages whose ``key`` expression agrees into one, concatenated in ``index`` order (along
+        the last axis, or with ``axis=0`` rows stacked), with ``field`` set to the key value and the fields in
+        ``drop`` removed: ``g.collect(x, "pos // 2", "pos % 2", 2, "pos")`` joins tree children."""
+        return self._single(O.Collect(key, index, count, field, axis, drop), [x], name, {})
 
     def distribute(self, x: Ref, by: str, branches: int, name: str | None = None) -> tuple[Ref, ...]:
         """Route each message to output ``b{i}``, ``i`` the value of ``by`` on its state (one Ref per branch)."""

@@ -40,6 +40,8 @@ from amp_notebook.ir.ops import (
     Input,
     Isu,
     Linear,
+    LSTMStart,
+    LSTMUpdate,
     MeanRows,
     Mul,
     NodeContext,
@@ -173,6 +175,9 @@ def _cases() -> list[Case]:
         Case("bcast_some_outputs", Bcast(3), [("in", randn(3, 4), s)], grad_outputs=frozenset({"out0", "out2"})),
         Case("ungroup", Ungroup("t"), [("in", randn(4, 3), st(length=4))]),
         Case("ungroup_3d", Ungroup("step"), [("in", randn(3, 2, 2), st(length=3))]),
+        # chunks of rows keep the leading axis: a time-major (length * bucket, H) matrix -> (bucket, H) per step
+        Case("ungroup_chunk", Ungroup("t", chunk=2), [("in", randn(6, 3), st(length=3))]),
+        Case("ungroup_chunk_expression", Ungroup("c", chunk="bucket"), [("in", randn(4, 3), st(bucket=1))]),
         Case("group", Group("length", "t"), [("in", randn(3), st(length=4, t=i)) for i in (2, 0, 3, 1)]),
         Case(
             "cond",
@@ -252,6 +257,13 @@ def _cases() -> list[Case]:
                 ("in", randn(1, 3), st(pos=3)),
             ],
         ),
+        # rows stacked (axis 0) in slot order, out of arrival order, members of different row counts; the
+        # members' own fields dropped from the merged state
+        Case(
+            "collect_rows",
+            Collect("0", "w", "length", None, axis=0, drop=["w", "ids"]),
+            [("in", randn(rows, 3), st(length=3, w=w, ids=rows)) for w, rows in ((2, 1), (0, 2), (1, 1))],
+        ),
         # a count read from the state, members of different widths (backward splits by each member's width)
         Case(
             "collect_count_expression",
@@ -312,6 +324,11 @@ def _cases() -> list[Case]:
             Partition("level", keep_2d=False),
             [("in", np.column_stack([[1.0, 1.0, 4.0], randn(3)]), s)],
         ),
+        Case(
+            "partition_size_field",
+            Partition("w", keep_2d=False, size_field="ids"),
+            [("in", np.column_stack([[3.0, 0.0, 3.0, 3.0, 1.0], randn(5)]), st(length=2))],
+        ),
         # fused cells: the gradients into the gates, the children's c and h all checked
         Case("tree_lstm_leaf", TreeLSTMLeaf(2), [("gates", 2.0 * randn(3, 6), s)]),
         Case(
@@ -332,6 +349,21 @@ def _cases() -> list[Case]:
             "gru_update",
             GRUUpdate(3),
             [("h", randn(4, 3), s), ("x_gates", 2.0 * randn(4, 9), s), ("h_gates", 2.0 * randn(4, 9), s)],
+        ),
+        Case("lstm_start", LSTMStart(2), [("gates", 2.0 * randn(3, 8), s)]),
+        Case(
+            "lstm_update",
+            LSTMUpdate(3),
+            [("c", randn(2, 3), s), ("x_gates", 2.0 * randn(2, 12), s), ("h_gates", 2.0 * randn(2, 12), s)],
+        ),
+        Case(
+            "lstm_update_match_on",
+            LSTMUpdate(2, match_on=("t",)),
+            [
+                ("h_gates", randn(3, 8), st(t=2)),
+                ("x_gates", randn(3, 8), st(t=2, length=4)),
+                ("c", randn(3, 2), st(t=2, u=1)),
+            ],
         ),
         Case(
             "gru_update_match_on",

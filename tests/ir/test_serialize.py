@@ -134,6 +134,12 @@ EVERY_OP = [
     ops.TreeLSTMLeaf(3),
     ops.TreeLSTMBranch(4, match_on=("pos",)),
     ops.GRUUpdate(2, match_on=["t"]),
+    ops.Ungroup("t", chunk="bucket"),
+    ops.Ungroup("c", chunk=1),
+    ops.Partition("w", keep_2d=False, size_field="ids"),
+    ops.Collect("0", "w", "length", None, axis=0, drop=["w", "ids"]),
+    ops.LSTMStart(3),
+    ops.LSTMUpdate(2, match_on=["t"]),
 ]
 
 

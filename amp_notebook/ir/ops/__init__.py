@@ -10,7 +10,7 @@ from amp_notebook.ir.ops.aggregate import Bcast, Concat, Group, Split, Ungroup
 from amp_notebook.ir.ops.base import NodeContext, Op, OpError
 from amp_notebook.ir.ops.control import Cond, Isu, Phi
 from amp_notebook.ir.ops.dynamic import Collect, Distribute, Flatmap, Partition
-from amp_notebook.ir.ops.fused import GRUUpdate, TreeLSTMBranch, TreeLSTMLeaf
+from amp_notebook.ir.ops.fused import GRUUpdate, LSTMStart, LSTMUpdate, TreeLSTMBranch, TreeLSTMLeaf
 from amp_notebook.ir.ops.loss import LOSS_PORT, MSE, SegmentSoftmaxCrossEntropy, SoftmaxCrossEntropy
 from amp_notebook.ir.ops.payload import (
     Add,
@@ -43,7 +43,7 @@ OPS: dict[str, type[Op]] = {
         Concat, Split, Bcast, Ungroup, Group, Flatmap, Partition, Collect,
         Gather, ScatterSum, ScatterMean, TypedEdgeSum, SelectRows, SumRows, MeanRows,
         SoftmaxCrossEntropy, SegmentSoftmaxCrossEntropy, MSE, Discard,
-        TreeLSTMLeaf, TreeLSTMBranch, GRUUpdate,
+        TreeLSTMLeaf, TreeLSTMBranch, GRUUpdate, LSTMStart, LSTMUpdate,
     )
 }  # fmt: skip
 
@@ -59,13 +59,14 @@ AGGREGATION = frozenset({
 STATE_UPDATING = frozenset({"isu", "collect"})
 LOSSES = frozenset({"softmax_cross_entropy", "segment_softmax_cross_entropy", "mse"})
 # The light elementwise part of one recurrent cell in one node (``ir.cells`` with ``fused=True``).
-FUSED_CELLS = frozenset({"tree_lstm_leaf", "tree_lstm_branch", "gru_update"})
+FUSED_CELLS = frozenset({"tree_lstm_leaf", "tree_lstm_branch", "gru_update", "lstm_start", "lstm_update"})
 INPUTS = frozenset({"input"})
 
 __all__ = [
     "AGGREGATION", "CONTROL_FLOW", "FUSED_CELLS", "HEAVY", "INPUTS", "LOSSES", "LOSS_PORT", "MSE", "OPS",
     "PARAMETERIZED", "STATE_UPDATING", "Add", "Bcast", "Collect", "Concat", "Cond", "Discard", "Distribute",
-    "Embedding", "Flatmap", "GRUUpdate", "Gather", "Group", "Identity", "Input", "Isu", "Linear", "MeanRows", "Mul",
+    "Embedding", "Flatmap", "GRUUpdate", "Gather", "Group", "Identity", "Input", "Isu", "LSTMStart", "LSTMUpdate",
+    "Linear", "MeanRows", "Mul",
     "NodeContext", "Op", "OpError", "Partition", "Phi", "ReLU", "ScatterMean", "ScatterSum",
     "SegmentSoftmaxCrossEntropy", "SelectRows", "Sigmoid", "SoftmaxCrossEntropy", "Split", "Sub", "SumRows", "Tanh",
     "TreeLSTMBranch", "TreeLSTMLeaf", "TypedEdgeSum", "Ungroup",

@@ -154,29 +154,72 @@ class Bcast(_FanOut):
 
 
 class Ungroup(Op):
-    """Turns a payload of shape (n, ...) into n row messages whose state gains ``counter = i``."""
+    """Turns a payload of shape (n, ...) into n row messages whose state gains ``counter = i``.
+
+    With ``chunk`` (an int, or an expression over the state such as ``"bucket"``) message i holds the
+    slice of rows ``[i * chunk, (i + 1) * chunk)`` instead, keeping the leading axis: a time-major
+    (length * B, H) matrix becomes one (B, H) message per step, and ``chunk=1`` turns a sequence (L, H)
+    into (1, H) rows, the batch-of-one that Linear expects. The row count must be a multiple of ``chunk``.
+    """
 
     kind = "ungroup"
     group = "aggregation"
 
-    def __init__(self, counter: str = "t") -> None:
+    def __init__(self, counter: str = "t", chunk: int | str | None = None) -> None:
         if not isinstance(counter, str) or not counter.isidentifier() or counter == "key":
             raise OpError(f"Ungroup counter: expected a field name other than 'key', got {counter!r}")
         self.counter = counter
+        self.chunk: int | Expression | None
+        if chunk is None or isinstance(chunk, Expression):
+            self.chunk = chunk
+        elif isinstance(chunk, str):
+            try:
+                self.chunk = Expression(chunk)
+            except ExpressionError as exc:
+                raise OpError(f"Ungroup chunk: {exc}") from None
+        else:
+            self.chunk = positive_int("Ungroup", "chunk", chunk)
+
+    def _chunk_rows(self, state: State, n: int) -> int:
+        if isinstance(self.chunk, Expression):
+            try:
+                k = self.chunk.evaluate(state)
+            except ExpressionError as exc:
+                raise OpError(f"Ungroup chunk: {exc}", port="in") from exc
+        else:
+            k = self.chunk
+        if isinstance(k, bool) or not isinstance(k, int) or k <= 0 or n % k:
+            source = self.chunk.source if isinstance(self.chunk, Expression) else self.chunk
+            raise OpError(
+                f"Ungroup chunk {source!r} gave {k!r} on state {state} for a payload of {n} rows; expected a "
+                f"positive int that divides the row count (a time-major matrix of length * chunk rows)",
+                port="in",
+            )
+        return k
 
     def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
         if self.counter in state:
             raise OpError(
                 f"state {state} already has field {self.counter!r}; choose another counter name for this Ungroup"
             )
+        if self.chunk is None:
+            parts = list(x)
+        else:
+            k = self._chunk_rows(state, len(x))
+            parts = [x[i : i + k] for i in range(0, len(x), k)]
         if ctx.train:
-            ctx.cache[state] = [np.zeros(x.shape, dtype=x.dtype), len(x)]
-        return [("out", row, state.replace(**{self.counter: i})) for i, row in enumerate(x)]
+            ctx.cache[state] = [np.zeros(x.shape, dtype=x.dtype), len(parts)]
+        return [("out", part, state.replace(**{self.counter: i})) for i, part in enumerate(parts)]
 
     def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
         parent = state.replace(**{self.counter: None})
         entry = ctx.cache[parent]
-        entry[0][state[self.counter]] = g
+        i = state[self.counter]
+        if self.chunk is None:
+            entry[0][i] = g
+        else:
+            k = len(g)
+            entry[0][i * k : (i + 1) * k] = g
         entry[1] -= 1
         if entry[1]:
             return []
@@ -184,7 +227,8 @@ class Ungroup(Op):
         return [("in", entry[0], parent)]
 
     def config(self) -> dict[str, Any]:
-        return {"counter": self.counter}
+        chunk = self.chunk.source if isinstance(self.chunk, Expression) else self.chunk
+        return {"counter": self.counter, "chunk": chunk}
 
 
 class Group(Op):

@@ -32,8 +32,12 @@ class _RowSplit(Op):
             raise OpError(f"{name} keep_2d: expected True or False, got {keep_2d!r}")
         self.keep_2d = keep_2d
 
+    def _parent(self, state: State) -> State:
+        """The state of the table message that a part with ``state`` came from."""
+        return state.replace(**{self.field: None})
+
     def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
-        parent = state.replace(**{self.field: None})
+        parent = self._parent(state)
         entry: _RowGradients = ctx.cache[parent]
         if entry.grad is None:
             entry.grad = np.zeros(entry.shape, dtype=np.result_type(g, np.float64))
@@ -129,16 +133,30 @@ class Partition(_RowSplit):
     ScatterSum take as an index. A forest's ``[level, child row]`` table becomes one index message per tree
     level (``data.forest``), to be joined with the state table when the loop reaches that level.
 
+    With ``size_field`` each message's state also gets ``size_field = m``, its row count, so control flow
+    downstream can read it: a loop over a word's characters stops at ``c < chars``, a Distribute sends
+    one-id groups one way and longer ones another (``models.bilstm_tagger``).
+
     Column 0 follows Flatmap's rules (integers; in a float table within 1e-3 of one); the incoming state
-    must not have ``field`` yet. Backward collects the groups' gradients and sends one gradient of the
-    input's shape, zero in column 0.
+    must not have ``field`` (or ``size_field``) yet. Backward collects the groups' gradients and sends one
+    gradient of the input's shape, zero in column 0.
     """
 
     kind = "partition"
     group = "aggregation"
 
-    def __init__(self, field: str = "t", keep_2d: bool = True) -> None:
+    def __init__(self, field: str = "t", keep_2d: bool = True, size_field: str | None = None) -> None:
         super().__init__(field, keep_2d)
+        if size_field is not None:
+            size_field = _field_name("Partition", "size_field", size_field)
+            if size_field == self.field:
+                raise OpError(f"Partition size_field: expected a field other than field {self.field!r}, got the same")
+        self.size_field = size_field
+
+    def _parent(self, state: State) -> State:
+        if self.size_field is None:
+            return state.replace(**{self.field: None})
+        return state.replace(**{self.field: None, self.size_field: None})
 
     def infer_widths(self, widths: Mapping[str, Width]) -> dict[str, Width]:
         found = widths.get("in")
@@ -150,8 +168,9 @@ class Partition(_RowSplit):
         return {"out": None if found is None or not self.keep_2d else found - 1}
 
     def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
-        if self.field in state:
-            raise OpError(f"Partition: state {state} already has field {self.field!r}; choose another", port="in")
+        for name in (self.field, self.size_field):
+            if name is not None and name in state:
+                raise OpError(f"Partition: state {state} already has field {name!r}; choose another", port="in")
         x = np.asarray(x)
         if x.ndim != 2 or x.shape[1] < 2 or (not self.keep_2d and x.shape[1] != 2):
             raise OpError(
@@ -169,10 +188,14 @@ class Partition(_RowSplit):
         for v, lo, hi in zip(groups.tolist(), bounds[:-1], bounds[1:], strict=True):
             picked = order[lo:hi]
             members[v] = picked
-            out.append(("out", rows[picked], state.replace(**{self.field: v})))
+            fields = {self.field: v} if self.size_field is None else {self.field: v, self.size_field: hi - lo}
+            out.append(("out", rows[picked], state.replace(**fields)))
         if ctx.train and out:
             ctx.cache[state] = _RowGradients(x.shape, members)
         return out
+
+    def config(self) -> dict[str, Any]:
+        return {**super().config(), "size_field": self.size_field}
 
 
 def _integer_column(op: str, field: str, column: np.ndarray) -> np.ndarray:
@@ -225,33 +248,54 @@ class Collect(Op):
     Messages of one key id whose ``key`` expression evaluates equal form a group; the ``index``
     expression gives each member its slot ``0 .. count-1`` (``count`` an int or an expression over the
     first member's state). When every slot is filled Collect emits ONE message: the members' payloads
-    concatenated along the last axis in slot order, with the state of the slot-0 member in which
-    ``field`` is set to the group's key value. Members are matched on the key id and the key value
-    only, so other fields that distinguish groups (a loop counter) must appear in the key expression.
+    concatenated in slot order along the last axis (``axis=-1``, the default) or along the first
+    (``axis=0``: members' rows stacked, e.g. word vectors (1, W) -> a sentence (n, W)), with the state of
+    the slot-0 member in which ``field`` is set to the group's key value (``field=None`` sets nothing) and
+    the fields named in ``drop`` are removed (the members' own addresses, which the merged message has no
+    single value for). Members are matched on the key id and the key value only, so other fields that
+    distinguish groups (a loop counter) must appear in the key expression.
 
     A Tree-LSTM joins each node's two children into their parent with
     ``Collect(key="pos // 2", index="pos % 2", count=2, field="pos")``: the children at heap positions
     2p and 2p+1 become one message [left; right] with ``pos = p``. Because the state changes on each
-    pass, a Collect may close a loop in place of an Isu (``STATE_UPDATING``).
+    pass, a Collect may close a loop in place of an Isu (``STATE_UPDATING``). A tagger puts a sentence
+    back together from its words with ``Collect(key="0", index="w", count="length", field=None,
+    axis=0, drop=["w"])``.
 
-    Backward splits the gradient by the members' widths and returns each piece with its member's own
-    state (cached at forward).
+    Backward splits the gradient by the members' sizes along ``axis`` and returns each piece with its
+    member's own state (cached at forward).
     """
 
     kind = "collect"
     group = "aggregation"
 
-    def __init__(self, key: str, index: str, count: int | str, field: str) -> None:
+    def __init__(
+        self,
+        key: str,
+        index: str,
+        count: int | str,
+        field: str | None,
+        axis: int = -1,
+        drop: tuple[str, ...] | list[str] | None = None,
+    ) -> None:
         self.key = _expression("Collect", "key", key)
         self.index = _expression("Collect", "index", index)
         if isinstance(count, str):
             self.count: int | Expression = _expression("Collect", "count", count)
         else:
             self.count = positive_int("Collect", "count", count)
-        self.field = _field_name("Collect", "field", field)
+        self.field = None if field is None else _field_name("Collect", "field", field)
+        if isinstance(axis, bool) or axis not in (0, -1):
+            raise OpError(f"Collect axis: expected -1 (side by side, the default) or 0 (rows stacked), got {axis!r}")
+        self.axis = axis
+        self.drop = tuple(_field_name("Collect", "drop", f) for f in (drop or ()))
+        if self.field is not None and self.field in self.drop:
+            raise OpError(f"Collect drop: {self.field!r} is the field the Collect sets; drop other fields")
 
     def infer_widths(self, widths: Mapping[str, Width]) -> dict[str, Width]:
         found = widths.get("in")
+        if self.axis == 0:
+            return {"out": found}
         if found is None or not isinstance(self.count, int):
             return {"out": None}
         return {"out": self.count * found}
@@ -285,6 +329,12 @@ class Collect(Op):
                 f"[0, {n}) (count {self._count_source()}); fix the index expression or the count",
                 port="in",
             )
+        if self.axis == 0 and np.ndim(x) < 2:
+            raise OpError(
+                f"Collect axis 0: expected members with rows (at least 2 dimensions, e.g. (1, width)), got shape "
+                f"{np.shape(x)} on state {state}",
+                port="in",
+            )
         if members is None:
             members = [None] * n
             ctx.joins[group] = members  # type: ignore[assignment]
@@ -301,28 +351,41 @@ class Collect(Op):
         del ctx.joins[group]
         xs = [m[0] for m in members]  # type: ignore[index]
         states = [m[1] for m in members]  # type: ignore[index]
-        lead = np.shape(xs[0])[:-1]
-        for i, xi in enumerate(xs):
-            if np.shape(xi)[:-1] != lead:
-                raise OpError(
-                    f"Collect: member in slot {i} (state {states[i]}) has leading shape {np.shape(xi)[:-1]}, "
-                    f"expected {lead} (as slot 0); members are concatenated along the last axis",
-                    port="in",
-                )
-        out_state = states[0].replace(**{self.field: value})
+        self._check_shapes(xs, states)
+        changes: dict[str, Any] = dict.fromkeys(self.drop)
+        if self.field is not None:
+            changes[self.field] = value
+        out_state = states[0].replace(**changes)
         if ctx.train:
             if out_state in ctx.cache:
                 raise OpError(
                     f"Collect: two groups produced the same output state {out_state} while the first is in flight; "
-                    f"setting {self.field!r} to {self.key.source!r} must give each group its own state",
+                    f"each group needs its own state: set a field to the key value (field=...) or drop fewer fields",
                     port="in",
                 )
-            ctx.cache[out_state] = ([np.shape(xi)[-1] for xi in xs], states)
-        return [("out", np.concatenate(xs, axis=-1), out_state)]
+            ctx.cache[out_state] = ([np.shape(xi)[self.axis] for xi in xs], states)
+        return [("out", np.concatenate(xs, axis=self.axis), out_state)]
+
+    def _check_shapes(self, xs: list[Any], states: list[State]) -> None:
+        """Members must agree in every dimension but the one they are concatenated along."""
+
+        def others(x: Any) -> tuple[int, ...]:
+            shape = np.shape(x)
+            return shape[1:] if self.axis == 0 else shape[:-1]
+
+        expected = others(xs[0])
+        for i, xi in enumerate(xs):
+            if others(xi) != expected:
+                which = "trailing" if self.axis == 0 else "leading"
+                raise OpError(
+                    f"Collect: member in slot {i} (state {states[i]}) has {which} shape {others(xi)}, "
+                    f"expected {expected} (as slot 0); members are concatenated along axis {self.axis}",
+                    port="in",
+                )
 
     def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
         sizes, states = ctx.cache.pop(state)
-        pieces = np.split(g, np.cumsum(sizes)[:-1], axis=-1)
+        pieces = np.split(g, np.cumsum(sizes)[:-1], axis=self.axis)
         return [("in", gi, s) for gi, s in zip(pieces, states, strict=True)]
 
     def _count_source(self) -> str:
@@ -330,7 +393,10 @@ class Collect(Op):
 
     def config(self) -> dict[str, Any]:
         count = self.count.source if isinstance(self.count, Expression) else self.count
-        return {"key": self.key.source, "index": self.index.source, "count": count, "field": self.field}
+        return {
+            "key": self.key.source, "index": self.index.source, "count": count, "field": self.field,
+            "axis": self.axis, "drop": list(self.drop),
+        }  # fmt: skip
 
 
 class Distribute(Cond):

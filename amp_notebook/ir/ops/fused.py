@@ -221,4 +221,123 @@ class GRUUpdate(JoinMixin, Op):
         return {"hidden": self.hidden, "match_on": None if self.match_on is None else list(self.match_on)}
 
 
-__all__ = ["GRUUpdate", "TreeLSTMBranch", "TreeLSTMLeaf"]
+class LSTMStart(Op):
+    """The first step of an LSTM from the zero state: gate pre-activations [i, f, g, o] (n, 4 hidden),
+    torch.nn.LSTMCell's order, -> the state [h; c] (n, 2 hidden)::
+
+        c = sigmoid(i) * tanh(g);   h = sigmoid(o) * tanh(c)
+
+    (With h = c = 0 the recurrent term adds nothing and the forget gate multiplies zero, so the gate
+    pre-activations are the input's alone and f gets a zero gradient.) A loop starts with this op on step
+    0 and continues with :class:`LSTMUpdate`, so no zero state has to be made per sequence.
+    """
+
+    kind = "lstm_start"
+    group = "payload"
+
+    def __init__(self, hidden: int) -> None:
+        self.hidden = positive_int("LSTMStart", "hidden", hidden)
+
+    def input_ports(self) -> tuple[str, ...]:
+        return ("gates",)
+
+    def infer_widths(self, widths: Mapping[str, Width]) -> dict[str, Width]:
+        check_width("LSTMStart", "gates", 4 * self.hidden, widths.get("gates"))
+        return {"out": 2 * self.hidden}
+
+    def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
+        H = self.hidden
+        _check_rows("LSTMStart", {"gates": x}, {"gates": 4 * H})
+        s_i, s_o = expit(x[:, :H]), expit(x[:, 3 * H :])
+        tg = np.tanh(x[:, 2 * H : 3 * H])
+        out = np.empty((len(x), 2 * H), dtype=np.result_type(x, np.float32))
+        c = np.multiply(s_i, tg, out=out[:, H:])
+        tc = np.tanh(c)
+        np.multiply(s_o, tc, out=out[:, :H])
+        if ctx.train:
+            ctx.cache[state] = (s_i, s_o, tg, tc)
+        return [("out", out, state)]
+
+    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+        H = self.hidden
+        s_i, s_o, tg, tc = ctx.cache.pop(state)
+        gh = g[:, :H]
+        dc = g[:, H:] + gh * s_o * (1.0 - tc * tc)
+        dz = np.zeros((len(g), 4 * H), dtype=np.result_type(g, s_i))
+        dz[:, :H] = dc * tg * s_i * (1.0 - s_i)
+        dz[:, 2 * H : 3 * H] = dc * s_i * (1.0 - tg * tg)
+        dz[:, 3 * H :] = gh * tc * s_o * (1.0 - s_o)
+        return [("gates", dz, state)]
+
+    def config(self) -> dict[str, Any]:
+        return {"hidden": self.hidden}
+
+
+class LSTMUpdate(JoinMixin, Op):
+    """An LSTM step after the first, as torch.nn.LSTMCell (gates i, f, g, o), from the two Linears' outputs::
+
+        [i, f, g, o] = x_gates + h_gates                 (n, 4 hidden) each: x @ W_x + b and h @ W_h
+        c' = sigmoid(f) * c + sigmoid(i) * tanh(g);   h' = sigmoid(o) * tanh(c')      -> [h'; c'] (n, 2 hidden)
+
+    with ``c`` (n, hidden) the previous memory cell; the three inputs are joined by state (or ``match_on``)
+    and the output carries ``x_gates``' state. torch's ``weight_ih`` / ``weight_hh`` are ``W_x.T`` /
+    ``W_h.T``; its two biases sum to the one bias of the x Linear (the h Linear has none).
+    """
+
+    kind = "lstm_update"
+    group = "payload"
+    ports = ("x_gates", "h_gates", "c")
+
+    def __init__(self, hidden: int, match_on: tuple[str, ...] | list[str] | None = None) -> None:
+        self.hidden = positive_int("LSTMUpdate", "hidden", hidden)
+        self.match_on = None if match_on is None else tuple(match_on)
+
+    def input_ports(self) -> tuple[str, ...]:
+        return self.ports
+
+    def infer_widths(self, widths: Mapping[str, Width]) -> dict[str, Width]:
+        check_width("LSTMUpdate", "x_gates", 4 * self.hidden, widths.get("x_gates"))
+        check_width("LSTMUpdate", "h_gates", 4 * self.hidden, widths.get("h_gates"))
+        check_width("LSTMUpdate", "c", self.hidden, widths.get("c"))
+        return {"out": 2 * self.hidden}
+
+    def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
+        got = self.join(ctx, port, x, state, self.ports)
+        if got is None:
+            return []
+        H = self.hidden
+        (xg, sx), (hg, sh), (c, sc) = got["x_gates"], got["h_gates"], got["c"]
+        _check_rows("LSTMUpdate", {"x_gates": xg, "h_gates": hg, "c": c}, {"x_gates": 4 * H, "h_gates": 4 * H, "c": H})
+        z = xg + hg
+        s = expit(z)  # sigmoid of every gate; the g block is replaced by tanh below
+        tg = np.tanh(z[:, 2 * H : 3 * H])
+        out = np.empty((len(z), 2 * H), dtype=np.result_type(z, c, np.float32))
+        c_new = np.multiply(s[:, H : 2 * H], c, out=out[:, H:])
+        c_new += s[:, :H] * tg
+        tc = np.tanh(c_new)
+        np.multiply(s[:, 3 * H :], tc, out=out[:, :H])
+        if ctx.train:
+            ctx.cache[sx] = (s, tg, tc, c, sh, sc)
+        return [("out", out, sx)]
+
+    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+        H = self.hidden
+        s, tg, tc, c, sh, sc = ctx.cache.pop(state)
+        gh = g[:, :H]
+        dc = g[:, H:] + gh * s[:, 3 * H :] * (1.0 - tc * tc)
+        dz = np.empty((len(g), 4 * H), dtype=np.result_type(g, s))
+        dz[:, :H] = dc * tg
+        dz[:, H : 2 * H] = dc * c
+        dz[:, 3 * H :] = gh * tc
+        slope = 1.0 - s
+        slope *= s
+        dz[:, : 2 * H] *= slope[:, : 2 * H]
+        dz[:, 3 * H :] *= slope[:, 3 * H :]
+        dz[:, 2 * H : 3 * H] = dc * s[:, :H] * (1.0 - tg * tg)
+        return [("x_gates", dz, state), ("h_gates", dz.copy(), sh), ("c", dc * s[:, H : 2 * H], sc)]
+
+    def config(self) -> dict[str, Any]:
+        return {"hidden": self.hidden, "match_on": None if self.match_on is None else list(self.match_on)}
+
+
+__all__ = ["GRUUpdate", "LSTMStart", "LSTMUpdate", "TreeLSTMBranch", "TreeLSTMLeaf"]
