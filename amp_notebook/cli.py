@@ -33,9 +33,11 @@ from amp_notebook.data.graphs import (
 from amp_notebook.data.list_reduction import list_reduction_dataset
 from amp_notebook.data.mnist import load_mnist_dataset
 from amp_notebook.data.molecules import molecule_graphs
+from amp_notebook.data.ner import load_conll, synthetic_ner_dataset
 from amp_notebook.data.sentiment import sentiment_tree_dataset
 from amp_notebook.ir.graph import Graph
-from amp_notebook.models import ggsnn, mlp, rnn, tree_lstm
+from amp_notebook.models import bilstm_tagger, ggsnn, mlp, rnn, tree_lstm
+from amp_notebook.models.bilstm_tagger import UPDATE_FREQUENCY as TAGGER_UPDATE_FREQUENCY
 from amp_notebook.models.tree_lstm import root_accuracy, tree_lstm_forest
 from amp_notebook.runtime.controller import MODES
 from amp_notebook.runtime.placement import STRATEGIES
@@ -43,10 +45,24 @@ from amp_notebook.runtime.session import PRIORITIES
 from amp_notebook.runtime.train import TrainResult, train
 
 MODELS = ("mlp", "rnn")  # also simulated; the dynamic models train only
-TRAIN_MODELS = (*MODELS, "tree-lstm", "ggsnn")
-DEFAULT_LR = {"mlp": 0.05, "rnn": 3e-3, "tree-lstm": 0.01, "ggsnn": 0.003}
-DEFAULT_OPTIMIZER = {"mlp": "sgd", "rnn": "adam", "tree-lstm": "adam", "ggsnn": "adam"}
-DEFAULT_SIZES = {"rnn": (20_000, 2_000), "tree-lstm": (2_000, 500), "ggsnn": (1_000, 200)}
+TRAIN_MODELS = (*MODELS, "tree-lstm", "ggsnn", "bilstm-tagger")
+# The train defaults; what each reaches on its embedded data, and within how many epochs, is in the README's
+# command-line section and checked in a short form by tests/models/test_defaults_learn.py.
+DEFAULT_LR = {"mlp": 1e-3, "rnn": 3e-3, "tree-lstm": 0.01, "ggsnn": 0.003, "bilstm-tagger": 3e-3}
+DEFAULT_OPTIMIZER = {"mlp": "adam", "rnn": "adam", "tree-lstm": "adam", "ggsnn": "adam", "bilstm-tagger": "adam"}
+DEFAULT_OPTIMIZER_SETTINGS: dict[str, dict[str, Any]] = {
+    "mlp": {"lr_decay": 0.7},
+    "rnn": {"clip_norm": 5.0, "lr_decay": 0.85},
+    "bilstm-tagger": {"clip_norm": 5.0},
+}
+DEFAULT_SIZES = {
+    "rnn": (20_000, 2_000),
+    "tree-lstm": (2_000, 500),
+    "ggsnn": (1_000, 200),
+    "bilstm-tagger": (1_000, 200),
+}
+DEFAULT_BATCH_SIZE = {"mlp": 25}  # digits (or MNIST) per key
+DEFAULT_MIN_UPDATE_FREQUENCY = {"rnn": 10}  # the others: 1
 
 
 def positive_int(text: str) -> int:
@@ -69,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--min-update-frequency",
         type=positive_int,
         default=None,
-        help="gradients a node holds before it updates (amp mode); default 1 (mlp), 10 (rnn)",
+        help="gradients a node holds before it updates (amp mode); default 10 (rnn), 1 (the others)",
     )
     t.add_argument("--mode", choices=MODES, default="amp")
     t.add_argument(
@@ -92,9 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--n-train",
         type=positive_int,
         default=None,
-        help="training instances: lists (rnn, 20000), trees (tree-lstm, 2000), graphs (ggsnn, 1000)",
+        help="training instances: lists (rnn, 20000), trees (tree-lstm, 2000), graphs (ggsnn, 1000), sentences "
+        "(bilstm-tagger, 1000)",
     )
-    t.add_argument("--n-val", type=positive_int, default=None, help="validation instances (2000, 500, 200)")
+    t.add_argument("--n-val", type=positive_int, default=None, help="validation instances (2000, 500, 200, 200)")
     t.add_argument(
         "--task",
         choices=TASKS,
@@ -114,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         metavar="N",
         help="tree-lstm: trees per key, run level by level (forests); ggsnn: graphs per key (their "
-        "disjoint union). 1 (default) = one instance per key, the paper's layout",
+        "disjoint union); bilstm-tagger: sentences of one length per key. 1 (default) = one instance per key, "
+        "the paper's layout",
     )
     t.add_argument(
         "--mnist",
@@ -122,6 +140,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="DIR",
         help="train the mlp on MNIST IDX files in DIR instead of the embedded digits",
+    )
+    t.add_argument(
+        "--conll",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="train the bilstm-tagger on a CoNLL-style file ('token tag' per line; 10%% held out for validation) "
+        "instead of the synthetic NER sentences",
     )
     t.add_argument("--trace", type=Path, default=None, help="write a Chrome/Perfetto trace JSON here")
     t.add_argument(
@@ -153,20 +179,33 @@ def build_parser() -> argparse.ArgumentParser:
 
 def model_and_data(args: argparse.Namespace) -> tuple[Graph, Dataset]:
     per_key = getattr(args, "per_key", 1)
-    if per_key != 1 and args.model not in ("tree-lstm", "ggsnn"):
-        raise SystemExit("amp-notebook: --per-key applies to --model tree-lstm and ggsnn only")
+    if per_key != 1 and args.model not in ("tree-lstm", "ggsnn", "bilstm-tagger"):
+        raise SystemExit("amp-notebook: --per-key applies to --model tree-lstm, ggsnn and bilstm-tagger only")
+    if getattr(args, "conll", None) is not None and args.model != "bilstm-tagger":
+        raise SystemExit("amp-notebook: --conll applies to --model bilstm-tagger only")
     if args.model == "mlp":
         if args.replicas != 1:
             raise SystemExit("amp-notebook: --replicas applies to --model rnn only")
+        batch = DEFAULT_BATCH_SIZE["mlp"]
         if getattr(args, "mnist", None) is not None:
-            data = load_mnist_dataset(args.mnist, batch_size=100, seed=args.seed)
+            data = load_mnist_dataset(args.mnist, batch_size=batch, seed=args.seed)
         else:
-            data = load_digits_dataset(batch_size=100, seed=args.seed)
+            data = load_digits_dataset(batch_size=batch, seed=args.seed)
         return mlp(input_width=int(data.meta["input_width"]), hidden=784), data
     if args.replicas != 1 and args.model != "rnn":
         raise SystemExit("amp-notebook: --replicas applies to --model rnn only")
     n_train, n_val = DEFAULT_SIZES[args.model]
     n_train, n_val = getattr(args, "n_train", None) or n_train, getattr(args, "n_val", None) or n_val
+    if args.model == "bilstm-tagger":
+        conll = getattr(args, "conll", None)
+        if conll is not None:
+            data = load_conll(conll, per_key=per_key, seed=args.seed)
+        else:
+            data = synthetic_ner_dataset(n_train=n_train, n_val=n_val, seed=args.seed, per_key=per_key)
+        sizes = {k: int(data.meta[k]) for k in ("vocab_size", "char_vocab_size", "num_tags")}  # type: ignore[call-overload]
+        # the model's per-node frequencies (about a sentence's worth of gradients) unless --min-update-frequency
+        per_node = getattr(args, "min_update_frequency", None) is None
+        return bilstm_tagger(**sizes, update_frequency=TAGGER_UPDATE_FREQUENCY if per_node else None), data
     if args.model == "tree-lstm":
         data = sentiment_tree_dataset(n_train=n_train, n_val=n_val, seed=args.seed)
         if per_key > 1:  # forests: one update per key unless --min-update-frequency says otherwise
@@ -248,11 +287,10 @@ def run_training(
 
 def cmd_train(args: argparse.Namespace) -> int:
     graph, data = model_and_data(args)
-    muf = args.min_update_frequency or (10 if args.model == "rnn" else 1)
+    muf = args.min_update_frequency or DEFAULT_MIN_UPDATE_FREQUENCY.get(args.model, 1)
     name = args.optimizer or DEFAULT_OPTIMIZER[args.model]
     optimizer: dict[str, Any] = {"name": name, "lr": args.lr or DEFAULT_LR[args.model]}
-    if args.model == "rnn":
-        optimizer.update(clip_norm=5.0, lr_decay=0.85)
+    optimizer.update(DEFAULT_OPTIMIZER_SETTINGS.get(args.model, {}))
     result = run_training(args, graph, data, muf, optimizer)
     summary = result.summary(model=args.model, replicas=args.replicas)
     per_node = {
@@ -264,6 +302,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         trees = data.meta.get("trees", data)  # forests keep their trees in meta
         summary["val_root_accuracy"] = root_accuracy(result.params, trees.val)  # val_accuracy is per tree node
         summary["per_key"] = getattr(args, "per_key", 1)
+    if args.model == "bilstm-tagger":  # val_accuracy is token accuracy
+        summary["per_key"] = getattr(args, "per_key", 1)
+        for name in ("val_majority_fraction", "rare_token_fraction", "frequent_threshold"):
+            summary[name] = data.meta[name]
     if args.model == "ggsnn":
         summary["task"] = getattr(args, "task", "node_selection")
         summary["val_metric"] = [e.val_loss for e in result.history] if summary["task"] == "regression" else None

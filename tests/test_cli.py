@@ -65,8 +65,10 @@ def test_bad_arguments_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
         main(["train", "--model", "mlp", "--replicas", "2", "--quiet"])
     with pytest.raises(SystemExit):
         main(["bench", "no-such-benchmark"])
-    with pytest.raises(SystemExit, match="--per-key applies to --model tree-lstm and ggsnn only"):
+    with pytest.raises(SystemExit, match="--per-key applies to --model tree-lstm, ggsnn and bilstm-tagger only"):
         main(["train", "--model", "mlp", "--per-key", "4", "--quiet"])
+    with pytest.raises(SystemExit, match="--conll applies to --model bilstm-tagger only"):
+        main(["train", "--model", "rnn", "--conll", "x.conll", "--quiet"])
 
 
 @pytest.mark.parametrize(
@@ -92,6 +94,18 @@ def test_train_several_instances_per_key(model: str, extra: list[str], capsys: p
         ("rnn-vs-torch", {"ours", "torch", "throughput_ratio"}),
         ("tree-vs-torch", {"ours", "torch_eager", "torch_batched", "ratio_vs_eager", "ratio_vs_batched"}),
         ("ggsnn-vs-torch", {"ours", "torch_dense", "torch_scatter", "ratio_vs_dense", "ratio_vs_scatter"}),
+        (
+            "tagger-vs-torch",
+            {
+                "ours_mak32",
+                "ours_mak1",
+                "torch_eager",
+                "torch_batched",
+                "speedup_mak32_vs_mak1",
+                "ratio_vs_eager",
+                "ratio_vs_batched",
+            },
+        ),
     ],
 )
 @pytest.mark.slow
@@ -105,10 +119,32 @@ def test_bench_quick_json_contract(name: str, keys: set[str], capsys: pytest.Cap
             assert {"instances_per_s", "time_to_target_s", "epochs_to_target", "final_val_accuracy"} <= out[side].keys()
             assert out[side]["instances_per_s"] > 0
     sides = {"tree-vs-torch": ("ours", "torch_eager", "torch_batched"),
-             "ggsnn-vs-torch": ("ours", "torch_dense", "torch_scatter")}.get(name, ())  # fmt: skip
+             "ggsnn-vs-torch": ("ours", "torch_dense", "torch_scatter"),
+             "tagger-vs-torch": ("ours_mak32", "ours_mak1", "torch_eager", "torch_batched")}.get(name, ())  # fmt: skip
     for side in sides:
         assert {"instances_per_s", "final_metric", "settings"} <= out[side].keys()
         assert out[side]["instances_per_s"] > 0 and 0.0 <= out[side]["final_metric"] <= 1.0
+
+
+def test_train_bilstm_tagger_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["train", "--model", "bilstm-tagger", "--n-train", "30", "--n-val", "10", "--epochs", "1", "--json",
+            "--quiet"]  # fmt: skip
+    assert main(argv) == 0
+    out = last_json_line(capsys.readouterr().out)
+    assert out.keys() >= TRAIN_KEYS and out["model"] == "bilstm-tagger" and out["train_instances"] == 30
+    assert 0.0 <= out["val_accuracy"][0] <= 1.0  # token accuracy
+    assert 0.5 < out["val_majority_fraction"] < 1.0 and 0.0 < out["rare_token_fraction"] < 1.0
+    assert out["frequent_threshold"] == 5 and out["per_key"] == 1
+
+
+def test_train_bilstm_tagger_on_a_conll_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "tiny.conll"
+    path.write_text("".join(f"the O\ncity O\nof O\nOslo{i % 2} B-LOC\n\n" for i in range(24)), encoding="utf-8")
+    argv = ["train", "--model", "bilstm-tagger", "--conll", str(path), "--per-key", "4", "--epochs", "1", "--json",
+            "--quiet"]  # fmt: skip
+    assert main(argv) == 0
+    out = last_json_line(capsys.readouterr().out)
+    assert out["train_instances"] == 22 and out["per_key"] == 4  # 10% of 24 sentences held out for validation
 
 
 def test_train_mlp_on_mnist_idx_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

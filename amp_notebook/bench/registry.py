@@ -11,6 +11,7 @@ BENCHMARKS: dict[str, str] = {
     "rnn-vs-torch": "amp_notebook.bench.rnn_vs_torch",
     "tree-vs-torch": "amp_notebook.bench.tree_vs_torch",
     "ggsnn-vs-torch": "amp_notebook.bench.ggsnn_vs_torch",
+    "tagger-vs-torch": "amp_notebook.bench.tagger_vs_torch",
     "trace-overhead": "amp_notebook.bench.trace_overhead",
     "simulator": "amp_notebook.bench.simulator",
     "dashboard": "amp_notebook.bench.dashboard",

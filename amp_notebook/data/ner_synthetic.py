@@ -47,8 +47,12 @@ MIN_WORDS, MAX_WORDS = 5, 20
 ENTITY_RATE = 0.25  # chance that the next segment of a sentence is an entity span
 
 
+def _pick(rng: np.random.Generator, options: tuple[str, ...]) -> str:
+    return options[int(rng.integers(len(options)))]
+
+
 def _word(rng: np.random.Generator, syllables: int) -> str:
-    return "".join(str(rng.choice(ONSETS)) + str(rng.choice(VOWELS)) for _ in range(syllables))
+    return "".join(_pick(rng, ONSETS) + _pick(rng, VOWELS) for _ in range(syllables))
 
 
 def _distinct(rng: np.random.Generator, n: int, make: object, taken: set[str]) -> list[str]:
@@ -95,7 +99,7 @@ class _Lexicon:
             names = _distinct(
                 rng,
                 N_NAMES_PER_TYPE,
-                lambda endings=endings: (_word(rng, int(rng.integers(1, 3))) + str(rng.choice(endings))).capitalize(),
+                lambda endings=endings: (_word(rng, int(rng.integers(1, 3))) + _pick(rng, endings)).capitalize(),
                 taken,
             )
             self.names[kind] = _Draws(rng, names)
@@ -125,8 +129,7 @@ def _sentence(rng: np.random.Generator, lexicon: _Lexicon) -> Sentence:
         if not after_entity and u[0] < ENTITY_RATE:
             kind = lexicon.kind(float(u[1]))
             if u[2] < 0.5:
-                cues = CUES[kind]
-                tokens.append(cues[int(rng.integers(len(cues)))])
+                tokens.append(_pick(rng, CUES[kind]))
                 tags.append("O")
             names = lexicon.span(rng, kind)
             tokens += names

@@ -47,10 +47,20 @@ Weights (each Linear holds W (in, out) = torch ``weight.T``; gates in torch.nn.L
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from amp_notebook.ir.cells import lstm_loop
 from amp_notebook.ir.graph import Graph, GraphError, Ref
 
 DYNET_SIZES = {"word_dim": 128, "char_dim": 20, "hidden": 50, "mlp_hidden": 32}
+# Gradients a node holds before it updates (amp mode), about one sentence's worth: a recurrent Linear gets one
+# gradient per step (the character ones about 40 per sentence, the word ones one per word), the word
+# embedding one per frequent word, the character input layers one per rare word, the rest one per sentence.
+# Updating after every step's gradient instead trains worse (Adam takes a full step on each partial
+# gradient) and slower (an update costs more than the step).
+UPDATE_FREQUENCY: dict[str, int] = {
+    "char_fwd_h": 20, "char_bwd_h": 20, "fwd_h": 10, "bwd_h": 10, "word_embed": 10, "char_embed": 4, "char_input": 4,
+}  # fmt: skip
 
 
 def _h_halves(g: Graph, hc_pair: Ref, hidden: int, name: str) -> Ref:
@@ -69,10 +79,15 @@ def bilstm_tagger(
     char_dim: int = 20,
     hidden: int = 50,
     mlp_hidden: int = 32,
+    *,
+    update_frequency: Mapping[str, int] | None = UPDATE_FREQUENCY,
 ) -> Graph:
     """The BiLSTM tagger with a character model (module doc); sizes default to DyNet's benchmark. Inputs
     ``words`` and ``tags`` and the fields ``length`` and ``bucket`` as :mod:`amp_notebook.data.ner` builds
-    them: ``bilstm_tagger(d.meta["vocab_size"], d.meta["char_vocab_size"], d.meta["num_tags"])``."""
+    them: ``bilstm_tagger(d.meta["vocab_size"], d.meta["char_vocab_size"], d.meta["num_tags"])``.
+
+    ``update_frequency`` sets nodes' ``min_update_frequency`` (amp mode; :data:`UPDATE_FREQUENCY`: about a
+    sentence's worth of gradients each); nodes it does not name, or all with ``None``, use the run's value."""
     for what, value in (
         ("vocab_size", vocab_size), ("char_vocab_size", char_vocab_size), ("num_tags", num_tags),
         ("word_dim", word_dim), ("char_dim", char_dim), ("hidden", hidden), ("mlp_hidden", mlp_hidden),
@@ -117,4 +132,8 @@ def bilstm_tagger(
     h = _h_halves(g, steps, hidden, "h")
     scores = g.linear(g.tanh(g.linear(h, mlp_hidden, name="mlp"), name="mlp_tanh"), num_tags, name="tag_scores")
     g.softmax_cross_entropy(scores, g.input("tags", dtype="int"), name="loss")
+    for name, frequency in (update_frequency or {}).items():
+        if name not in g.nodes or g.nodes[name].kind not in ("linear", "embedding"):
+            raise GraphError(f"bilstm_tagger update_frequency: {name!r} is not a parameterized node of the tagger")
+        g.nodes[name].min_update_frequency = frequency
     return g
