@@ -1,4 +1,4 @@
-"""Compound cells (LSTM, GRU, Tree-LSTM leaf and branch) built from primitive IR nodes.
+"""Compound cells (LSTM, GRU, Tree-LSTM leaf and branch, an LSTM loop) built from primitive IR nodes.
 
 A cell is a builder function, not an op: it adds ordinary nodes (Linear, Split, Sigmoid, Tanh, Mul, Add,
 Sub, Concat, Bcast) to the graph, so placement sees each heavy Linear on its own and every gradient is
@@ -10,6 +10,10 @@ them (gate nonlinearities, the c/h update) is one node of a fused op (``ir.ops.f
 ``tree_lstm_leaf``, ``tree_lstm_branch``), a few messages per step instead of twenty. ``fused=False``
 builds the same math from primitives (Split, Sigmoid, Tanh, Mul, Add, Sub, Concat, Bcast), node for node
 what the docstrings below write; both give the same numbers and take the same weights.
+
+``lstm_loop`` is a whole LSTM over a sequence rather than one step: a loop (Cond, Phi, Isu) around one
+recurrent Linear and the fused ``lstm_start`` / ``lstm_update`` ops, fed with the input gates of every
+step, which one Linear before the loop computes for the whole sequence (the BiLSTM tagger's layers).
 
 Fan-out is explicit, as everywhere in the IR: a value used twice passes through a Bcast. The joins
 inside a cell (Concat, Add, Mul, Sub) match messages on their full state; when the inputs of a cell

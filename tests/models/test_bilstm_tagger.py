@@ -3,7 +3,7 @@
 Its loss and every parameter's gradient equal PyTorch autograd on the same weights in float64 (a direct
 torch re-statement of the model, written out word by word here), for one sentence per key and for buckets
 of sentences; the threaded runtime in sync mode equals the reference interpreter; and a short asynchronous
-run learns the synthetic NER task (slow tier).
+run learns the synthetic NER task (``test_defaults_learn.py``, slow tier).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from amp_notebook.data.ner import (
     bucket_sentences,
     ner_dataset,
     sentence_batch,
-    synthetic_ner_dataset,
 )
 from amp_notebook.data.ner_synthetic import synthetic_ner_sentences
 from amp_notebook.ir.graph import GraphError
@@ -142,22 +141,3 @@ def test_sync_runtime_equals_the_interpreter() -> None:
             np.testing.assert_allclose(result.params[node][name], value, rtol=1e-12, atol=1e-12, err_msg=node)
     moved = max(float(np.max(np.abs(expected[n]["W"] - start[n]["W"]))) for n in expected if "W" in expected[n])
     assert moved > 1e-3
-
-
-# 120 training sentences, one epoch, DyNet's sizes, Adam 3e-3, 2 workers, 4 keys in flight: validation token
-# accuracy 0.84-0.88 over three seeds (~10 s here), against 0.73 for always answering O.
-SHORT_RUN_BAR = 0.8
-
-
-@pytest.mark.slow
-def test_learns_synthetic_ner_in_a_short_run() -> None:
-    data = synthetic_ner_dataset(n_train=120, n_val=60, seed=0)
-    sizes = {k: int(data.meta[k]) for k in ("vocab_size", "char_vocab_size", "num_tags")}  # type: ignore[call-overload]
-    result = train(
-        bilstm_tagger(**sizes), data, workers=2, mode="amp", max_active_keys=4,
-        optimizer={"name": "adam", "lr": 3e-3, "clip_norm": 5.0}, epochs=1, trace=False,
-    )  # fmt: skip
-    assert isinstance(result, TrainResult)
-    accuracy = result.val_accuracy[-1]
-    majority = float(data.meta["val_majority_fraction"])  # type: ignore[arg-type]
-    assert accuracy is not None and accuracy >= SHORT_RUN_BAR > majority + 0.05

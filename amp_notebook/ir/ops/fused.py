@@ -1,12 +1,15 @@
 """Fused cell ops: the light elementwise part of one recurrent cell as a single node.
 
-A Tree-LSTM or GRU cell built from primitives (``ir.cells`` with ``fused=False``) spends some twenty
+A Tree-LSTM, GRU or LSTM cell built from primitives (``ir.cells`` with ``fused=False``) spends some twenty
 messages on gate nonlinearities and the c/h update, each a few microseconds of Python glue around a
 microsecond of numpy. These ops do that part in one message; the heavy Linears that compute the gate
 pre-activations stay separate nodes, so placement still sees and spreads them. The math, the gate order
 and therefore the weights are exactly those of the primitive cells (``ir.cells`` docstrings), and every
 backward here is checked against finite differences (``tests/ir/test_op_gradients.py``) and, inside whole
 models, against torch autograd.
+
+An LSTM step is two ops: ``LSTMStart`` for step 0 (from the zero state, so no zeros have to be made per
+sequence) and ``LSTMUpdate`` after it; ``ir.cells.lstm_loop`` wires them into a loop.
 
 Sigmoids are the primitive Sigmoid's ``0.5 * tanh(x / 2) + 0.5`` (no overflow, and several times faster on
 these small matrices than ``exp`` with a sign split or ``scipy.special.expit``).
