@@ -122,7 +122,8 @@ def test_bench_quick_json_contract(name: str, keys: set[str], capsys: pytest.Cap
             assert out[side]["instances_per_s"] > 0
     sides = {"tree-vs-torch": ("ours", "torch_eager", "torch_batched"),
              "ggsnn-vs-torch": ("ours", "torch_dense", "torch_scatter"),
-             "tagger-vs-torch": ("ours_mak32", "ours_mak1", "torch_eager", "torch_batched")}.get(name, ())  # fmt: skip
+             "tagger-vs-torch": ("ours_mak32", "ours_mak1", "ours_mak32_balanced", "torch_eager",
+                                 "torch_batched")}.get(name, ())  # fmt: skip
     for side in sides:
         assert {"instances_per_s", "final_metric", "settings"} <= out[side].keys()
         assert out[side]["instances_per_s"] > 0 and 0.0 <= out[side]["final_metric"] <= 1.0

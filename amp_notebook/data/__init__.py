@@ -1,4 +1,5 @@
-"""Datasets as keys (`Batch`) for the AMPNet controller: digits, MNIST (IDX), list reduction, trees, graphs."""
+"""Datasets as keys (`Batch`) for the AMPNet controller: digits, MNIST (IDX), list reduction, trees, graphs,
+NER sentences (synthetic, CoNLL files)."""
 
 from amp_notebook.data.batch import Batch, Dataset
 from amp_notebook.data.digits import load_digits_dataset
@@ -14,6 +15,7 @@ from amp_notebook.data.list_reduction import (
 )
 from amp_notebook.data.mnist import load_mnist_dataset, read_idx
 from amp_notebook.data.molecules import molecule_graphs
+from amp_notebook.data.ner import ConllFormatError, Sentence, load_conll, read_conll, synthetic_ner_dataset
 from amp_notebook.data.qm9 import load_qm9_directory, load_qm9_xyz, qm9_graph
 from amp_notebook.data.sentiment import sentiment_tree_dataset, synthetic_sentiment_trees
 from amp_notebook.data.trees import (
@@ -29,8 +31,10 @@ from amp_notebook.data.trees import (
 
 __all__ = [
     "Batch",
+    "ConllFormatError",
     "Dataset",
     "GraphInstance",
+    "Sentence",
     "Tree",
     "TreeFormatError",
     "Vocab",
@@ -39,6 +43,7 @@ __all__ = [
     "graph_dataset",
     "label_sequences",
     "list_reduction_dataset",
+    "load_conll",
     "load_digits_dataset",
     "load_mnist_dataset",
     "load_qm9_directory",
@@ -47,8 +52,10 @@ __all__ = [
     "molecule_graphs",
     "parse_ptb_tree",
     "qm9_graph",
+    "read_conll",
     "read_idx",
     "sentiment_tree_dataset",
+    "synthetic_ner_dataset",
     "synthetic_sentiment_trees",
     "tree_arrays",
     "tree_to_ptb",

@@ -7,8 +7,6 @@ states they carry, errors that name what is wrong, and the LSTM against ``torch.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
 import torch
@@ -18,24 +16,8 @@ from amp_notebook.ir.cells import lstm_loop
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.interpret import Interpreter
 from amp_notebook.ir.message import State
-from amp_notebook.ir.ops import Collect, LSTMStart, LSTMUpdate, NodeContext, Op, OpError, Partition, Ungroup
-
-Feed = tuple[str, Any, State]
-
-
-def st(**fields: Any) -> State:
-    return State(key=fields.pop("key", 0), **fields)
-
-
-def forward_all(op: Op, feeds: list[Feed], train: bool = True) -> tuple[NodeContext, list[tuple[str, Any, State]]]:
-    ctx = NodeContext("node")
-    ctx.train = train
-    ctx.grad_inputs = frozenset(op.input_ports()) - op.nondiff_inputs
-    ctx.grad_outputs = frozenset(op.output_ports())
-    emitted = []
-    for port, x, state in feeds:
-        emitted += op.forward(ctx, port, x, state)
-    return ctx, emitted
+from amp_notebook.ir.ops import Collect, LSTMStart, LSTMUpdate, OpError, Partition, Ungroup
+from tests.ir.test_aggregation import Feed, forward_all, st
 
 
 # ---------------------------------------------------------------------------------------- Ungroup chunks

@@ -23,7 +23,7 @@ from amp_notebook.data.ner_synthetic import synthetic_ner_sentences
 from amp_notebook.ir.graph import GraphError
 from amp_notebook.ir.interpret import Interpreter
 from amp_notebook.models import bilstm_tagger
-from amp_notebook.runtime.train import TrainResult, train
+from tests.models.test_models_dynamic import train_both
 
 SIZES = {"word_dim": 6, "char_dim": 3, "hidden": 4, "mlp_hidden": 5}
 T = dict[str, dict[str, torch.Tensor]]
@@ -126,18 +126,4 @@ def test_sync_runtime_equals_the_interpreter() -> None:
     sentences, _ = synthetic_ner_sentences(40, 0, seed=2)
     data = ner_dataset(sentences[:8], sentences[8:10], vocab=NerVocab.from_sentences(sentences))
     sizes = {k: int(data.meta[k]) for k in ("vocab_size", "char_vocab_size", "num_tags")}  # type: ignore[call-overload]
-    graph = bilstm_tagger(**sizes, **SIZES)
-    start = graph.init_params(4, np.float64)
-    interp = Interpreter(graph, params=start, dtype=np.float64, optimizer={"name": "sgd", "lr": 0.1})
-    interp.train(data, epochs=1, seed=4)
-    result = train(
-        graph, data, workers=2, mode="sync", epochs=1, seed=4, dtype="float64", params=start,
-        optimizer={"name": "sgd", "lr": 0.1},
-    )  # fmt: skip
-    assert isinstance(result, TrainResult)
-    expected = interp.params()
-    for node, group in expected.items():
-        for name, value in group.items():
-            np.testing.assert_allclose(result.params[node][name], value, rtol=1e-12, atol=1e-12, err_msg=node)
-    moved = max(float(np.max(np.abs(expected[n]["W"] - start[n]["W"]))) for n in expected if "W" in expected[n])
-    assert moved > 1e-3
+    train_both(bilstm_tagger(**sizes, **SIZES), data)
