@@ -56,7 +56,7 @@ DEFAULT_OPTIMIZER_SETTINGS: dict[str, dict[str, Any]] = {
     "bilstm-tagger": {"clip_norm": 5.0},
 }
 DEFAULT_SIZES = {
-    "rnn": (20_000, 2_000),
+    "rnn": (100_000, 10_000),
     "tree-lstm": (2_000, 500),
     "ggsnn": (1_000, 200),
     "bilstm-tagger": (1_000, 200),
@@ -108,10 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--n-train",
         type=positive_int,
         default=None,
-        help="training instances: lists (rnn, 20000), trees (tree-lstm, 2000), graphs (ggsnn, 1000), sentences "
+        help="training instances: lists (rnn, 100000), trees (tree-lstm, 2000), graphs (ggsnn, 1000), sentences "
         "(bilstm-tagger, 1000)",
     )
-    t.add_argument("--n-val", type=positive_int, default=None, help="validation instances (2000, 500, 200, 200)")
+    t.add_argument("--n-val", type=positive_int, default=None, help="validation instances (10000, 500, 200, 200)")
     t.add_argument(
         "--task",
         choices=TASKS,
