@@ -130,11 +130,11 @@ def test_bench_quick_json_contract(name: str, keys: set[str], capsys: pytest.Cap
 
 
 def test_train_bilstm_tagger_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["train", "--model", "bilstm-tagger", "--n-train", "30", "--n-val", "10", "--epochs", "1", "--json",
+    argv = ["train", "--model", "bilstm-tagger", "--n-train", "16", "--n-val", "4", "--epochs", "1", "--json",
             "--quiet"]  # fmt: skip
     assert main(argv) == 0
     out = last_json_line(capsys.readouterr().out)
-    assert out.keys() >= TRAIN_KEYS and out["model"] == "bilstm-tagger" and out["train_instances"] == 30
+    assert out.keys() >= TRAIN_KEYS and out["model"] == "bilstm-tagger" and out["train_instances"] == 16
     assert 0.0 <= out["val_accuracy"][0] <= 1.0  # token accuracy
     assert 0.5 < out["val_majority_fraction"] < 1.0 and 0.0 < out["rare_token_fraction"] < 1.0
     assert out["frequent_threshold"] == 5 and out["per_key"] == 1
