@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from amp_notebook.data.batch import Batch, Dataset
+from amp_notebook.errors import AmpError
 from amp_notebook.ir import ops as O
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.message import BWD, FWD, State
@@ -30,7 +31,7 @@ from amp_notebook.runtime.optim import Optimizer, make_optimizer
 from amp_notebook.runtime.plan import average_replicas, compile_plan, end_epoch_optimizers
 
 
-class InvariantError(AssertionError):
+class InvariantError(AmpError, AssertionError):
     """The graph or an op broke one of the IR's invariants."""
 
 

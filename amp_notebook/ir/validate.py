@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import networkx as nx
 
+from amp_notebook.errors import AmpError
 from amp_notebook.ir import ops as O
 from amp_notebook.ir.ops.base import OpError, Width
 
@@ -37,7 +38,7 @@ class Problem:
         return self.message
 
 
-class ValidationError(ValueError):
+class ValidationError(AmpError, ValueError):
     """All problems found in a graph; ``problems`` lists them with their node and port."""
 
     def __init__(self, graph_name: str, problems: list[Problem]) -> None:

@@ -55,6 +55,7 @@ from typing import Any
 
 import numpy as np
 
+from amp_notebook.errors import AmpError
 from amp_notebook.ir.message import BWD, FWD
 from amp_notebook.runtime.plan import Plan
 
@@ -78,7 +79,7 @@ ELEMENT_FLOPS: dict[str, tuple[float, float]] = {
 }
 
 
-class CostModelError(ValueError):
+class CostModelError(AmpError, ValueError):
     """A cost model that cannot describe hardware: names the field, what was expected and what was found."""
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from amp_notebook.data.batch import Batch, Dataset
+from amp_notebook.errors import AmpError
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.message import FWD, UPDATE, Message, State
 from amp_notebook.ir.ops import NodeContext
@@ -32,7 +33,7 @@ worker, strict backward-first can make the workers take turns: one drains its ba
 other starves of forward work; arrival order keeps both fed (``amp-notebook bench speedup`` shows both)."""
 
 
-class DataError(ValueError):
+class DataError(AmpError, ValueError):
     """A dataset that does not fit the graph's inputs."""
 
 

@@ -19,13 +19,14 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from amp_notebook.errors import AmpError
 from amp_notebook.ir.message import BWD, DIRECTION_NAMES, FWD, Message, State
 from amp_notebook.ir.ops import LOSS_PORT, NodeContext
 from amp_notebook.runtime.plan import Plan
 from amp_notebook.trace.buffers import WorkerBuffer
 
 
-class NodeError(RuntimeError):
+class NodeError(AmpError, RuntimeError):
     """An exception raised inside a node, with the node, direction, port and message state."""
 
     def __init__(self, node: str, kind: str, direction: str, port: str, state: Any, cause: BaseException) -> None:

@@ -20,12 +20,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from amp_notebook.errors import AmpError
 from amp_notebook.ir import ops as O
 from amp_notebook.ir.expr import Expression, ExpressionError
 from amp_notebook.ir.ops.base import Op, OpError
 
 
-class BuilderError(ValueError):
+class BuilderError(AmpError, ValueError):
     """An intent the graph builder refused; the message says why and how to fix it."""
 
 

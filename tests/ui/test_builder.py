@@ -283,8 +283,8 @@ def test_pin_is_one_undo_step_and_lanes_show_each_workers_load() -> None:
         (["linear1"], -1, r"worker -1 is not one of"),
         (["linear1"], "two", r"pin worker"),
         (["nope"], 1, r"pin: there is no node 'nope'"),
-        ([], 1, r"pin: expected a list of node names"),
-        ({"a": 1}, 1, r"pin: expected a list of node names"),
+        ([], 1, r"intent 'pin' refused: nodes: expected at least 1 item, found 0"),
+        ({"a": 1}, 1, r"intent 'pin' refused: nodes: expected a node name or a non-empty list of them"),
     ],
 )
 def test_pin_refuses_bad_input_and_changes_nothing(nodes: object, worker: object, message: str) -> None:
