@@ -73,7 +73,9 @@ def graph_schema_problems(data: Any) -> list[str]:
     nodes = data.get("nodes") if isinstance(data, dict) else None
     found = _located(structure, data, nodes, ())
     for i, node in enumerate(nodes if isinstance(nodes, list) else []):
-        if isinstance(node, dict) and isinstance(node.get("config"), dict) and node.get("kind") in configs:
+        if not isinstance(node, dict) or not isinstance(node.get("config"), dict):
+            continue
+        if isinstance(node.get("kind"), str) and node["kind"] in configs:
             found += _located(configs[node["kind"]], node["config"], nodes, ("nodes", i, "config"))
     return _unique(found)
 
@@ -306,6 +308,21 @@ def _show(value: Any) -> str:
 
 def _clip(text: str) -> str:
     return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
+
+
+def nesting(value: Any, limit: int) -> int:
+    """Levels of nested lists, tuples and dicts in ``value``, counted with an explicit stack (a recursive
+    walk, like a validator's, would overflow first); stops looking deeper than ``limit + 1``."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, (list, tuple)):
+            deepest = max(deepest, depth)
+            if depth <= limit:
+                stack.extend((v, depth + 1) for v in item if isinstance(v, (list, tuple, dict)))
+    return deepest
 
 
 def iter_messages(lines: Iterable[str], limit: int = 50) -> str:

@@ -37,7 +37,7 @@ from amp_notebook.errors import AmpError
 from amp_notebook.ir import ops as O
 from amp_notebook.ir.graph import Graph, GraphError, Ref
 from amp_notebook.ir.ops.base import OpError
-from amp_notebook.ir.schema import graph_schema_problems, iter_messages
+from amp_notebook.ir.schema import graph_schema_problems, iter_messages, nesting
 
 SCHEMA = "amp_notebook.graph"
 VERSION = 1  # ir/graph.schema.json describes this version (its "version" const and "$id" say so)
@@ -92,7 +92,7 @@ def graph_from_dict(data: Any, source: str = "graph JSON") -> Graph:
     Raises :class:`GraphFileError` listing every problem: first those against the JSON Schema, then (when
     the document fits the schema) every op config, node name and edge that could not be built.
     """
-    _check_envelope(data, source)
+    check_envelope(data, source)
     problems = graph_schema_problems(data)
     if problems:
         raise GraphFileError(source, problems)
@@ -135,7 +135,7 @@ def rebuild_graph(data: dict[str, Any], source: str = "graph JSON") -> Graph:
     return graph
 
 
-def _check_envelope(data: Any, source: str) -> None:
+def check_envelope(data: Any, source: str) -> None:
     """Is this an amp_notebook graph at all, and of a version we read? (Before listing what else is wrong.)"""
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
@@ -202,7 +202,7 @@ def parse_graph_json(raw: bytes | str, source: str = "graph JSON") -> Any:
         raise GraphFileError(source, [f"not valid JSON for a graph: {exc}"]) from None
     except RecursionError:
         raise GraphFileError(source, [_too_deep("more levels than the parser allows")]) from None
-    depth = _nesting(data)
+    depth = nesting(data, MAX_NESTING)
     if depth > MAX_NESTING:
         raise GraphFileError(source, [_too_deep(f"{depth} levels")])
     return data
@@ -228,20 +228,6 @@ def _too_deep(found: str) -> str:
         f"expected JSON nested at most {MAX_NESTING} levels deep, found {found}; a graph needs about 6 "
         "(flatten the node's meta)"
     )
-
-
-def _nesting(data: Any) -> int:
-    """Levels of nested lists and dicts, counted with an explicit stack (no recursion)."""
-    deepest, stack = 0, [(data, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if isinstance(value, dict):
-            value = list(value.values())
-        if isinstance(value, list):
-            deepest = max(deepest, depth)
-            if depth <= MAX_NESTING:
-                stack.extend((v, depth + 1) for v in value if isinstance(v, (list, dict)))
-    return deepest
 
 
 def _binary_kind(raw: bytes) -> str | None:

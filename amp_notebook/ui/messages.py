@@ -23,7 +23,7 @@ from typing import Any
 
 import jsonschema
 
-from amp_notebook.ir.schema import problems
+from amp_notebook.ir.schema import nesting, problems
 from amp_notebook.ui import builder_schema as S
 
 MAX_NAME = 256  # characters of a node, port or field name (the graph schema's limit)
@@ -31,6 +31,7 @@ MAX_TEXT = 10_000  # characters of a property value typed in the inspector
 MAX_WORKERS = 256  # workers a builder may show lanes for
 MAX_POSITIONS = 100_000  # nodes moved or laid out by one message
 MAX_CONTROL_VALUE = 1_000_000  # max_active_keys or min_update_frequency from a slider
+MAX_NESTING = 16  # levels of lists and objects in one message (an intent needs 4)
 
 _NAME = {"type": "string", "minLength": 1, "maxLength": MAX_NAME, "description": "a node name"}
 _PORT = {"type": "string", "minLength": 1, "maxLength": MAX_NAME, "description": "a port name"}
@@ -191,6 +192,11 @@ def refusal(what: str, message: Any, field: str = "type") -> str | None:
     if not isinstance(kind, str) or kind not in schemas:
         shown = repr(kind) if isinstance(kind, (str, int, float, bool, type(None))) else type(kind).__name__
         return f"unknown {what} {shown}; expected a {field!r} among {', '.join(sorted(schemas))}"
+    depth = nesting(message, MAX_NESTING)
+    if depth > MAX_NESTING:
+        return (
+            f"{what} {kind!r} refused: expected at most {MAX_NESTING} levels of nested lists and objects, found {depth}"
+        )
     found = problems(_validator(what, kind), message)
     if not found:
         return None

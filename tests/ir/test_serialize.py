@@ -193,12 +193,12 @@ def test_unknown_kind_names_the_node_and_index() -> None:
 @pytest.mark.parametrize(
     ("node", "config", "match"),
     [
-        ("out", {"in_features": -4, "out_features": 10, "bias": True}, "config.in_features: expected an integer from 1"),
-        ("out", {"in_features": 4, "out_features": 10, "bias": True, "activation": "relu"}, "unknown field(s) 'activation'"),
+        ("out", {"in_features": -4, "out_features": 10}, "config.in_features: expected an integer from 1"),
+        ("out", {"in_features": 4, "out_features": 10, "activation": "relu"}, "unknown field(s) 'activation'"),
         ("out", {"in_features": 4}, "missing required field(s) 'out_features'"),
         ("out", [4, 10], "config: expected an object {...}, found a list of 2 items"),
-        ("embed", {"num_embeddings": "14", "embedding_dim": 3}, "found the string '14'; write the number without quotes"),
-        ("more", {"predicate": "t < length", "branches": 1}, "config.branches: expected an integer from 2 to 1024, found 1"),
+        ("embed", {"num_embeddings": "14", "embedding_dim": 3}, "found the string '14'; write the number without"),
+        ("more", {"predicate": "t < length", "branches": 1}, "config.branches: expected an integer from 2 to 1024"),
         ("loop", {"n_inputs": 0}, "config.n_inputs: expected an integer from 1 to 1024, found 0"),
         ("tick", {"forward": {}, "backward": {}}, "bad config"),  # the op's own check: no update at all
         ("tick", {"forward": {"__t": "1"}, "backward": {}}, "expected field names (letters"),
@@ -276,7 +276,8 @@ def test_malformed_edge_names_the_index(edge: Any) -> None:
     data["edges"].insert(3, edge)
     with pytest.raises(GraphError, match=r"edges\[3\](\[3\])?: expected") as info:
         graph_from_dict(data)
-    assert re.search(r"\[source node, output port, destination node, input port\]|destination input port", str(info.value))
+    described = r"\[source node, output port, destination node, input port\]|destination input port"
+    assert re.search(described, str(info.value))
 
 
 @pytest.mark.parametrize(
