@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -202,9 +203,8 @@ def parse_graph_json(raw: bytes | str, source: str = "graph JSON") -> Any:
         raise GraphFileError(source, [f"not valid JSON for a graph: {exc}"]) from None
     except RecursionError:
         raise GraphFileError(source, [_too_deep("more levels than the parser allows")]) from None
-    depth = nesting(data, MAX_NESTING)
-    if depth > MAX_NESTING:
-        raise GraphFileError(source, [_too_deep(f"{depth} levels")])
+    if nesting(data, MAX_NESTING) > MAX_NESTING:
+        raise GraphFileError(source, [_too_deep(f"more than {MAX_NESTING} levels")])
     return data
 
 
@@ -276,7 +276,7 @@ def load_params(path: str | Path, graph: Graph | None = None) -> dict[str, dict[
         if isinstance(exc, GraphFileError):
             raise
         raise GraphFileError(str(path), [f"refused: {exc}; {_PICKLE_HINT}"]) from None
-    except (OSError, EOFError, KeyError) as exc:  # a damaged archive
+    except (OSError, EOFError, KeyError, zipfile.BadZipFile) as exc:  # a damaged archive
         raise GraphFileError(str(path), [f"not a readable .npz archive ({type(exc).__name__}: {exc})"]) from None
     if graph is not None:
         for node in graph.parameterized():

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import math
+import numbers
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -417,7 +418,7 @@ def _position(pos: Any) -> Position:
     if not (
         isinstance(pos, (list, tuple))
         and len(pos) == 2
-        and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in pos)
+        and all(isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) for v in pos)
     ):
         raise BuilderError(f"position: expected [x, y] finite numbers, got {pos!r}")
     return float(pos[0]), float(pos[1])

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import numbers
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -221,8 +222,8 @@ def format_value(ftype: str, value: Any) -> str:
 
 
 def _int(value: Any, text: str | None, where: str) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):  # numpy integers too
+        return int(value)
     if text is not None and re.fullmatch(r"[+-]?\d+", text):
         return int(text)
     found = f"{type(value).__name__} {value!r}" if not isinstance(value, str) else repr(value)

@@ -187,16 +187,13 @@ def refusal(what: str, message: Any, field: str = "type") -> str | None:
     line saying why not: the field, what was expected and what was found."""
     schemas = TABLES[what]
     if not isinstance(message, Mapping):
-        return f"{what}: expected an object with a {field!r}, found {type(message).__name__}"
+        return f"{what} refused: expected an object with a {field!r}, found {type(message).__name__}"
     kind = message.get(field)
     if not isinstance(kind, str) or kind not in schemas:
         shown = repr(kind) if isinstance(kind, (str, int, float, bool, type(None))) else type(kind).__name__
         return f"unknown {what} {shown}; expected a {field!r} among {', '.join(sorted(schemas))}"
-    depth = nesting(message, MAX_NESTING)
-    if depth > MAX_NESTING:
-        return (
-            f"{what} {kind!r} refused: expected at most {MAX_NESTING} levels of nested lists and objects, found {depth}"
-        )
+    if nesting(message, MAX_NESTING) > MAX_NESTING:
+        return f"{what} {kind!r} refused: expected lists and objects nested at most {MAX_NESTING} deep, found more"
     found = problems(_validator(what, kind), message)
     if not found:
         return None

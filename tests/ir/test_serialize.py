@@ -17,6 +17,7 @@ from amp_notebook.ir.graph import Graph, GraphError
 from amp_notebook.ir.serialize import (
     SCHEMA,
     VERSION,
+    GraphFileError,
     graph_from_dict,
     graph_to_dict,
     load_graph,
@@ -435,3 +436,103 @@ def test_load_params_refuses_pickled_object_arrays(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="allow_pickle"):
         load_params(path, graph=models.mlp())
     assert not sentinel.exists(), "loading parameters unpickled an object"
+
+
+# ------------------------------------------------------------------------------------- untrusted files
+class _Runs:
+    """Unpickling this runs os.system: the proof that a pickle was run would be the sentinel file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        import os
+
+        return (os.system, (f"touch {self.path}",))
+
+
+@pytest.mark.parametrize("protocol", [0, 2, 5])
+def test_a_malicious_pickle_is_refused_and_nothing_runs(protocol: int, tmp_path: Path) -> None:
+    import pickle
+
+    sentinel = tmp_path / "pwned"
+    path = tmp_path / "graph.json"
+    path.write_bytes(pickle.dumps(_Runs(sentinel), protocol=protocol))
+    for load in (load_graph, load_params):
+        with pytest.raises(GraphFileError) as info:
+            load(path)
+        assert "pickle" in str(info.value) or "not valid JSON" in str(info.value) or ".npz" in str(info.value)
+    assert not sentinel.exists(), "a pickle was unpickled"
+
+
+@pytest.mark.parametrize(
+    ("template", "node", "field"),
+    [
+        ("__import__('os').system('touch {path}')", "more", "predicate"),
+        ("t.__class__.__init__.__globals__['__builtins__']['open']('{path}', 'w')", "more", "predicate"),
+        ("().__class__.__base__.__subclasses__()[0]('{path}')", "tick", "forward"),
+        ("[open('{path}', 'w') for t in (1,)]", "tick", "backward"),
+        ("exec(\"open('{path}', 'w')\")", "steps", "counter"),
+        ("t if open('{path}', 'w') else t", "more", "predicate"),
+    ],
+)
+def test_a_graph_that_smuggles_code_is_refused_and_nothing_runs(
+    template: str, node: str, field: str, tmp_path: Path
+) -> None:
+    sentinel = tmp_path / "pwned"
+    data = _data()
+    config = data["nodes"][_node_index(data, node)]["config"]
+    payload = template.format(path=sentinel)
+    config[field] = {"t": payload} if field in ("forward", "backward") else payload
+    path = tmp_path / "evil.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(GraphFileError) as info:
+        load_graph(path)
+    assert repr(node) in str(info.value)
+    assert not sentinel.exists(), "loading a graph ran code"
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        (b"", "found an empty file"),
+        (b"\x00\x01\x02\xff\xfe", "expected UTF-8 JSON text, found a byte"),
+        (b"PK\x03\x04rest", "zip archive"),
+        (b"\x93NUMPY\x01\x00", "numpy .npy array"),
+        (b'{"schema": "amp_notebook.graph", "version": NaN}', "NaN and Infinity are not JSON numbers"),
+        (b'{"schema": "amp_notebook.graph", "version": 1e400}', "expected a number that fits a 64-bit float"),
+        (b'{"a": ' + b"9" * 5000 + b"}", "not valid JSON for a graph"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested at most 64 levels deep"),
+        (b'{"a": ' + b"[" * 70 + b"]" * 70 + b"}", "nested at most 64 levels deep, found more than 64 levels"),
+        (b'{"schema": "amp_notebook.graph", ', "not valid JSON: line 1 column 34: Expecting property name"),
+        (b"\xef\xbb\xbf[]", "expected schema 'amp_notebook.graph', found 'list'"),  # a UTF-8 BOM is fine
+    ],
+)
+def test_files_that_are_not_graph_json_are_refused_with_what_was_found(text: bytes, match: str, tmp_path: Path) -> None:
+    path = tmp_path / "graph.json"
+    path.write_bytes(text)
+    with pytest.raises(GraphFileError, match=re.escape(match)):
+        load_graph(path)
+
+
+def test_huge_numbers_are_refused_before_anything_is_built() -> None:
+    data = _data()
+    i = _node_index(data, "out")
+    data["nodes"][i]["config"]["in_features"] = 10**30
+    data["nodes"][_node_index(data, "loop")]["config"]["n_inputs"] = 10**9  # would make a billion ports
+    with pytest.raises(GraphFileError) as info:
+        graph_from_dict(data)
+    assert len(info.value.problems) == 2
+    assert "config.in_features: expected an integer from 1 to 16777216" in info.value.problems[1]
+    assert "config.n_inputs: expected an integer from 1 to 1024, found 1000000000" in info.value.problems[0]
+
+
+def test_load_params_refuses_files_that_are_not_npz(tmp_path: Path) -> None:
+    np.save(tmp_path / "a.npy", np.ones(3))
+    (tmp_path / "broken.npz").write_bytes(b"PK\x03\x04 not really")
+    with pytest.raises(GraphFileError, match=r"numpy \.npy array"):
+        load_params(tmp_path / "a.npy")
+    with pytest.raises(GraphFileError, match=r"not a readable \.npz archive"):
+        load_params(tmp_path / "broken.npz")
+    with pytest.raises(FileNotFoundError):
+        load_params(tmp_path / "missing.npz")
