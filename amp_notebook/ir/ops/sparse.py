@@ -85,6 +85,7 @@ class _Sparse(JoinMixin, Op):
     """
 
     group = "aggregation"
+    bundling = "per_message"  # each message holds its own graph's index payloads
 
     def __init__(self, match_on: tuple[str, ...] | list[str] | None = None) -> None:
         self.match_on = None if match_on is None else tuple(match_on)
@@ -250,6 +251,7 @@ class SumRows(Op):
 
     kind = "sum_rows"
     group = "aggregation"
+    bundling = "per_message"
 
     def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
         x = np.asarray(x)
