@@ -35,13 +35,13 @@ from collections.abc import Callable, Sequence
 from amp_notebook.ir.message import FWD, Message
 
 PRIORITIES = ("backward_first", "fifo")
-ORDERS = ("oldest_key", "arrival")
+ORDERS = ("oldest_key", "arrival", "largest_bundle")
 
 Group = tuple[int, int, str]  # (node, direction, port)
 
 
 class Inbox:
-    __slots__ = ("_by_key", "_fifo", "_groups", "_heaps", "_live", "_seq", "_size", "limit", "max_bundle")
+    __slots__ = ("_by_key", "_fifo", "_groups", "_heaps", "_largest", "_live", "_seq", "_size", "limit", "max_bundle")
 
     def __init__(
         self,
@@ -57,7 +57,8 @@ class Inbox:
         self.max_bundle = max_bundle  # per node; shared with the plan, so live changes apply at the next take
         self.limit = limit  # (node, direction) -> the cap for a node whose max_bundle is over 1
         self._fifo = priority == "fifo"
-        self._by_key = order == "oldest_key"
+        self._by_key = order != "arrival"
+        self._largest = order == "largest_bundle"
         # per direction (backward and updates, forward): heap of (rank, entry number, group)
         self._heaps: tuple[list[tuple[int, int, Group]], list[tuple[int, int, Group]]] = ([], [])
         self._groups: dict[Group, list[tuple[int, int, Message]]] = {}  # sorted by (rank, arrival)
@@ -103,7 +104,14 @@ class Inbox:
             heap = fwd
         if heap is None:
             return None
-        _, _, group = heapq.heappop(heap)
+        if self._largest:
+            direction_fwd = heap is fwd
+            group = max(
+                (g for g in self._groups if (g[1] == FWD) == direction_fwd),
+                key=lambda g: (len(self._groups[g]), -self._groups[g][0][0]),
+            )
+        else:
+            _, _, group = heapq.heappop(heap)
         waiting = self._groups[group]
         node = group[0]
         cap = 1

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from amp_notebook.ir.message import State
-from amp_notebook.ir.ops import LOSS_PORT, OPS, NodeContext
-from amp_notebook.ir.ops.base import BUNDLINGS, Op
+from amp_notebook.ir.ops import LOSS_PORT, NodeContext
+from amp_notebook.ir.ops.base import Op
 from tests.ir.test_op_gradients import CASES, Case, _context
 
 KEYS = 3
@@ -102,10 +102,3 @@ def test_a_bundle_gives_what_its_messages_give_one_by_one(case: Case) -> None:
         np.testing.assert_allclose(ctx2.grads[name], ctx1.grads[name], rtol=1e-12, atol=1e-13, err_msg=name)
     assert not ctx2.cache and not ctx2.joins
     assert [r["loss"] for r in ctx1.reports] == pytest.approx([r["loss"] for r in ctx2.reports], rel=1e-12)
-
-
-def test_every_op_declares_how_it_bundles_and_row_ops_implement_it() -> None:
-    for kind, cls in OPS.items():
-        assert cls.bundling in BUNDLINGS, f"op {kind!r} declares bundling {cls.bundling!r}; expected {BUNDLINGS}"
-        if cls.bundling == "rows":
-            assert cls.forward_bundle is not Op.forward_bundle, f"{kind!r} says 'rows' but runs per message"

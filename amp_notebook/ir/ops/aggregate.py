@@ -27,6 +27,7 @@ class Concat(JoinMixin, Op):
     kind = "concat"
     group = "aggregation"
     bundling = "per_message"
+    element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
 
     def __init__(self, n_inputs: int = 2, match_on: tuple[str, ...] | list[str] | None = None) -> None:
         self.n_inputs = positive_int("Concat", "n_inputs", n_inputs)
@@ -70,6 +71,7 @@ class _FanOut(Op):
 
     group = "aggregation"
     bundling = "per_message"
+    element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
 
     def collect(self, ctx: NodeContext, port: str, g: Any, state: State) -> dict[str, Any] | None:
         entry = ctx.cache[state]
@@ -169,6 +171,7 @@ class Ungroup(Op):
     kind = "ungroup"
     group = "aggregation"
     bundling = "per_message"
+    element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
 
     def __init__(self, counter: str = "t") -> None:
         if not isinstance(counter, str) or not counter.isidentifier() or counter == "key":
@@ -207,6 +210,7 @@ class Group(Op):
     kind = "group"
     group = "aggregation"
     bundling = "per_message"
+    element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
 
     def __init__(self, count: str, counter: str = "t") -> None:
         try:

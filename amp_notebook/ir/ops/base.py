@@ -27,6 +27,7 @@ backward message with that state arrives, so memory is bounded by what is in fli
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from itertools import pairwise
 from typing import Any, ClassVar
@@ -113,6 +114,10 @@ class Op:
     kind: ClassVar[str] = ""
     group: ClassVar[str] = ""
     bundling: ClassVar[str] = ""  # "rows" or "per_message": how a bundle of messages runs (module docstring)
+    # FLOPs per payload element of a message (forward, backward), for the simulator's cost model; every op
+    # declares it (control flow and routing move data and compute nothing: (0, 0)); Linear and Embedding
+    # override `flops` with the paper's appendix-C formulas
+    element_flops: ClassVar[tuple[float, float] | None] = None
     heavy: ClassVar[bool] = False
     nondiff_inputs: ClassVar[frozenset[str]] = frozenset()
 
@@ -138,6 +143,13 @@ class Op:
 
     def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
         raise NotImplementedError
+
+    def flops(self, forward: bool, shape: tuple[int, ...], grad_input: bool) -> float:
+        """FLOPs to handle one message with a payload of ``shape`` (forward or backward; ``grad_input``: the
+        gradient of the input is wanted too)."""
+        if self.element_flops is None:
+            raise NotImplementedError(f"op {self.kind!r} declares no FLOP count (element_flops or flops)")
+        return self.element_flops[0 if forward else 1] * math.prod(shape) if shape else 0.0
 
     def forward_bundle(self, ctx: NodeContext, port: str, xs: list[Any], states: list[State]) -> Emitted:
         """``forward`` of several messages for ``port``: their outputs in message order. Runs ``forward`` once

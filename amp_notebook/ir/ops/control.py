@@ -28,6 +28,7 @@ class Cond(Op):
     kind = "cond"
     group = "control"
     bundling = "per_message"
+    element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
 
     def __init__(self, predicate: str, branches: int = 2) -> None:
         try:
@@ -79,6 +80,7 @@ class Phi(Op):
     kind = "phi"
     group = "control"
     bundling = "per_message"
+    element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
 
     def __init__(self, n_inputs: int = 2) -> None:
         self.n_inputs = positive_int("Phi", "n_inputs", n_inputs)
@@ -136,6 +138,7 @@ class Isu(Op):
     kind = "isu"
     group = "control"
     bundling = "per_message"
+    element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
 
     def __init__(self, forward: Mapping[str, str | None], backward: Mapping[str, str | None]) -> None:
         self.forward_updates = _compile_updates("forward", forward)

@@ -71,6 +71,7 @@ class Flatmap(_RowSplit):
     kind = "flatmap"
     group = "aggregation"
     bundling = "per_message"
+    element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
 
     def __init__(self, field: str = "pos", keep_2d: bool = True) -> None:
         super().__init__(field, keep_2d)
@@ -138,6 +139,7 @@ class Partition(_RowSplit):
     kind = "partition"
     group = "aggregation"
     bundling = "per_message"
+    element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
 
     def __init__(self, field: str = "t", keep_2d: bool = True) -> None:
         super().__init__(field, keep_2d)
@@ -243,6 +245,7 @@ class Collect(Op):
     kind = "collect"
     group = "aggregation"
     bundling = "per_message"
+    element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
 
     def __init__(self, key: str, index: str, count: int | str, field: str) -> None:
         self.key = _expression("Collect", "key", key)

@@ -57,6 +57,7 @@ class TreeLSTMLeaf(Op):
     kind = "tree_lstm_leaf"
     group = "payload"
     bundling = "rows"
+    element_flops = (4.0, 8.0)  # a sigmoid or tanh and a few products per gate element
 
     def __init__(self, hidden: int) -> None:
         self.hidden = positive_int("TreeLSTMLeaf", "hidden", hidden)
@@ -127,6 +128,7 @@ class TreeLSTMBranch(JoinMixin, Op):
     kind = "tree_lstm_branch"
     group = "payload"
     bundling = "rows"
+    element_flops = (4.0, 10.0)  # a sigmoid or tanh and a few products per gate element
     ports = ("gates", "c_left", "c_right")
 
     def __init__(self, hidden: int, match_on: tuple[str, ...] | list[str] | None = None) -> None:
@@ -210,6 +212,7 @@ class GRUUpdate(JoinMixin, Op):
     kind = "gru_update"
     group = "payload"
     bundling = "rows"
+    element_flops = (4.0, 12.0)  # a sigmoid or tanh and a few products per gate element
     ports = ("x_gates", "h_gates", "h")
 
     def __init__(self, hidden: int, match_on: tuple[str, ...] | list[str] | None = None) -> None:

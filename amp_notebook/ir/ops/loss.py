@@ -84,6 +84,7 @@ class SoftmaxCrossEntropy(_Loss):
     """Mean cross-entropy of softmax(logits) against integer class targets; reports accuracy too."""
 
     kind = "softmax_cross_entropy"
+    element_flops = (5.0, 1.0)
     pred_port = "logits"
 
     def evaluate(self, pred: np.ndarray, target: np.ndarray) -> tuple[float, np.ndarray, dict[str, Any]]:
@@ -131,6 +132,7 @@ class MSE(_Loss):
     """Mean squared error over all elements (as torch.nn.MSELoss)."""
 
     kind = "mse"
+    element_flops = (3.0, 1.0)
 
     def evaluate(self, pred: np.ndarray, target: np.ndarray) -> tuple[float, np.ndarray, dict[str, Any]]:
         target = target.reshape(pred.shape) if target.size == pred.size else target
@@ -153,6 +155,7 @@ class SegmentSoftmaxCrossEntropy(_Loss):
     """
 
     kind = "segment_softmax_cross_entropy"
+    element_flops = (5.0, 1.0)
     bundling = "per_message"  # each key's graphs are their own segments
     pred_port = "scores"
     nondiff_inputs = frozenset({"segments", "target"})

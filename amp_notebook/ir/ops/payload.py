@@ -37,6 +37,7 @@ class Input(Op):
     kind = "input"
     group = "io"
     bundling = "per_message"
+    element_flops = (0.0, 0.0)
 
     def __init__(self, width: int | None = None, dtype: str = "float", fill: str | None = None) -> None:
         if dtype not in ("float", "int"):
@@ -71,6 +72,7 @@ class Identity(Op):
     kind = "identity"
     group = "payload"
     bundling = "per_message"  # nothing to compute: a call per message costs what splitting a stack would
+    element_flops = (0.0, 0.0)
 
     def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
         return [("out", x, state)]
@@ -156,6 +158,14 @@ class Linear(Op):
             if self.bias:
                 ctx.accumulate("b", g.sum(axis=0))
 
+    def flops(self, forward: bool, shape: tuple[int, ...], grad_input: bool) -> float:
+        """Appendix C: ``2 k d_in d_out`` forward for ``k`` rows; backward the same for ``x^T g`` and again for
+        ``g W^T`` when the input wants its gradient."""
+        if not shape:
+            return 0.0
+        mac = 2.0 * math.prod(shape[:-1]) * self.in_features * self.out_features
+        return mac if forward or not grad_input else 2.0 * mac
+
     def config(self) -> dict[str, Any]:
         return {"in_features": self.in_features, "out_features": self.out_features, "bias": self.bias}
 
@@ -228,6 +238,12 @@ class Embedding(Op):
                 grad.fill(0.0)
         np.add.at(grad, ids, g)
 
+    def flops(self, forward: bool, shape: tuple[int, ...], grad_input: bool) -> float:
+        """One per element moved: the looked-up rows forward (ids x dim), the scattered gradient rows backward."""
+        if not shape:
+            return 0.0
+        return float(math.prod(shape) * self.embedding_dim) if forward else float(math.prod(shape))
+
     def config(self) -> dict[str, Any]:
         return {"num_embeddings": self.num_embeddings, "embedding_dim": self.embedding_dim}
 
@@ -272,6 +288,7 @@ class _Elementwise(Op):
 
 class ReLU(_Elementwise):
     kind = "relu"
+    element_flops = (1.0, 1.0)
 
     def f(self, x: np.ndarray) -> np.ndarray:
         return np.maximum(x, 0)
@@ -282,6 +299,7 @@ class ReLU(_Elementwise):
 
 class Tanh(_Elementwise):
     kind = "tanh"
+    element_flops = (1.0, 2.0)
 
     def f(self, x: np.ndarray) -> np.ndarray:
         return np.tanh(x)
@@ -292,6 +310,7 @@ class Tanh(_Elementwise):
 
 class Sigmoid(_Elementwise):
     kind = "sigmoid"
+    element_flops = (1.0, 2.0)
 
     def f(self, x: np.ndarray) -> np.ndarray:
         # sigmoid(x) = (1 + tanh(x / 2)) / 2: never overflows, and one tanh is several times faster than exp
@@ -353,6 +372,7 @@ class _Binary(JoinMixin, Op):
 
 class Add(_Binary):
     kind = "add"
+    element_flops = (1.0, 0.0)
 
     def f(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return a + b
@@ -365,6 +385,7 @@ class Sub(_Binary):
     """``a - b`` (the GRU's ``h - n``)."""
 
     kind = "sub"
+    element_flops = (1.0, 1.0)
 
     def f(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return a - b
@@ -375,6 +396,7 @@ class Sub(_Binary):
 
 class Mul(_Binary):
     kind = "mul"
+    element_flops = (1.0, 2.0)
 
     def f(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return a * b
@@ -394,6 +416,7 @@ class Discard(Op):
     kind = "discard"
     group = "io"
     bundling = "per_message"
+    element_flops = (0.0, 0.0)
     nondiff_inputs = frozenset({"in"})
 
     def output_ports(self) -> tuple[str, ...]:
