@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from amp_notebook.data import Batch, Dataset
 from amp_notebook.ir.graph import Graph, Ref
 from amp_notebook.ir.interpret import Interpreter
+from amp_notebook.runtime.reference import train_reference
 from amp_notebook.runtime.train import train
 
 # with 3 workers a small graph may leave one without a heavy node: placement warns, and that is fine here
@@ -100,7 +101,7 @@ def assert_same_training(graph: Graph, data: Dataset, workers: int, priority: st
     graph.validate(require_loss=True)
     start = graph.init_params(seed=1, dtype=np.float64)
     interp = Interpreter(graph, params=start, dtype=np.float64, optimizer={"name": "sgd", "lr": 0.05})
-    interp.train(data, epochs=1, seed=2, validate=False)
+    train_reference(interp, data, epochs=1, seed=2, validate=False)
     expected = interp.params()
     result = train(
         graph, data, workers=workers, mode="sync", epochs=1, seed=2, dtype="float64", params=start, validate=False,
