@@ -68,6 +68,17 @@ class FuzzReport:
         if len(self.failures) < MAX_FAILURES_KEPT:
             self.failures.append(what)
 
+    def undocumented(self, exc: BaseException, case: str) -> None:
+        """An exception that is not an AmpError escaped: count it by class and keep where it came from."""
+        self.outcomes[f"UNDOCUMENTED {type(exc).__name__}"] += 1
+        self.fail(f"{case}: {_where(exc)}")
+
+    def check_sentinel(self, sentinel: Path, case: str) -> None:
+        """A code payload ran if the sentinel file exists: a failure (and the file goes, for the next case)."""
+        if sentinel.exists():
+            self.fail(f"{case}: a code payload ran (the sentinel file exists)")
+            sentinel.unlink()
+
     def as_dict(self) -> dict[str, Any]:
         return {"cases": self.cases, "only_amp_errors": self.only_amp_errors, "broken": self.broken,
                 "outcomes": dict(self.outcomes.most_common()), "seconds": round(self.seconds, 2),
@@ -292,14 +303,9 @@ def fuzz_graph_json(cases: int, seed: int = 0) -> FuzzReport:
                 report.outcomes["loaded, valid" if not problems else "loaded, validation problems"] += 1
             except AmpError as exc:
                 report.outcomes[type(exc).__name__] += 1
-            except BaseException as exc:
-                if isinstance(exc, KeyboardInterrupt):
-                    raise
-                report.outcomes[f"UNDOCUMENTED {type(exc).__name__}"] += 1
-                report.fail(f"case {case} (seed {seed}): {_where(exc)}")
-            if sentinel.exists():
-                report.fail(f"case {case} (seed {seed}): a code payload ran (the sentinel file exists)")
-                sentinel.unlink()
+            except Exception as exc:
+                report.undocumented(exc, f"case {case} (seed {seed})")
+            report.check_sentinel(sentinel, f"case {case} (seed {seed})")
     report.seconds = time.perf_counter() - began
     return report
 
@@ -411,14 +417,9 @@ def fuzz_builder_intents(cases: int, seed: int = 0, view_every: int = 25) -> Fuz
                 report.outcomes[type(exc).__name__] += 1
                 if _state(model) != before:
                     report.fail(f"case {case} (seed {seed}): refused but changed the model: {_short(intent)}")
-            except BaseException as exc:
-                if isinstance(exc, KeyboardInterrupt):
-                    raise
-                report.outcomes[f"UNDOCUMENTED {type(exc).__name__}"] += 1
-                report.fail(f"case {case} (seed {seed}): {_where(exc)} for {_short(intent)}")
-            if sentinel.exists():
-                report.fail(f"case {case} (seed {seed}): a code payload ran (the sentinel file exists)")
-                sentinel.unlink()
+            except Exception as exc:
+                report.undocumented(exc, f"case {case} (seed {seed}), {_short(intent)}")
+            report.check_sentinel(sentinel, f"case {case} (seed {seed})")
     report.seconds = time.perf_counter() - began
     return report
 

@@ -10,13 +10,12 @@ from typing import Any
 import jsonschema
 import pytest
 
-from amp_notebook import models
 from amp_notebook.ir import expr, ops
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.schema import graph_schema, graph_schema_problems
 from amp_notebook.ir.serialize import VERSION, GraphFileError, graph_from_dict, graph_to_dict
 from amp_notebook.testing.fuzz import code_payloads, mutate_document, zoo_graphs
-from tests.ir.test_serialize import EVERY_OP
+from tests.ir.test_serialize import EVERY_OP, _data, _node_index
 
 
 def full_validator() -> jsonschema.Draft202012Validator:
@@ -110,17 +109,9 @@ def test_split_validation_agrees_with_the_whole_schema_on_many_documents(tmp_pat
 
 
 # ----------------------------------------------------------------------------------------- messages
-def _rnn() -> dict[str, Any]:
-    return graph_to_dict(models.rnn(hidden=4, embedding_dim=3))
-
-
-def _index(data: dict[str, Any], name: str) -> int:
-    return next(i for i, n in enumerate(data["nodes"]) if n["name"] == name)
-
-
 def test_every_problem_is_listed_in_document_order_with_path_expected_found_and_fix() -> None:
-    data = _rnn()
-    embed, out = _index(data, "embed"), _index(data, "out")
+    data = _data()
+    embed, out = _node_index(data, "embed"), _node_index(data, "out")
     data["nodes"][embed]["config"]["num_embeddings"] = "14"
     data["nodes"][out]["config"]["activation"] = "relu"
     data["nodes"][out]["kind"] = "linear"
@@ -160,8 +151,8 @@ def test_every_problem_is_listed_in_document_order_with_path_expected_found_and_
     ],
 )  # fmt: skip
 def test_messages_name_the_fix(change: Any, message: str) -> None:
-    data = _rnn()
-    i = _index(data, "out")
+    data = _data()
+    i = _node_index(data, "out")
     change(data, i)
     with pytest.raises(GraphFileError) as info:
         graph_from_dict(data)
