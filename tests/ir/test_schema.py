@@ -14,7 +14,7 @@ from amp_notebook.ir import expr, ops
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.schema import graph_schema, graph_schema_problems
 from amp_notebook.ir.serialize import VERSION, GraphFileError, graph_from_dict, graph_to_dict
-from amp_notebook.testing.fuzz import code_payloads, mutate_document, zoo_graphs
+from amp_notebook.testing.mutations import code_payloads, mutate_document, zoo_graphs
 from tests.ir.test_serialize import EVERY_OP, _data, _node_index
 
 

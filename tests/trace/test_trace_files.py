@@ -15,7 +15,7 @@ import pytest
 from amp_notebook import models
 from amp_notebook.errors import AmpError
 from amp_notebook.runtime.train import TrainResult, train
-from amp_notebook.testing.fuzz import code_payloads, corrupt_text, mutate_document
+from amp_notebook.testing.mutations import code_payloads, corrupt_text, mutate_document
 from amp_notebook.trace.io import TraceFileError, load_trace, save_trace
 from tests.conftest import digits_dataset
 
