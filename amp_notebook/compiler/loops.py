@@ -220,13 +220,8 @@ def translate_while(tr: Translator, node: ast.While) -> None:
 
 
 def _updated_counters(tr: Translator, node: ast.While) -> list[str]:
-    return [
-        stmt.target.id
-        for stmt in scan.walk(node.body)
-        if isinstance(stmt, ast.AugAssign | ast.Assign)
-        and isinstance(stmt.target if isinstance(stmt, ast.AugAssign) else stmt.targets[0], ast.Name)
-        and _counter_name(stmt) is not None
-    ]
+    names = [_counter_name(stmt) for stmt in scan.walk(node.body)]
+    return list(dict.fromkeys(n for n in names if n is not None))
 
 
 def _counter_name(stmt: ast.AST) -> str | None:
