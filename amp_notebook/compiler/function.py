@@ -40,7 +40,7 @@ def translate_model(source: Source, constants: dict[str, Any]) -> Translator:
         raise tr.error(tree, f"amp.compile(..., {unknown[0]}=...): {unknown[0]} {what} of {tree.name}(); only "
                              f"parameters with a default can be set: {sorted(source.defaults)}")  # fmt: skip
     tr.g.line = source.line(tree)
-    for arg in params:
+    for arg in params:  # constants first: an input's annotation may read them (x: nn.Floats(width))
         name = arg.arg
         if name in source.defaults:
             value = constants.get(name, source.defaults[name])
@@ -48,7 +48,11 @@ def translate_model(source: Source, constants: dict[str, Any]) -> Translator:
                 raise tr.error(arg, f"the default of {name} is a {type(value).__name__}; defaults are compile-time "
                                     "constants (int, float, str, bool, None or a tuple of them)")  # fmt: skip
             tr.bind(name, value)
-        elif arg.annotation is not None:
+    for arg in params:
+        name = arg.arg
+        if name in source.defaults:
+            continue
+        if arg.annotation is not None:
             tr.bind(name, _input(tr, arg, _annotation(tr, arg.annotation)))
         else:
             raise tr.error(arg, f"the parameter {name} has no type and no default: annotate an input "

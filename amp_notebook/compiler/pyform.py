@@ -76,7 +76,7 @@ def compiled_form(graph: Graph, var: str = "g") -> tuple[str | None, str]:
         return None, "this graph was not made by amp.compile"
     if structure(graph) != record.structure:
         return None, f"this graph was edited since amp.compile({record.function}) made it"
-    header = ["import amp_notebook"]
+    header = ["from __future__ import annotations", "", "import amp_notebook"]  # annotations may read defaults
     for name, value in record.outside.items():
         line = _outside(name, value)
         if line is None:
@@ -85,7 +85,7 @@ def compiled_form(graph: Graph, var: str = "g") -> tuple[str | None, str]:
     call = ", ".join([record.function, *(f"{k}={_literal(v)}" for k, v in record.constants.items())])
     if any(not _writable(v) for v in record.constants.values()):
         return None, "a constant given to amp.compile cannot be written as code"
-    lines = [*dict.fromkeys(header), "", "", record.source.rstrip("\n"), "", "", f"{var} = amp_notebook.compile({call})"]
+    lines = [*header[:2], *dict.fromkeys(header[2:]), "", "", record.source.rstrip("\n"), "", "", f"{var} = amp_notebook.compile({call})"]
     now = attributes(graph)
     for node, attrs in now.items():
         for attr, value in attrs.items():

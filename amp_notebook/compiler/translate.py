@@ -212,7 +212,7 @@ class Translator:
                 f"the builtin {name}() is not compiled: the compiler runs nothing from the model, and side effects "
                 "(printing, files, input) are not part of a graph; remove the call (the dashboard shows the run)"
             )
-        elif callable(value):
+        elif isinstance(value, types.FunctionType | types.MethodType | types.BuiltinFunctionType | type):
             why = (
                 f"{name} is a function from outside amp.nn; the compiler does not run or inline outside functions "
                 "(nothing outside the model runs): use amp.nn, or define the helper inside the model function"

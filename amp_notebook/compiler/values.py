@@ -30,9 +30,9 @@ class Tensor:
     fields: frozenset[str] = frozenset()
 
     def describe(self) -> str:
-        kind = "integer" if self.dtype == "int" else "float"
+        kind = "an integer" if self.dtype == "int" else "a float"
         width = "" if self.width is None else f" of width {self.width}"
-        return f"a {kind} tensor{width} (from node {self.ref.node!r})"
+        return f"{kind} tensor{width} (from node {self.ref.node!r})"
 
 
 @dataclass(frozen=True)
