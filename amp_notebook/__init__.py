@@ -27,7 +27,7 @@ from amp_notebook.runtime.worker import NodeError
 __version__ = "0.1.0"
 
 __all__ = [
-    "CompileError", "CostModel", "Graph", "GraphError", "Interpreter", "NodeCost", "NodeError", "Ref", "Run", "State", "TrainResult",
-    "ValidationError", "compile", "data", "from_torch", "load_graph", "load_params", "models", "nn", "save_graph", "save_params", "sweep", "trace",
-    "train", "whatif",
+    "CompileError", "CostModel", "Graph", "GraphError", "Interpreter", "NodeCost", "NodeError", "Ref", "Run", "State",
+    "TrainResult", "ValidationError", "compile", "data", "from_torch", "load_graph", "load_params", "models", "nn",
+    "save_graph", "save_params", "sweep", "trace", "train", "whatif",
 ]  # fmt: skip

@@ -64,7 +64,7 @@ from amp_notebook.ir.validate import ValidationError
 __all__ = ["CompileError", "CompiledFrom", "compile", "compile_source", "nn", "python_form"]
 
 
-def compile(fn: Callable[..., Any] | None = None, /, **constants: Any) -> Any:  # noqa: A001 - amp.compile is the API
+def compile(fn: Callable[..., Any] | None = None, /, **constants: Any) -> Any:
     """The IR graph of a model function (see the module docstring); also a decorator.
 
     ``constants`` override the function's parameters that have defaults (``amp.compile(rnn, hidden=64)``);
@@ -88,12 +88,16 @@ def compile_source(source: Source, constants: dict[str, Any] | None = None) -> G
         node = graph.nodes.get(problem.node) if problem.node else None
         line = node.meta.get("line") if node is not None else None
         lines = source.text.splitlines()
-        text = lines[line - source.first_line] if line is not None and 0 <= line - source.first_line < len(lines) else None
+        text = (
+            lines[line - source.first_line] if line is not None and 0 <= line - source.first_line < len(lines) else None
+        )
         raise CompileError(
             f"the compiled graph does not validate (please report this with the model): {problem.message}"
             + (f" (and {len(exc.problems) - 1} more)" if len(exc.problems) > 1 else ""),
-            line=line, text=text, function=source.name, filename=source.filename,
-        ) from exc  # fmt: skip
+            line=line,
+            text=text,
+            function=source.name,
+            filename=source.filename,
+        ) from exc
     graph.compiled_from = CompiledFrom.record(source, constants, graph)
     return graph
-

@@ -31,8 +31,11 @@ if TYPE_CHECKING:
 def translate_if(tr: Translator, node: ast.If) -> None:
     test = tr.condition(node.test, "an if")
     if isinstance(test, LeafTest):
-        raise tr.error(node, "t.is_leaf splits a recursive function into its leaf and branch parts: write it as the "
-                             "function's first statement, if t.is_leaf: ... else: ...")  # fmt: skip
+        raise tr.error(
+            node,
+            "t.is_leaf splits a recursive function into its leaf and branch parts: write it as the "
+            "function's first statement, if t.is_leaf: ... else: ...",
+        )
     if isinstance(test, StateExpr):
         _state_if(tr, node, test)
         return
@@ -66,17 +69,24 @@ def _state_if(tr: Translator, node: ast.If, test: StateExpr) -> None:
         try:
             tr.block(stmts)
         except Return as ret:
-            raise tr.error(ret.node, "return inside an if on a state value is not compiled; assign the result in "
-                                     "both branches and return it after the if")  # fmt: skip
+            raise tr.error(
+                ret.node,
+                "return inside an if on a state value is not compiled; assign the result in "
+                "both branches and return it after the if",
+            ) from None
         return dict(scope.vars)
 
     after_true = branch(node.body, "true")
     after_false = branch(node.orelse, "false")
     scope.vars = dict(saved)
     tr.g.line = tr.source.line(node)
-    changed = [n for n in dict.fromkeys([*after_true, *after_false]) if n in routed
-               or after_true.get(n, MISSING) is not saved.get(n, MISSING)
-               or after_false.get(n, MISSING) is not saved.get(n, MISSING)]  # fmt: skip
+    changed = [
+        n
+        for n in dict.fromkeys([*after_true, *after_false])
+        if n in routed
+        or after_true.get(n, MISSING) is not saved.get(n, MISSING)
+        or after_false.get(n, MISSING) is not saved.get(n, MISSING)
+    ]
     line = tr.source.line(node)
     for n in changed:
         a, b = after_true.get(n, MISSING), after_false.get(n, MISSING)
@@ -90,11 +100,15 @@ def _merge(tr: Translator, node: ast.If, test: StateExpr, name: str, a: Any, b: 
     tb = b.tensor if isinstance(b, SequenceInput) else b
     if isinstance(ta, Tensor) and isinstance(tb, Tensor):
         if ta.width is not None and tb.width is not None and ta.width != tb.width:
-            raise tr.error(node, f"{name} has width {ta.width} after the if branch but {tb.width} after the else "
-                                 "branch; both sides must give it the same width")  # fmt: skip
+            raise tr.error(
+                node,
+                f"{name} has width {ta.width} after the if branch but {tb.width} after the else "
+                "branch; both sides must give it the same width",
+            )
         if ta.dtype != tb.dtype or ta.fields != tb.fields:
-            raise tr.error(node, f"{name} differs in kind between the branches of the if ({ta.describe()} vs "
-                                 f"{tb.describe()})")  # fmt: skip
+            raise tr.error(
+                node, f"{name} differs in kind between the branches of the if ({ta.describe()} vs {tb.describe()})"
+            )
         phi = tr.add(node, O.Phi(2), [ta, tb], name=tr.g.fresh(f"{name}_merge"))
         return _like(a, tr.out(phi))
     if is_constant(a) and is_constant(b) and a == b:

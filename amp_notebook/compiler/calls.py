@@ -51,8 +51,11 @@ def call(tr: Translator, node: ast.Call) -> Any:
     if isinstance(func, LocalFunction):
         return _local(tr, node, func, args, kwargs)
     if isinstance(func, type) and func in nn.INPUT_TYPES:
-        raise tr.error(node, f"nn.{func.__name__} types a parameter of the model (x: nn.{func.__name__}(...)); "
-                             "it is not called in the body")  # fmt: skip
+        raise tr.error(
+            node,
+            f"nn.{func.__name__} types a parameter of the model (x: nn.{func.__name__}(...)); "
+            "it is not called in the body",
+        )
     if isinstance(func, Opaque):
         raise tr.error(node, func.why)
     raise tr.error(node, f"{tr.source.snippet(node.func)} is a {type(func).__name__}, which cannot be called here")

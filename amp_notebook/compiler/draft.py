@@ -28,9 +28,23 @@ from amp_notebook.ir.graph import Edge, Graph, GraphError, Node, Ref
 from amp_notebook.ir.ops.base import Op, OpError
 
 _PASS_DTYPE = frozenset(
-    {"identity", "cond", "phi", "isu", "distribute", "bcast", "split", "ungroup", "group", "flatmap", "partition",
-     "collect", "gather", "select_rows"}
-)  # fmt: skip
+    {
+        "identity",
+        "cond",
+        "phi",
+        "isu",
+        "distribute",
+        "bcast",
+        "split",
+        "ungroup",
+        "group",
+        "flatmap",
+        "partition",
+        "collect",
+        "gather",
+        "select_rows",
+    }
+)
 
 
 class DraftGraph(Graph):
@@ -44,7 +58,11 @@ class DraftGraph(Graph):
         self.shared: dict[str, list[str]] = {}  # parameter name -> the nodes of its call sites, in order
 
     def add_node(
-        self, op: Op, inputs: Mapping[str, Ref | None] | Sequence[Ref | None] = (), name: str | None = None, **attrs: Any
+        self,
+        op: Op,
+        inputs: Mapping[str, Ref | None] | Sequence[Ref | None] = (),
+        name: str | None = None,
+        **attrs: Any,
     ) -> Node:
         node = super().add_node(op, inputs, name, **attrs)
         if self.line is not None:
@@ -158,14 +176,21 @@ def _share(draft: DraftGraph, parameter: str, sites: list[str]) -> None:
     before = set(draft.nodes)
     draft.line = line
     tags = [
-        Ref(draft.add_node(O.Isu({field: str(i)}, {field: None}), [Ref(e.src, e.src_port)], f"{parameter}_site{i}").name)
+        Ref(
+            draft.add_node(O.Isu({field: str(i)}, {field: None}), [Ref(e.src, e.src_port)], f"{parameter}_site{i}").name
+        )
         for i, e in enumerate(inputs)
     ]
     merged = draft.add_node(O.Phi(len(sites)), tags, name=f"{parameter}_sites")
     shared = draft.add_node(
-        first.op, [Ref(merged.name)], name=parameter, min_update_frequency=first.min_update_frequency,
-        optimizer=first.optimizer, worker=first.worker, meta=dict(first.meta),
-    )  # fmt: skip
+        first.op,
+        [Ref(merged.name)],
+        name=parameter,
+        min_update_frequency=first.min_update_frequency,
+        optimizer=first.optimizer,
+        worker=first.worker,
+        meta=dict(first.meta),
+    )
     route = draft.add_node(O.Distribute(field, len(sites)), [Ref(shared.name)], name=f"{parameter}_route")
     for i, edges in enumerate(readers):
         back = draft.add_node(O.Isu({field: None}, {field: str(i)}), [Ref(route.name, f"b{i}")], f"{parameter}_out{i}")
@@ -203,9 +228,13 @@ def _materialize(draft: DraftGraph) -> Graph:
 
     for name, node in draft.nodes.items():
         g.add_node(
-            node.op, name=name, min_update_frequency=node.min_update_frequency, optimizer=node.optimizer,
-            worker=node.worker, meta=dict(node.meta),
-        )  # fmt: skip
+            node.op,
+            name=name,
+            min_update_frequency=node.min_update_frequency,
+            optimizer=node.optimizer,
+            worker=node.worker,
+            meta=dict(node.meta),
+        )
         line = {"line": node.meta["line"]} if "line" in node.meta else {}
         ports = node.op.output_ports()
         for port in ports:

@@ -37,16 +37,22 @@ def translate_model(source: Source, constants: dict[str, Any]) -> Translator:
     if unknown:
         inputs = [n for n in names if n not in source.defaults]
         what = "is an input" if unknown[0] in inputs else "is not a parameter"
-        raise tr.error(tree, f"amp.compile(..., {unknown[0]}=...): {unknown[0]} {what} of {tree.name}(); only "
-                             f"parameters with a default can be set: {sorted(source.defaults)}")  # fmt: skip
+        raise tr.error(
+            tree,
+            f"amp.compile(..., {unknown[0]}=...): {unknown[0]} {what} of {tree.name}(); only "
+            f"parameters with a default can be set: {sorted(source.defaults)}",
+        )
     tr.g.line = source.line(tree)
     for arg in params:  # constants first: an input's annotation may read them (x: nn.Floats(width))
         name = arg.arg
         if name in source.defaults:
             value = constants.get(name, source.defaults[name])
             if not is_constant(value):
-                raise tr.error(arg, f"the default of {name} is a {type(value).__name__}; defaults are compile-time "
-                                    "constants (int, float, str, bool, None or a tuple of them)")  # fmt: skip
+                raise tr.error(
+                    arg,
+                    f"the default of {name} is a {type(value).__name__}; defaults are compile-time "
+                    "constants (int, float, str, bool, None or a tuple of them)",
+                )
             tr.bind(name, value)
     for arg in params:
         name = arg.arg
@@ -55,16 +61,22 @@ def translate_model(source: Source, constants: dict[str, Any]) -> Translator:
         if arg.annotation is not None:
             tr.bind(name, _input(tr, arg, _annotation(tr, arg.annotation)))
         else:
-            raise tr.error(arg, f"the parameter {name} has no type and no default: annotate an input "
-                                f"({name}: nn.Floats(64), nn.Ints(), nn.Sequence(int), nn.Tree(), nn.Field) or "
-                                f"give a constant a default ({name}=128)")  # fmt: skip
+            raise tr.error(
+                arg,
+                f"the parameter {name} has no type and no default: annotate an input "
+                f"({name}: nn.Floats(64), nn.Ints(), nn.Sequence(int), nn.Tree(), nn.Field) or "
+                f"give a constant a default ({name}=128)",
+            )
     try:
         tr.block(tree.body)
     except Return as ret:
         _check_result(tr, ret.node, ret.value)
     if not tr.losses:
-        raise tr.error(tree, f"{tree.name}() makes no loss, so its graph cannot train: end it with "
-                             "return nn.softmax_cross_entropy(logits, target) (or nn.mse)")  # fmt: skip
+        raise tr.error(
+            tree,
+            f"{tree.name}() makes no loss, so its graph cannot train: end it with "
+            "return nn.softmax_cross_entropy(logits, target) (or nn.mse)",
+        )
     return tr
 
 
@@ -73,8 +85,11 @@ def _check_result(tr: Translator, node: ast.Return, value: Any) -> None:
         return
     if isinstance(value, tuple | list) and all(isinstance(v, Loss) for v in value):
         return
-    raise tr.error(node, "a model returns its loss (return nn.softmax_cross_entropy(logits, target)), a tuple of "
-                         "losses, or nothing: a graph's outputs are its losses, so a tensor cannot be returned")  # fmt: skip
+    raise tr.error(
+        node,
+        "a model returns its loss (return nn.softmax_cross_entropy(logits, target)), a tuple of "
+        "losses, or nothing: a graph's outputs are its losses, so a tensor cannot be returned",
+    )
 
 
 def _annotation(tr: Translator, node: ast.expr) -> Any:
@@ -82,8 +97,11 @@ def _annotation(tr: Translator, node: ast.expr) -> Any:
     call = node if isinstance(node, ast.Call) else None
     kind = tr.expr(call.func if call is not None else node)
     if not (isinstance(kind, type) and kind in nn.INPUT_TYPES):
-        raise tr.error(node, f"the annotation {tr.source.snippet(node)} is not an amp.nn input type (nn.Floats(64), "
-                             "nn.Ints(), nn.Sequence(int), nn.Tree(), nn.Field)")  # fmt: skip
+        raise tr.error(
+            node,
+            f"the annotation {tr.source.snippet(node)} is not an amp.nn input type (nn.Floats(64), "
+            "nn.Ints(), nn.Sequence(int), nn.Tree(), nn.Field)",
+        )
     args, kwargs = [], {}
     if call is not None:
         args = [_annotation_arg(tr, a) for a in call.args]
@@ -114,7 +132,7 @@ def _positive(tr: Translator, arg: ast.arg, what: str, value: Any, optional: boo
 def _input(tr: Translator, arg: ast.arg, spec: Any) -> Any:
     name = arg.arg
     if isinstance(spec, nn.Floats):
-        width = _positive(tr, arg, "the width", spec.width)
+        width = _positive(tr, arg, "the width", spec.width, optional=True)
         return tr.out(tr.add(arg, O.Input(width=width, dtype="float"), [], name=name))
     if isinstance(spec, nn.Ints):
         width = _positive(tr, arg, "the width", spec.width, optional=True)

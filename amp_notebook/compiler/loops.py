@@ -87,8 +87,11 @@ def translate_for(tr: Translator, node: ast.For) -> None:
             f"'for ... in {tr.source.snippet(header)}' iterates a tensor, whose length is known only when the graph "
             "runs; declare the input as nn.Sequence(...) (its length is a state field), or use range(n)",
         )
-    raise tr.error(node, f"for loops run over an nn.Sequence input, range(...), enumerate/zip of sequences or "
-                         f"nn.unroll(...); got {type(value).__name__}")  # fmt: skip
+    raise tr.error(
+        node,
+        f"for loops run over an nn.Sequence input, range(...), enumerate/zip of sequences or "
+        f"nn.unroll(...); got {type(value).__name__}",
+    )
 
 
 def _unroll_items(tr: Translator, header: ast.Call) -> tuple[Any, ...]:
@@ -128,8 +131,10 @@ def _range_loop(tr: Translator, node: ast.For, header: ast.Call) -> None:
         raise tr.error(header, "the step of range must be a non-zero int constant")
     counter = tr.fresh_field(node.target.id)
     op = ast.Lt() if step > 0 else ast.Gt()
-    condition = StateExpr(ast.Compare(ast.Name(counter, ast.Load()), [op], [tr.state_node(header, stop)]),
-                          frozenset({counter}) | _fields(stop))  # fmt: skip
+    condition = StateExpr(
+        ast.Compare(ast.Name(counter, ast.Load()), [op], [tr.state_node(header, stop)]),
+        frozenset({counter}) | _fields(stop),
+    )
     loop = Loop(counter, start, condition, step, exit_value(tr, header, start, stop, step), visible=node.target.id)
     graph_loop(tr, node, loop, node.body)
 
@@ -141,7 +146,8 @@ def _sequence_loop(tr: Translator, node: ast.For, wrapper: str | None) -> None:
         visible = None
     else:
         assert isinstance(header, ast.Call)
-        if header.keywords or not header.args:
+        extra = [k for k in header.keywords if not (wrapper == "zip" and k.arg == "strict")]
+        if extra or not header.args:
             raise tr.error(header, f"{wrapper}(...) takes sequences as positional arguments here")
         if not isinstance(node.target, ast.Tuple) or any(isinstance(t, ast.Starred) for t in node.target.elts):
             raise tr.error(node.target, f"unpack {wrapper}(...) into names: for i, x in enumerate(seq):")
@@ -156,8 +162,9 @@ def _sequence_loop(tr: Translator, node: ast.For, wrapper: str | None) -> None:
     sequences = [tr.expr(s) for s in sources]
     for s, value in zip(sources, sequences, strict=True):
         if not isinstance(value, SequenceInput):
-            raise tr.error(s, f"{tr.source.snippet(s)} is not an nn.Sequence input; only sequences have a length "
-                              "known per key")  # fmt: skip
+            raise tr.error(
+                s, f"{tr.source.snippet(s)} is not an nn.Sequence input; only sequences have a length known per key"
+            )
     lengths = {s.length for s in sequences}
     if len(lengths) > 1:
         raise tr.error(header, f"zipped sequences must share their length field, got {sorted(lengths)}")
@@ -179,7 +186,9 @@ def translate_while(tr: Translator, node: ast.While) -> None:
     if node.orelse:
         raise tr.error(node, "while ... else is not compiled; write what follows the loop after it")
     tr.condition(node.test, "a while condition")
-    counters = [n for n in _updated_counters(tr, node) if n in {x.id for x in ast.walk(node.test) if isinstance(x, ast.Name)}]
+    counters = [
+        n for n in _updated_counters(tr, node) if n in {x.id for x in ast.walk(node.test) if isinstance(x, ast.Name)}
+    ]
     if not counters:
         raise tr.error(
             node,
@@ -192,12 +201,18 @@ def translate_while(tr: Translator, node: ast.While) -> None:
     last = node.body[-1]
     step = _counter_step(last, name)
     if step is None and _counter_name(last) == name:
-        raise tr.error(last, f"the update of the counter {name} must be invertible ({name} += k or {name} -= k with "
-                             "a constant k): the backward pass steps the counter back through the loop")  # fmt: skip
+        raise tr.error(
+            last,
+            f"the update of the counter {name} must be invertible ({name} += k or {name} -= k with "
+            "a constant k): the backward pass steps the counter back through the loop",
+        )
     if step is None or name in scan.assigned_names(node.body[:-1]):
         where = next((s for s in node.body[:-1] if name in scan.assigned_names([s])), last)
-        raise tr.error(where, f"update the counter {name} once, as the last statement of the loop body ({name} += 1): "
-                              "it changes once per iteration, on the way round")  # fmt: skip
+        raise tr.error(
+            where,
+            f"update the counter {name} once, as the last statement of the loop body ({name} += 1): "
+            "it changes once per iteration, on the way round",
+        )
     start = tr.lookup(name, node)
     if not (isinstance(start, StateExpr) or (isinstance(start, int) and not isinstance(start, bool))):
         raise tr.error(node, f"the counter {name} must start as an int or a state value, got {type(start).__name__}")
@@ -266,7 +281,9 @@ def _while_exit(tr: Translator, node: ast.While, name: str, start: Any, step: in
     if isinstance(right, ast.Name) and right.id == name and not (isinstance(left, ast.Name) and left.id == name):
         left, right = right, left
         op = {ast.Lt: ast.Gt(), ast.Gt: ast.Lt(), ast.LtE: ast.GtE(), ast.GtE: ast.LtE()}.get(type(op), op)
-    if not (isinstance(left, ast.Name) and left.id == name) or name in {x.id for x in ast.walk(right) if isinstance(x, ast.Name)}:
+    if not (isinstance(left, ast.Name) and left.id == name) or name in {
+        x.id for x in ast.walk(right) if isinstance(x, ast.Name)
+    }:
         return None
     bound = tr.expr(right)
     if isinstance(op, ast.LtE | ast.GtE):
@@ -284,7 +301,9 @@ def exit_value(tr: Translator, where: ast.AST, start: Any, stop: Any, step: int)
         return start + step * count
     if abs(step) == 1:
         bound = ast.Call(
-            ast.Name("max" if step > 0 else "min", ast.Load()), [tr.state_node(where, start), tr.state_node(where, stop)], []
+            ast.Name("max" if step > 0 else "min", ast.Load()),
+            [tr.state_node(where, start), tr.state_node(where, stop)],
+            [],
         )
         return StateExpr(bound, _fields(start) | _fields(stop))
     distance = f"({tr_source(tr, where, stop)}) - ({tr_source(tr, where, start)})"
@@ -341,10 +360,13 @@ def graph_loop(tr: Translator, node: ast.stmt, loop: Loop, body: list[ast.stmt])
                 loop.rows[key] = _ungroup(tr, sub, value, c)
     names = _names_used(tr, body)
     carried = [
-        n for n in names
-        if n not in loop.elements and n != loop.visible and isinstance(tr.binding(n), Tensor | SequenceInput)
+        n
+        for n in names
+        if n not in loop.elements
+        and n != loop.visible
+        and isinstance(tr.binding(n), Tensor | SequenceInput)
         and not _only_indexed(body, n, loop.visible)
-    ]  # fmt: skip
+    ]
     before = {n: tr.binding(n) for n in carried}
     phis, exits = {}, {}
     for n in carried:
@@ -383,19 +405,28 @@ def graph_loop(tr: Translator, node: ast.stmt, loop: Loop, body: list[ast.stmt])
         start = phis[n]
         width = tr.out(start).width
         if tensor.width is not None and width is not None and tensor.width != width:
-            raise tr.error(node, f"{n} has width {width} when the loop starts but {tensor.width} at the end of its body; "
-                                 "a value carried round a loop keeps its width")  # fmt: skip
+            raise tr.error(
+                node,
+                f"{n} has width {width} when the loop starts but {tensor.width} at the end of its body; "
+                "a value carried round a loop keeps its width",
+            )
         if tensor.fields != tr.out(start).fields:
-            raise tr.error(node, f"{n} comes out of the loop body with state fields {sorted(tensor.fields)}, expected "
-                                 f"{sorted(tr.out(start).fields)}")  # fmt: skip
-        back = tr.add(node, O.Isu({c: f"{c} + {loop.step}"}, {c: f"{c} - {loop.step}"}), [tensor],
-                      name=tr.g.fresh(f"{n}_next"))  # fmt: skip
+            raise tr.error(
+                node,
+                f"{n} comes out of the loop body with state fields {sorted(tensor.fields)}, expected "
+                f"{sorted(tr.out(start).fields)}",
+            )
+        back = tr.add(
+            node, O.Isu({c: f"{c} + {loop.step}"}, {c: f"{c} - {loop.step}"}), [tensor], name=tr.g.fresh(f"{n}_next")
+        )
         tr.g.connect(tr.out(back).ref, start.name, "in1")
     line = tr.source.line(node)
     for n in carried:
         out = exits[n]
         if loop.exit is not None:
-            exit_node = tr.add(node, O.Isu({c: None}, {c: _src(tr, node, loop.exit)}), [out], name=tr.g.fresh(f"{n}_exit"))
+            exit_node = tr.add(
+                node, O.Isu({c: None}, {c: _src(tr, node, loop.exit)}), [out], name=tr.g.fresh(f"{n}_exit")
+            )
             out = tr.out(exit_node)
         value = before[n]
         tr.bind(n, SequenceInput(out, value.length, value.name) if isinstance(value, SequenceInput) else out)
@@ -405,8 +436,13 @@ def graph_loop(tr: Translator, node: ast.stmt, loop: Loop, body: list[ast.stmt])
         now = tr.binding(n)
         stale = isinstance(now, StateExpr) and c in now.fields
         if old is MISSING or n in loop.elements or n == loop.visible or isinstance(now, Tensor) or stale:
-            tr.bind(n, Undefined(f"it is set inside the loop at line {line} and is not defined after it; "
-                                 "set it before the loop to carry its last value out"))  # fmt: skip
+            tr.bind(
+                n,
+                Undefined(
+                    f"it is set inside the loop at line {line} and is not defined after it; "
+                    "set it before the loop to carry its last value out"
+                ),
+            )
     if loop.exit is not None:
         tr.fields.discard(c)
 
@@ -419,7 +455,9 @@ def _only_indexed(body: list[ast.stmt], name: str, counter: str | None) -> bool:
     """True when ``name`` is read in ``body`` only as ``name[counter]`` (its rows come from an Ungroup)."""
     if counter is None:
         return False
-    indexed = {id(s.value) for s in scan.indexed_by(body, counter) if isinstance(s.value, ast.Name) and s.value.id == name}
+    indexed = {
+        id(s.value) for s in scan.indexed_by(body, counter) if isinstance(s.value, ast.Name) and s.value.id == name
+    }
     reads = [n for n in scan.walk(body) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
     return bool(reads) and all(id(r) in indexed for r in reads)
 

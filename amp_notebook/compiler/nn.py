@@ -9,7 +9,8 @@ Inputs are the model function's parameters, typed by annotation::
 
     def rnn(tokens: nn.Sequence(int), target: nn.Ints(), hidden=128): ...
 
-* ``nn.Floats(width)``: a float payload (batch, width), fed from the key's input of the parameter's name;
+* ``nn.Floats(width)``: a float payload (batch, width), fed from the key's input of the parameter's name
+  (``nn.Floats()`` when the width is a constant of the model: then pass ``in_features=`` to the first Linear);
 * ``nn.Ints()``: integer ids, class labels or index vectors;
 * ``nn.Sequence(int)`` / ``nn.Sequence(float, width=F)``: a time-major sequence (length, batch[, F]) whose
   length is the state field ``length`` (``length=`` names another); ``for x in seq`` loops over it;
@@ -28,15 +29,43 @@ call sites shares one node between them. They also take the node attributes ``mi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence as SequenceT
+from collections.abc import Callable, Iterable
+from collections.abc import Sequence as SequenceT
 from typing import Any, TypeVar
 
 __all__ = [
-    "Field", "Floats", "Ints", "Sequence", "Tree", "add", "concat", "embedding", "gather", "gru_cell", "linear",
-    "lstm_cell", "mean_rows", "mse", "mul", "relu", "scatter_mean", "scatter_sum", "segment_softmax_cross_entropy",
-    "select_rows", "sigmoid", "softmax_cross_entropy", "split", "sub", "sum_rows", "tanh", "tree_lstm_branch",
-    "tree_lstm_leaf", "typed_edge_sum", "unroll", "zeros",
-]  # fmt: skip
+    "Field",
+    "Floats",
+    "Ints",
+    "Sequence",
+    "Tree",
+    "add",
+    "concat",
+    "embedding",
+    "gather",
+    "gru_cell",
+    "linear",
+    "lstm_cell",
+    "mean_rows",
+    "mse",
+    "mul",
+    "relu",
+    "scatter_mean",
+    "scatter_sum",
+    "segment_softmax_cross_entropy",
+    "select_rows",
+    "sigmoid",
+    "softmax_cross_entropy",
+    "split",
+    "sub",
+    "sum_rows",
+    "tanh",
+    "tree_lstm_branch",
+    "tree_lstm_leaf",
+    "typed_edge_sum",
+    "unroll",
+    "zeros",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 VOCABULARY: dict[str, Callable[..., Any]] = {}
@@ -60,9 +89,9 @@ def _outside(name: str) -> OutsideCompileError:
 
 # ------------------------------------------------------------------------------------------- input types
 class Floats:
-    """A float input of shape (batch, ``width``)."""
+    """A float input of shape (batch, ``width``); without a width, a Linear reading it needs ``in_features=``."""
 
-    def __init__(self, width: int) -> None:
+    def __init__(self, width: int | None = None) -> None:
         self.width = width
 
     def __repr__(self) -> str:
@@ -123,18 +152,31 @@ def unroll(items: int | Iterable[Any]) -> Iterable[Any]:
 # ------------------------------------------------------------------------------------------- payload ops
 @_vocabulary
 def linear(
-    x: Any, out_features: int, *, name: str | None = None, bias: bool = True, in_features: int | None = None,
-    min_update_frequency: int | None = None, optimizer: Any = None, worker: int | None = None,
-) -> Any:  # fmt: skip
+    x: Any,
+    out_features: int,
+    *,
+    name: str | None = None,
+    bias: bool = True,
+    in_features: int | None = None,
+    min_update_frequency: int | None = None,
+    optimizer: Any = None,
+    worker: int | None = None,
+) -> Any:
     """``x @ W + b`` (a Linear node; W of shape (in, out), in from the width of ``x``)."""
     raise _outside("linear")
 
 
 @_vocabulary
 def embedding(
-    ids: Any, num_embeddings: int, embedding_dim: int, *, name: str | None = None,
-    min_update_frequency: int | None = None, optimizer: Any = None, worker: int | None = None,
-) -> Any:  # fmt: skip
+    ids: Any,
+    num_embeddings: int,
+    embedding_dim: int,
+    *,
+    name: str | None = None,
+    min_update_frequency: int | None = None,
+    optimizer: Any = None,
+    worker: int | None = None,
+) -> Any:
     """Rows of a table ``E`` (num_embeddings, embedding_dim) looked up by integer ``ids`` (an Embedding node)."""
     raise _outside("embedding")
 
@@ -196,36 +238,63 @@ def zeros(width: int, *, name: str | None = None) -> Any:
 # ------------------------------------------------------------------------------------------------ cells
 @_vocabulary
 def lstm_cell(
-    x: Any, h: Any, c: Any, hidden: int, *, name: str, min_update_frequency: int | None = None,
-    optimizer: Any = None, worker: int | None = None,
-) -> Any:  # fmt: skip
+    x: Any,
+    h: Any,
+    c: Any,
+    hidden: int,
+    *,
+    name: str,
+    min_update_frequency: int | None = None,
+    optimizer: Any = None,
+    worker: int | None = None,
+) -> Any:
     """An LSTM step (gates i, f, g, o as torch.nn.LSTMCell, one Linear over [x; h]); returns ``(h, c)``."""
     raise _outside("lstm_cell")
 
 
 @_vocabulary
 def gru_cell(
-    x: Any, h: Any, hidden: int, *, name: str, fused: bool = True, min_update_frequency: int | None = None,
-    optimizer: Any = None, worker: int | None = None,
-) -> Any:  # fmt: skip
+    x: Any,
+    h: Any,
+    hidden: int,
+    *,
+    name: str,
+    fused: bool = True,
+    min_update_frequency: int | None = None,
+    optimizer: Any = None,
+    worker: int | None = None,
+) -> Any:
     """A GRU step (gates r, z, n as torch.nn.GRUCell: Linears '{name}_x' on x and '{name}_h' on h); returns h."""
     raise _outside("gru_cell")
 
 
 @_vocabulary
 def tree_lstm_leaf(
-    x: Any, hidden: int, *, name: str, fused: bool = True, min_update_frequency: int | None = None,
-    optimizer: Any = None, worker: int | None = None,
-) -> Any:  # fmt: skip
+    x: Any,
+    hidden: int,
+    *,
+    name: str,
+    fused: bool = True,
+    min_update_frequency: int | None = None,
+    optimizer: Any = None,
+    worker: int | None = None,
+) -> Any:
     """A Tree-LSTM leaf: input vector -> node state [h; c] (width 2 hidden)."""
     raise _outside("tree_lstm_leaf")
 
 
 @_vocabulary
 def tree_lstm_branch(
-    left: Any, right: Any, hidden: int, *, name: str, fused: bool = True, min_update_frequency: int | None = None,
-    optimizer: Any = None, worker: int | None = None,
-) -> Any:  # fmt: skip
+    left: Any,
+    right: Any,
+    hidden: int,
+    *,
+    name: str,
+    fused: bool = True,
+    min_update_frequency: int | None = None,
+    optimizer: Any = None,
+    worker: int | None = None,
+) -> Any:
     """A binary Tree-LSTM branch: the children's states [h; c] -> the node's [h; c]."""
     raise _outside("tree_lstm_branch")
 

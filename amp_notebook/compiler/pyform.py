@@ -85,7 +85,16 @@ def compiled_form(graph: Graph, var: str = "g") -> tuple[str | None, str]:
     call = ", ".join([record.function, *(f"{k}={_literal(v)}" for k, v in record.constants.items())])
     if any(not _writable(v) for v in record.constants.values()):
         return None, "a constant given to amp.compile cannot be written as code"
-    lines = [*header[:2], *dict.fromkeys(header[2:]), "", "", record.source.rstrip("\n"), "", "", f"{var} = amp_notebook.compile({call})"]
+    lines = [
+        *header[:2],
+        *dict.fromkeys(header[2:]),
+        "",
+        "",
+        record.source.rstrip("\n"),
+        "",
+        "",
+        f"{var} = amp_notebook.compile({call})",
+    ]
     now = attributes(graph)
     for node, attrs in now.items():
         for attr, value in attrs.items():

@@ -75,11 +75,15 @@ def translate_recursion(tr: Translator, node: ast.Call, fn: LocalFunction, args:
     spec = fdef.args
     params = [a.arg for a in [*spec.posonlyargs, *spec.args]]
     if len(params) != 1 or spec.kwonlyargs or spec.vararg or spec.kwarg or kwargs or len(args) != 1:
-        raise tr.error(fdef, f"{fdef.name}(t) walks a tree: it takes exactly one parameter, the tree node, and is "
-                             "called as node(tree) with tree: nn.Tree()")  # fmt: skip
+        raise tr.error(
+            fdef,
+            f"{fdef.name}(t) walks a tree: it takes exactly one parameter, the tree node, and is "
+            "called as node(tree) with tree: nn.Tree()",
+        )
     if tr.recursion is not None or tr.required:
-        raise tr.error(node, "a recursion over a tree runs at the top level of the model, not inside a loop or "
-                             "another recursion")  # fmt: skip
+        raise tr.error(
+            node, "a recursion over a tree runs at the top level of the model, not inside a loop or another recursion"
+        )
     if POS in tr.fields:
         raise tr.error(node, f"the state field {POS!r} is taken; one recursion over a tree per model")
     leaf_part, branch_part, tail, returns = _parts(tr, fdef, params[0])
@@ -124,15 +128,19 @@ def translate_recursion(tr: Translator, node: ast.Call, fn: LocalFunction, args:
         branch_result = _run(tr, branch_part, returns)
         branch_vars = dict(tr.scope.vars)
         if rec.calls[0] == 0 or rec.calls[1] == 0:
-            raise tr.error(fdef, f"the branch part of {fdef.name}() must call {fdef.name}(t.left) and "
-                                 f"{fdef.name}(t.right): their results are what a branch computes from")  # fmt: skip
+            raise tr.error(
+                fdef,
+                f"the branch part of {fdef.name}() must call {fdef.name}(t.left) and "
+                f"{fdef.name}(t.right): their results are what a branch computes from",
+            )
         tr.g.line = tr.source.line(fdef)
         for name, phi in pending.items():
             value = branch_result if returns else branch_vars.get(name, MISSING)
             _close_phi(tr, fdef, phi, name, value)
         tr.g.line = tr.source.line(node)
-        root = tr.add(node, O.Isu({POS: None}, {POS: "1"}), [tr.out(is_root, "true")],
-                      name=tr.g.fresh(f"{fdef.name}_root"))  # fmt: skip
+        root = tr.add(
+            node, O.Isu({POS: None}, {POS: "1"}), [tr.out(is_root, "true")], name=tr.g.fresh(f"{fdef.name}_root")
+        )
         return tr.out(root)
     except Return as ret:  # pragma: no cover - _run catches returns of the parts
         raise tr.error(ret.node, "unexpected return") from None
@@ -154,8 +162,11 @@ def _parts(tr: Translator, fdef: ast.FunctionDef, param: str) -> tuple[list, lis
         and isinstance(test.value, ast.Name)
         and test.value.id == param
     ):
-        raise tr.error(split or fdef, f"a recursive function over a tree opens with 'if {param}.is_leaf:', which "
-                                      "splits it into the code for leaves and the code for branches")  # fmt: skip
+        raise tr.error(
+            split or fdef,
+            f"a recursive function over a tree opens with 'if {param}.is_leaf:', which "
+            "splits it into the code for leaves and the code for branches",
+        )
     assert isinstance(split, ast.If)
     ends_leaf = bool(split.body) and isinstance(split.body[-1], ast.Return)
     if not split.orelse:
@@ -197,11 +208,15 @@ def _close_phi(tr: Translator, where: ast.AST, phi: Any, name: str, value: Any) 
         raise tr.error(where, f"the branch part must give {name} a tensor, got {type(value).__name__}")
     want = tr.out(phi)
     if value.width is not None and want.width is not None and value.width != want.width:
-        raise tr.error(where, f"{name} has width {want.width} at leaves but {value.width} at branches; a node's "
-                              "result must have one width")  # fmt: skip
+        raise tr.error(
+            where,
+            f"{name} has width {want.width} at leaves but {value.width} at branches; a node's "
+            "result must have one width",
+        )
     if value.fields != want.fields:
-        raise tr.error(where, f"{name} carries state fields {sorted(value.fields)} at branches, expected "
-                              f"{sorted(want.fields)}")  # fmt: skip
+        raise tr.error(
+            where, f"{name} carries state fields {sorted(value.fields)} at branches, expected {sorted(want.fields)}"
+        )
     tr.g.connect(value.ref, phi.name, "in1")
 
 
@@ -224,8 +239,11 @@ def tree_attribute(tr: Translator, node: ast.Attribute, base: TreeNode) -> Any:
         return rec.words
     if attr == "label":
         if part != "any":
-            raise tr.error(node, "t.label is one message per tree node: read it after the 'if t.is_leaf: ... else: "
-                                 "...' block (before the return), where every node passes exactly once")  # fmt: skip
+            raise tr.error(
+                node,
+                "t.label is one message per tree node: read it after the 'if t.is_leaf: ... else: "
+                "...' block (before the return), where every node passes exactly once",
+            )
         if rec.labels is None:
             rec.labels = _rows(tr, node, rec.tree.labels, "label_rows")
         return rec.labels
@@ -261,10 +279,12 @@ def child_tensor(tr: Translator, where: ast.AST, result: ChildResult) -> Tensor:
     rec = result.recursion
     if rec.pieces is None:
         if rec.width is None:
-            raise tr.error(where, "the width of a child's result is not known; pass both children side by side "
-                                  "(nn.concat(left, right)) or give the leaf code a known width")  # fmt: skip
+            raise tr.error(
+                where,
+                "the width of a child's result is not known; pass both children side by side "
+                "(nn.concat(left, right)) or give the leaf code a known width",
+            )
         assert rec.children is not None
         split = tr.add(where, O.Split([rec.width, rec.width]), [rec.children], name=tr.g.fresh("children_split"))
         rec.pieces = (tr.out(split, "out0"), tr.out(split, "out1"))
     return rec.pieces[result.index]
-

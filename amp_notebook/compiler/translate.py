@@ -81,13 +81,22 @@ REFUSED_EXPRESSIONS = {
     "Slice": "slices are only compiled on tuples of constants",
 }
 _FOLD: dict[type, Callable[[Any, Any], Any]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
-}  # fmt: skip
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
 _COMPARE: dict[type, Callable[[Any, Any], Any]] = {
-    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
     ast.GtE: operator.ge,
-}  # fmt: skip
+}
 _STATE_OPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod)
 _TENSOR_OPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul"}
 
@@ -143,7 +152,9 @@ class Translator:
         return self.tensor(Ref(node.name, port))
 
     def auto_name(self, kind: str, where: ast.AST) -> str:
-        return self.g.fresh(f"{kind}_L{self.source.line(where)}")
+        """A name for a node the user did not name: its kind, numbered from the second on (relu, relu_2, ...);
+        independent of where the function sits in its file, so a written-back model rebuilds the same names."""
+        return self.g.fresh(kind)
 
     def fresh_field(self, stem: str) -> str:
         name, i = stem, 2
@@ -478,7 +489,9 @@ class Translator:
             if isinstance(a, Tensor) and isinstance(b, Tensor) and type(op) in _TENSOR_OPS:
                 return elementwise_join(self, node, _TENSOR_OPS[type(op)], a, b)
             if type(op) is ast.MatMult:
-                raise self.error(node, "'@' is written nn.linear(x, out_features, name=...): the weights are the node's")
+                raise self.error(
+                    node, "'@' is written nn.linear(x, out_features, name=...): the weights are the node's"
+                )
             if type(op) in _TENSOR_OPS:
                 raise self.error(
                     node,
@@ -489,19 +502,23 @@ class Translator:
         if isinstance(a, StateExpr) or isinstance(b, StateExpr):
             if type(op) not in _STATE_OPS:
                 raise self.error(node, f"'{symbol}' is not in the state expression language (+ - * / // % only)")
-            return StateExpr(
-                ast.BinOp(self.state_node(node, a), op, self.state_node(node, b)), _fields(a) | _fields(b)
-            )
+            return StateExpr(ast.BinOp(self.state_node(node, a), op, self.state_node(node, b)), _fields(a) | _fields(b))
         if not (is_constant(a) or isinstance(a, list)) or not (is_constant(b) or isinstance(b, list)):
             raise self.error(node, f"'{symbol}' on {type(a).__name__} and {type(b).__name__} is not compiled")
         fold = _FOLD.get(type(op))
         if fold is None:
             raise self.error(node, f"'{symbol}' on constants is not compiled")
-        if type(op) is ast.Pow and not (isinstance(a, int | float) and isinstance(b, int) and abs(b) <= 64 and abs(a) <= 2**32):
+        if type(op) is ast.Pow and not (
+            isinstance(a, int | float) and isinstance(b, int) and abs(b) <= 64 and abs(a) <= 2**32
+        ):
             raise self.error(node, "'**' is folded only with an integer exponent <= 64 and a base <= 2**32")
         if type(op) is ast.Mult:
             items, count = (a, b) if isinstance(a, str | tuple | list) else (b, a)
-            if isinstance(items, str | tuple | list) and isinstance(count, int) and count * len(items) > MAX_FOLDED_LENGTH:
+            if (
+                isinstance(items, str | tuple | list)
+                and isinstance(count, int)
+                and count * len(items) > MAX_FOLDED_LENGTH
+            ):
                 raise self.error(node, f"a folded constant longer than {MAX_FOLDED_LENGTH} items is refused")
         try:
             return self.bounded(node, fold(a, b))
@@ -574,7 +591,7 @@ class Translator:
             return StateExpr(ast.BoolOp(node.op, parts), frozenset().union(*[_fields(v) for v in values]))
         result = values[0]
         for v in values[1:]:
-            if isinstance(node.op, ast.And) and not result or isinstance(node.op, ast.Or) and result:
+            if (isinstance(node.op, ast.And) and not result) or (isinstance(node.op, ast.Or) and result):
                 return result
             result = v
         return result
@@ -585,8 +602,11 @@ class Translator:
             return self.expr(node.body if test else node.orelse)
         body, orelse = self.expr(node.body), self.expr(node.orelse)
         if isinstance(body, Tensor) or isinstance(orelse, Tensor):
-            raise self.error(node, "a conditional expression on a state value picks between numbers only; "
-                                   "for tensors write an if statement (it becomes a Cond and a Phi)")  # fmt: skip
+            raise self.error(
+                node,
+                "a conditional expression on a state value picks between numbers only; "
+                "for tensors write an if statement (it becomes a Cond and a Phi)",
+            )
         fields = test.fields | _fields(body) | _fields(orelse)
         return StateExpr(ast.IfExp(test.node, self.state_node(node, body), self.state_node(node, orelse)), fields)
 
@@ -620,8 +640,22 @@ def _fields(value: Any) -> frozenset[str]:
 
 def _symbol(op: ast.AST) -> str:
     symbols = {
-        ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%", ast.Pow: "**",
-        ast.MatMult: "@", ast.LShift: "<<", ast.RShift: ">>", ast.BitOr: "|", ast.BitAnd: "&", ast.BitXor: "^",
-        ast.USub: "-", ast.UAdd: "+", ast.Not: "not", ast.Invert: "~",
-    }  # fmt: skip
+        ast.Add: "+",
+        ast.Sub: "-",
+        ast.Mult: "*",
+        ast.Div: "/",
+        ast.FloorDiv: "//",
+        ast.Mod: "%",
+        ast.Pow: "**",
+        ast.MatMult: "@",
+        ast.LShift: "<<",
+        ast.RShift: ">>",
+        ast.BitOr: "|",
+        ast.BitAnd: "&",
+        ast.BitXor: "^",
+        ast.USub: "-",
+        ast.UAdd: "+",
+        ast.Not: "not",
+        ast.Invert: "~",
+    }
     return symbols.get(type(op), type(op).__name__)

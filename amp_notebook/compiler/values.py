@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from amp_notebook.ir.graph import Ref

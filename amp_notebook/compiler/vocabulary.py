@@ -23,7 +23,7 @@ from amp_notebook.compiler import nn
 from amp_notebook.compiler.values import ChildResult, Loss, SequenceInput, Tensor
 from amp_notebook.ir import cells as C
 from amp_notebook.ir import ops as O
-from amp_notebook.ir.graph import GraphError, Ref
+from amp_notebook.ir.graph import GraphError
 from amp_notebook.ir.ops.base import Op, OpError
 
 if TYPE_CHECKING:
@@ -216,8 +216,10 @@ def _concat(c: Call) -> Tensor:
 def _split(c: Call) -> tuple[Tensor, ...]:
     x = c.tensor("x")
     sizes = c.args["sizes"]
-    if not isinstance(sizes, tuple | list) or len(sizes) < 2 or not all(
-        isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes
+    if (
+        not isinstance(sizes, tuple | list)
+        or len(sizes) < 2
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes)
     ):
         raise c.fail(f"sizes: expected two or more positive int constants, got {sizes!r}")
     if x.width is not None and x.width != sum(sizes):
@@ -242,8 +244,10 @@ def _cell(c: Call, build: Callable[[str], Any]) -> Any:
     if name is None:
         raise c.fail("name: a cell needs a name (its nodes are named '<name>_gates', ...)")
     if any(n.meta.get("cell") == name for n in c.tr.g.nodes.values()):
-        raise c.fail(f"a cell named {name!r} exists already; cells are not shared by name, use one call site "
-                     "(inside a loop it runs every iteration with the same weights)")  # fmt: skip
+        raise c.fail(
+            f"a cell named {name!r} exists already; cells are not shared by name, use one call site "
+            "(inside a loop it runs every iteration with the same weights)"
+        )
     before = set(c.tr.g.nodes)
     try:
         refs = build(name)
@@ -286,8 +290,9 @@ def _tree_lstm_branch(c: Call) -> Tensor:
     children = _pair(c, (c.args["left"], c.args["right"]))
     if children is None:
         left, right = c.tensor("left", "float"), c.tensor("right", "float")
-        node = c.tr.add(c.node, O.Concat(2, c.tr.match_on([left, right])), [left, right],
-                        name=c.tr.auto_name("children", c.node))  # fmt: skip
+        node = c.tr.add(
+            c.node, O.Concat(2, c.tr.match_on([left, right])), [left, right], name=c.tr.auto_name("children", c.node)
+        )
         children = c.tr.out(node)
     ref = children.ref
     return _cell(c, lambda name: C.tree_lstm_branch(c.tr.g, ref, hidden, name, fused))
@@ -313,7 +318,7 @@ def _loss(make: Callable[[tuple[str, ...] | None], Op], ports: tuple[tuple[str, 
         ins = [c.tensor(key, dtype) for key, dtype in ports]
         name = c.node_name()
         if name is None:
-            name = "loss" if "loss" not in c.tr.g.nodes else c.tr.auto_name("loss", c.node)
+            name = c.tr.auto_name("loss", c.node)
         elif name in c.tr.g.nodes:
             raise c.fail(f"the node name {name!r} is taken")
         node = c.tr.add(c.node, make(c.tr.match_on(ins)), ins, name=name, **c.attrs())

@@ -94,8 +94,9 @@ class TorchImport:
         if self.sequence:
             if x.ndim != 3:
                 raise TorchImportError(f"batch: a recurrent model reads x of shape (B, L, F), got {x.shape}")
-            return Batch({"x": np.ascontiguousarray(x.transpose(1, 0, 2)), "target": target}, len(x),
-                         {"length": int(x.shape[1])})  # fmt: skip
+            return Batch(
+                {"x": np.ascontiguousarray(x.transpose(1, 0, 2)), "target": target}, len(x), {"length": int(x.shape[1])}
+            )
         if x.ndim != 2:
             raise TorchImportError(f"batch: x of shape (B, F) expected, got {x.shape}")
         return Batch({"x": x, "target": target}, len(x))
@@ -183,8 +184,9 @@ def _flatten(modules: Sequence[Any], tnn: Any) -> list[Any]:
 def _first_width(layers: list[Any]) -> int:
     first = layers[0]
     if type(first).__name__ != "Linear":
-        raise TorchImportError(f"from_torch: a feed-forward model starts with nn.Linear (the input width), got "
-                               f"{type(first).__name__}")  # fmt: skip
+        raise TorchImportError(
+            f"from_torch: a feed-forward model starts with nn.Linear (the input width), got {type(first).__name__}"
+        )
     return int(first.in_features)
 
 
@@ -194,8 +196,9 @@ def _feedforward(w: _Writer, layer: Any, i: int, width: int | None, tnn: Any) ->
         if w.input_width is None:
             w.input_width = int(layer.in_features)
         if width is not None and width != layer.in_features:
-            raise TorchImportError(f"from_torch: layer {i} (Linear) reads {layer.in_features} features, but the "
-                                   f"layer before gives {width}")  # fmt: skip
+            raise TorchImportError(
+                f"from_torch: layer {i} (Linear) reads {layer.in_features} features, but the layer before gives {width}"
+            )
         node = f"layer{i}"
         bias = "" if layer.bias is not None else ", bias=False"
         w.lines.append(f"    h = nn.linear(h, {layer.out_features}, name={node!r}{bias})")
@@ -226,8 +229,10 @@ def _recurrent(w: _Writer, rnn: Any) -> int:
     if kind == "GRU" and not rnn.bias:
         problems.append("bias=False for a GRU")
     if problems:
-        raise TorchImportError(f"from_torch: {kind} with {', '.join(problems)} is not supported (one layer, "
-                               "unidirectional, batch_first=True)")  # fmt: skip
+        raise TorchImportError(
+            f"from_torch: {kind} with {', '.join(problems)} is not supported (one layer, "
+            "unidirectional, batch_first=True)"
+        )
     w.input_width = int(rnn.input_size)
     hidden = int(rnn.hidden_size)
     bias = None if not rnn.bias else ""
@@ -238,8 +243,10 @@ def _recurrent(w: _Writer, rnn: Any) -> int:
     w.lines.append("    for x_t in x:")
     if kind == "RNN":
         act = "relu" if rnn.nonlinearity == "relu" else "tanh"
-        w.lines.append(f"        h = nn.{act}(nn.linear(x_t, {hidden}, name='rnn_ih'{flag}) + "
-                       f"nn.linear(h, {hidden}, name='rnn_hh'{flag}))")  # fmt: skip
+        w.lines.append(
+            f"        h = nn.{act}(nn.linear(x_t, {hidden}, name='rnn_ih'{flag}) + "
+            f"nn.linear(h, {hidden}, name='rnn_hh'{flag}))"
+        )
         w.bind("rnn_ih", rnn, "weight_ih_l0", None if bias is None else "bias_ih_l0")
         w.bind("rnn_hh", rnn, "weight_hh_l0", None if bias is None else "bias_hh_l0")
     elif kind == "GRU":
@@ -249,7 +256,8 @@ def _recurrent(w: _Writer, rnn: Any) -> int:
     else:
         four = 4 * hidden
         w.lines += [
-            f"        gates = nn.linear(x_t, {four}, name='lstm_ih'{flag}) + nn.linear(h, {four}, name='lstm_hh'{flag})",
+            f"        gates = nn.linear(x_t, {four}, name='lstm_ih'{flag}) + "
+            f"nn.linear(h, {four}, name='lstm_hh'{flag})",
             f"        i, f, g, o = nn.split(gates, [{hidden}, {hidden}, {hidden}, {hidden}])",
             "        c = nn.sigmoid(f) * c + nn.sigmoid(i) * nn.tanh(g)",
             "        h = nn.sigmoid(o) * nn.tanh(c)",

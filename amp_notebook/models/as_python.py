@@ -19,11 +19,13 @@ from __future__ import annotations
 from amp_notebook.compiler import nn
 
 
-def mlp(x: nn.Floats(input_width), target: nn.Ints(), input_width=64, hidden=784, classes=10, layers=4):
+def mlp(x: nn.Floats(), target: nn.Ints(), input_width=64, hidden=784, classes=10, layers=4):
     """The paper's MLP: ``layers - 1`` hidden Linear + ReLU layers and a Linear output (cf. ``models.mlp``)."""
+    width = input_width
     for i in nn.unroll(layers - 1):
-        x = nn.relu(nn.linear(x, hidden, name=f"linear{i + 1}"), name=f"relu{i + 1}")
-    return nn.softmax_cross_entropy(nn.linear(x, classes, name=f"linear{layers}"), target)
+        x = nn.relu(nn.linear(x, hidden, in_features=width, name=f"linear{i + 1}"), name=f"relu{i + 1}")
+        width = hidden
+    return nn.softmax_cross_entropy(nn.linear(x, classes, in_features=width, name=f"linear{layers}"), target)
 
 
 def rnn(tokens: nn.Sequence(int), target: nn.Ints(), vocab_size=14, hidden=128, embedding_dim=64, classes=10):
@@ -36,19 +38,27 @@ def rnn(tokens: nn.Sequence(int), target: nn.Ints(), vocab_size=14, hidden=128, 
 
 
 def tree_lstm(
-    tree: nn.Tree(), vocab_size=100, embedding_dim=64, hidden=64, classes=5, embed_update_frequency=1000,
+    tree: nn.Tree(),
+    vocab_size=100,
+    embedding_dim=64,
+    hidden=64,
+    classes=5,
+    embed_update_frequency=1000,
     update_frequency=50,
-):  # fmt: skip
+):
     """The binary Tree-LSTM, one tree per key, a loss at every node (cf. ``models.tree_lstm``)."""
 
     def node(t):
         if t.is_leaf:
-            word = nn.embedding(t.word, vocab_size, embedding_dim, name="embed", min_update_frequency=embed_update_frequency)
+            word = nn.embedding(
+                t.word, vocab_size, embedding_dim, name="embed", min_update_frequency=embed_update_frequency
+            )
             state = nn.tree_lstm_leaf(word, hidden, name="leaf", min_update_frequency=update_frequency)
         else:
-            state = nn.tree_lstm_branch(node(t.left), node(t.right), hidden, name="branch",
-                                        min_update_frequency=update_frequency)  # fmt: skip
-        h, c = nn.split(state, [hidden, hidden])
+            state = nn.tree_lstm_branch(
+                node(t.left), node(t.right), hidden, name="branch", min_update_frequency=update_frequency
+            )
+        h, _c = nn.split(state, [hidden, hidden])
         logits = nn.linear(h, classes, name="classify", min_update_frequency=update_frequency)
         nn.softmax_cross_entropy(logits, t.label)
         return state
@@ -57,11 +67,18 @@ def tree_lstm(
 
 
 def ggsnn(
-    node_features: nn.Floats(feature_width), typed_edges: nn.Ints(), node_graph: nn.Ints(), target: nn.Ints(),
-    feature_width=23, edge_types=4, hidden=32, steps=4, classes=4,
-):  # fmt: skip
+    node_features: nn.Floats(),
+    typed_edges: nn.Ints(),
+    node_graph: nn.Ints(),
+    target: nn.Ints(),
+    feature_width=23,
+    edge_types=4,
+    hidden=32,
+    steps=4,
+    classes=4,
+):
     """A gated graph network over ``steps`` propagation steps, classifying each graph (cf. ``models.ggsnn``)."""
-    h = nn.linear(node_features, hidden, name="init")
+    h = nn.linear(node_features, hidden, in_features=feature_width, name="init")
     for step in range(steps):
         messages = nn.linear(h, edge_types * hidden, name="edges")
         incoming = nn.typed_edge_sum(messages, typed_edges[step], edge_types, name="propagate")

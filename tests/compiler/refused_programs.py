@@ -5,7 +5,7 @@ and checks the error's line and hint. ``EFFECTS`` records any call of the side-e
 compiler must leave it empty, since it runs nothing from the model's module.
 """
 
-# ruff: noqa: B018, F841, PLW0603, SIM105, RUF005
+# ruff: noqa: F841
 from __future__ import annotations
 
 import numpy as np
@@ -49,7 +49,7 @@ class Trap:
         EFFECTS.append("bool")
         return True
 
-    def __iter__(self):  # noqa: ANN204
+    def __iter__(self):
         EFFECTS.append("iter")
         return iter([1])
 
@@ -113,7 +113,7 @@ def with_block(x: nn.Floats(8), target: nn.Ints()):
 
 
 def generator(x: nn.Floats(8), target: nn.Ints()):
-    for i in nn.unroll(2):
+    for _ in nn.unroll(2):
         yield nn.softmax_cross_entropy(nn.linear(x, 3), target)  # refused
 
 
@@ -186,7 +186,7 @@ def del_statement(x: nn.Floats(8), target: nn.Ints()):
 
 
 def import_inside(x: nn.Floats(8), target: nn.Ints()):
-    import math  # refused
+    import math  # refused  # noqa: F401
 
     return nn.softmax_cross_entropy(nn.linear(x, 3), target)
 

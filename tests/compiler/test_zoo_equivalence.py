@@ -45,8 +45,9 @@ def trees() -> Dataset:
 @cache
 def babi() -> Dataset:
     graphs = babi15_graphs(36, seed=2, inflate_to=8, task="classification")
-    return ggsnn_dataset(graphs[:24], 5, "classification", 3, val_instances=graphs[24:], num_classes=len(BABI15_TYPES),
-                         graphs_per_key=3)  # fmt: skip
+    return ggsnn_dataset(
+        graphs[:24], 5, "classification", 3, val_instances=graphs[24:], num_classes=len(BABI15_TYPES), graphs_per_key=3
+    )
 
 
 CASES = {
@@ -70,8 +71,14 @@ CASES = {
     ),
     "ggsnn": Case(
         lambda: models.ggsnn(5, BABI15_FEATURE_WIDTH, 6, 3, "classification", len(BABI15_TYPES)),
-        lambda: amp.compile(as_python.ggsnn, feature_width=BABI15_FEATURE_WIDTH, edge_types=5, hidden=6, steps=3,
-                            classes=len(BABI15_TYPES)),  # fmt: skip
+        lambda: amp.compile(
+            as_python.ggsnn,
+            feature_width=BABI15_FEATURE_WIDTH,
+            edge_types=5,
+            hidden=6,
+            steps=3,
+            classes=len(BABI15_TYPES),
+        ),
         babi,
         3,
     ),
@@ -122,8 +129,17 @@ def test_compiled_zoo_model_gives_the_zoo_loss_and_gradients(name: str) -> None:
 
 def train_sync(graph: Graph, data: Dataset, params: Params, epochs: int) -> Any:
     start = {n: {k: v.copy() for k, v in p.items()} for n, p in params.items()}
-    return amp.train(graph, data, workers=2, mode="sync", epochs=epochs, seed=3, dtype="float64", params=start,
-                     optimizer={"name": "adam", "lr": 0.01})  # fmt: skip
+    return amp.train(
+        graph,
+        data,
+        workers=2,
+        mode="sync",
+        epochs=epochs,
+        seed=3,
+        dtype="float64",
+        params=start,
+        optimizer={"name": "adam", "lr": 0.01},
+    )
 
 
 @pytest.mark.slow

@@ -67,9 +67,11 @@ INPUTS = frozenset({"input"})
 
 __all__ = [
     "AGGREGATION", "CONTROL_FLOW", "FUSED_CELLS", "HEAVY", "INPUTS", "LOSSES", "LOSS_PORT", "MSE", "OPS",
-    "PARAMETERIZED", "STATE_UPDATING", "TRAINING_LOSSES", "Add", "Bcast", "Collect", "Concat", "Cond", "Discard", "Distribute",
+    "PARAMETERIZED", "STATE_UPDATING", "TRAINING_LOSSES", "Add", "Bcast", "Collect", "Concat", "Cond", "Discard",
+    "Distribute",
     "Embedding", "Flatmap", "GRUUpdate", "Gather", "Group", "Identity", "Input", "Isu", "Linear", "MeanRows", "Mul",
     "NodeContext", "Op", "OpError", "Partition", "Phi", "ReLU", "ScatterMean", "ScatterSum",
-    "SegmentSoftmaxCrossEntropy", "SelectRows", "Sigmoid", "Sink", "SoftmaxCrossEntropy", "Split", "Sub", "SumRows", "Tanh",
+    "SegmentSoftmaxCrossEntropy", "SelectRows", "Sigmoid", "Sink", "SoftmaxCrossEntropy", "Split", "Sub", "SumRows",
+    "Tanh",
     "TreeLSTMBranch", "TreeLSTMLeaf", "TypedEdgeSum", "Ungroup",
 ]  # fmt: skip
