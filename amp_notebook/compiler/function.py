@@ -14,8 +14,9 @@ import ast
 from typing import Any
 
 from amp_notebook.compiler import nn, scan
+from amp_notebook.compiler.expressions import REFUSED_EXPRESSIONS
 from amp_notebook.compiler.source import Source, is_constant
-from amp_notebook.compiler.translate import REFUSED_EXPRESSIONS, Return, Translator
+from amp_notebook.compiler.translate import Return, Translator
 from amp_notebook.compiler.values import Builtin, Loss, SequenceInput, StateExpr, TreeInput
 from amp_notebook.ir import ops as O
 
