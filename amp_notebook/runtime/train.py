@@ -17,7 +17,7 @@ import numpy as np
 from amp_notebook.data.batch import Dataset
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.serialize import save_params
-from amp_notebook.runtime.optim import Optimizer, make_optimizer
+from amp_notebook.optim import Optimizer, make_optimizer
 from amp_notebook.runtime.session import EpochStats, RunConfig, Session
 from amp_notebook.trace.buffers import DEFAULT_CAPACITY
 from amp_notebook.trace.metrics import staleness_summary, utilization
@@ -119,6 +119,7 @@ def train(
     params: dict[str, dict[str, np.ndarray]] | None = None,
     placement: dict[str, int] | str | None = None,
     priority: str = "backward_first",
+    order: str = "oldest_key",
     backend: str = "threads",
     costs: Any = None,
     on_key_done: Callable[[Any], None] | None = None,
@@ -133,7 +134,8 @@ def train(
     ``pipeline`` (fill ``max_active_keys`` keys, drain, update all). ``params`` starts from given
     parameters (``graph.init_params(seed)`` otherwise). ``placement`` is a strategy (``"round_robin"``, the
     default, or ``"balanced"``: contiguous cost-balanced stages) or a dict of node -> worker overrides.
-    ``priority`` orders each worker's inbox: ``"backward_first"`` (the paper) or ``"fifo"``.
+    ``priority`` orders each worker's inbox across directions: ``"backward_first"`` (the paper) or ``"fifo"``;
+    ``order`` within a direction: ``"oldest_key"`` (the key admitted earliest first) or ``"arrival"``.
     ``on_epoch(stats)`` is called after each epoch; returning True stops the run there.
     ``backend="simulated"`` runs on simulated hardware described by ``costs`` (a
     :class:`~amp_notebook.runtime.costs.CostModel`, default the paper's 1 TFLOPS device) in virtual time:
@@ -154,6 +156,7 @@ def train(
         epochs=epochs, seed=seed, dtype=dtype, trace=trace, validate=validate, shuffle=shuffle,
         placement=dict(placement) if isinstance(placement, dict) else {},
         placement_strategy=placement if isinstance(placement, str) else "round_robin", priority=priority,
+        order=order,
     )  # fmt: skip
     config.trace_capacity = trace_capacity
     session = Session(graph, dataset, config, opt, params)
