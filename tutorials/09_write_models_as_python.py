@@ -84,7 +84,8 @@ weights = zoo.init_params(seed=0, dtype=np.float64)
 ours, theirs = Interpreter(graph, params=weights), Interpreter(zoo, params=weights)
 g_ours, g_theirs = ours.gradients(data.train[0]), theirs.gradients(data.train[0])
 print("loss:", ours.reports[0]["loss"], "zoo:", theirs.reports[0]["loss"])
-print("largest gradient difference:", max(np.abs(g_ours[n][k] - g_theirs[n][k]).max() for n in g_ours for k in g_ours[n]))
+differences = [np.abs(g_ours[n][k] - g_theirs[n][k]).max() for n in g_ours for k in g_ours[n]]
+print("largest gradient difference:", max(differences))
 
 # %% [markdown]
 # ## 2. Open it in the builder, and write it back
@@ -134,7 +135,7 @@ def tree_lstm(tree: nn.Tree(), vocab_size=100, hidden=32):
             state = nn.tree_lstm_leaf(nn.embedding(t.word, vocab_size, 32, name="embed"), hidden, name="leaf")
         else:
             state = nn.tree_lstm_branch(node(t.left), node(t.right), hidden, name="branch")
-        h, c = nn.split(state, [hidden, hidden])
+        h, _ = nn.split(state, [hidden, hidden])  # classify h; the memory c goes up the tree only
         nn.softmax_cross_entropy(nn.linear(h, 5, name="classify"), t.label)
         return state
 
@@ -158,8 +159,8 @@ ours, theirs = Interpreter(tree_graph, params=weights), Interpreter(zoo_tree, pa
 ours.run_key(trees.train[0], train=False)
 theirs.run_key(trees.train[0], train=False)
 print("node losses:", sorted(round(r["loss"], 6) for r in ours.reports)[:5], "...")
-print("same as the zoo:", np.allclose(sorted(r["loss"] for r in ours.reports), sorted(r["loss"] for r in theirs.reports),
-                                      rtol=1e-12, atol=0))  # fmt: skip
+ours_losses, zoo_losses = (sorted(r["loss"] for r in i.reports) for i in (ours, theirs))
+print("same as the zoo:", np.allclose(ours_losses, zoo_losses, rtol=1e-12, atol=0))
 
 # %% [markdown]
 # Train it in the background and watch it in the dashboard: every tree node is a message, so the Gantt

@@ -8,6 +8,7 @@ import pytest
 import amp_notebook as amp
 from amp_notebook.data.batch import Batch, Dataset
 from amp_notebook.ir.interpret import Interpreter, InvariantError
+from amp_notebook.runtime.reference import train_reference
 
 
 def routed(end: str) -> amp.Graph:
@@ -54,7 +55,7 @@ def test_sinks_train_on_the_threaded_runtime_as_in_the_interpreter() -> None:
     graph = routed("sink")
     start = graph.init_params(0, np.float64)
     interp = Interpreter(graph, params=start)
-    interp.train(data, epochs=1, seed=2)
+    train_reference(interp, data, epochs=1, seed=2)
     result = amp.train(graph, data, workers=2, mode="sync", epochs=1, seed=2, dtype="float64", params=start)
     for node, group in interp.params().items():
         for name, value in group.items():
