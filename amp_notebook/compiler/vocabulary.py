@@ -231,6 +231,11 @@ def _split(c: Call) -> tuple[Tensor, ...]:
 
 def _zeros(c: Call) -> Tensor:
     width = c.size("width")
+    if c.tr.required:
+        raise c.fail(
+            "zeros are an input, one message per key, so they cannot be made inside a loop or a recursion; make "
+            "them before the loop (h = nn.zeros(n)) and the loop carries them"
+        )
     stem = c.node_name() or (f"{c.tr.hint}0" if c.tr.hint else "zeros")
     name = stem if c.node_name() else c.tr.g.fresh(stem)
     if name in c.tr.g.nodes:

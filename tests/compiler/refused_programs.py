@@ -320,3 +320,10 @@ def while_without_a_counter(x: nn.Floats(8), target: nn.Ints(), steps=3):
     while steps > 0:  # refused
         h = nn.relu(nn.linear(h, 8, name="step"))
     return nn.softmax_cross_entropy(nn.linear(h, 3), target)
+
+
+def zeros_inside_a_loop(tokens: nn.Sequence(int), target: nn.Ints()):
+    h = nn.zeros(8)
+    for token in tokens:
+        h = nn.relu(nn.linear(nn.concat(nn.embedding(token, 14, 4), h, nn.zeros(2)), 8, name="step"))  # refused
+    return nn.softmax_cross_entropy(nn.linear(h, 3), target)

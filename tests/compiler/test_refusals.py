@@ -56,6 +56,7 @@ HINTS = {
     "width_changes_in_the_loop": "keeps its width",
     "ids_into_a_linear": "embed ids first",
     "while_without_a_counter": "reads no counter",
+    "zeros_inside_a_loop": "make them before the loop",
 }
 
 
@@ -139,3 +140,23 @@ def test_errors_inside_helpers_and_loops_name_the_inner_line() -> None:
     with pytest.raises(amp.CompileError, match="'nn_relu' is not defined") as caught:
         amp.compile(model)
     assert caught.value.line == start + 2
+
+
+def test_a_compiled_graph_that_does_not_validate_is_reported_at_the_node_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The validator's problems (a compiler bug, if it ever happens) come back as a CompileError at the line of
+    the node concerned; here a broken finalize drops the edge into the loss's target."""
+    import amp_notebook.compiler as compiler
+
+    real = compiler.finalize
+
+    def broken(draft: Any) -> amp.Graph:
+        graph = real(draft)
+        graph.disconnect("loss", "target")
+        return graph
+
+    monkeypatch.setattr(compiler, "finalize", broken)
+    with pytest.raises(amp.CompileError, match="does not validate") as caught:
+        amp.compile(as_python.rnn)
+    _, start = inspect.getsourcelines(as_python.rnn)
+    assert "'target'" in caught.value.message  # the first problem: the input 'target' now feeds nothing
+    assert caught.value.line == start  # the line of the def, where the input is declared
