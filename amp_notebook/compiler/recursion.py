@@ -69,7 +69,7 @@ class Recursion:
 
 
 def translate_recursion(tr: Translator, node: ast.Call, fn: LocalFunction, args: list[Any], kwargs: dict) -> Tensor:
-    from amp_notebook.compiler.translate import Return, Scope
+    from amp_notebook.compiler.translate import Scope
 
     fdef = fn.node
     spec = fdef.args
@@ -142,8 +142,6 @@ def translate_recursion(tr: Translator, node: ast.Call, fn: LocalFunction, args:
             node, O.Isu({POS: None}, {POS: "1"}), [tr.out(is_root, "true")], name=tr.g.fresh(f"{fdef.name}_root")
         )
         return tr.out(root)
-    except Return as ret:  # pragma: no cover - _run catches returns of the parts
-        raise tr.error(ret.node, "unexpected return") from None
     finally:
         tr.scope = saved
         tr.recursion = None

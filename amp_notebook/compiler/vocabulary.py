@@ -46,7 +46,7 @@ def call_vocabulary(tr: Translator, node: ast.Call, name: str, args: list[Any], 
 class Call:
     """One vocabulary call: its bound arguments and checked accessors for them."""
 
-    def __init__(self, tr: Translator, node: ast.Call, name: str, args: Args) -> None:
+    def __init__(self, tr: Translator, node: ast.AST, name: str, args: Args) -> None:
         self.tr, self.node, self.name, self.args = tr, node, name, args
 
     def fail(self, message: str) -> Exception:
@@ -184,7 +184,7 @@ _JOINS: dict[str, Callable[[tuple[str, ...] | None], Op]] = {"add": O.Add, "sub"
 
 def elementwise_join(tr: Translator, node: ast.AST, kind: str, a: Tensor, b: Tensor) -> Tensor:
     """``a + b``, ``a - b``, ``a * b`` written with operators."""
-    c = Call(tr, node, kind, {"a": a, "b": b, "name": None, "worker": None})  # type: ignore[arg-type]
+    c = Call(tr, node, kind, {"a": a, "b": b, "name": None, "worker": None})
     return _join(kind)(c)
 
 

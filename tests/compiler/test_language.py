@@ -286,3 +286,42 @@ def test_compile_as_a_decorator_with_constants() -> None:
     assert model.nodes["h"].op.out_features == 3
     with pytest.raises(amp.CompileError, match="only parameters with a default"):
         amp.compile(first_step_differs, hidden=3)
+
+
+# ------------------------------------------------------------------------------------------- recursion
+def recursive_net(tree: nn.Tree(), root_label: nn.Ints(), width=5):
+    """A recursive network in the return form, each child read on its own, a loss at the root only."""
+
+    def node(t):
+        if t.is_leaf:
+            return nn.tanh(nn.linear(nn.embedding(t.word, 30, 4, name="embed"), width, name="leaf"))
+        left, right = node(t.left), node(t.right)
+        return nn.tanh(nn.linear(left, width, name="left") + nn.linear(right, width, name="right"))
+
+    root = node(tree)
+    return nn.softmax_cross_entropy(nn.linear(root, 3, name="out"), root_label)
+
+
+def test_recursion_in_the_return_form_with_children_read_apart() -> None:
+    from amp_notebook.data.sentiment import sentiment_tree_dataset
+
+    graph = amp.compile(recursive_net)
+    kinds = {n.kind for n in graph.nodes.values()}
+    assert {"flatmap", "collect", "split"} <= kinds and "label_table" not in graph.nodes
+    trees = sentiment_tree_dataset(n_train=4, n_val=1, seed=3)
+    for tree_key in trees.train:
+        table = dict(tree_key.inputs["leaf_table"].tolist())
+        positions = set(tree_key.inputs["label_table"][:, 0].tolist())
+        label = dict(tree_key.inputs["label_table"].tolist())[1] % 3
+        data = Batch({**tree_key.inputs, "root_label": np.array([label])}, 1, tree_key.fields)
+
+        def reference(p: dict, x: dict, table: dict = table, positions: set = positions) -> torch.Tensor:
+            def visit(pos: int) -> torch.Tensor:
+                if pos in table:
+                    return torch.tanh(lin(p, "leaf", p["embed"]["E"][[table[pos]]]))
+                assert 2 * pos in positions
+                return torch.tanh(lin(p, "left", visit(2 * pos)) + lin(p, "right", visit(2 * pos + 1)))
+
+            return F.cross_entropy(lin(p, "out", visit(1)), x["root_label"])
+
+        check(graph, reference, data)
