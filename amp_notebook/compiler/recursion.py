@@ -93,12 +93,16 @@ def translate_recursion(tr: Translator, node: ast.Call, fn: LocalFunction, args:
     tr.fields.add(POS)
     base = Scope(parent=fn.scope, barrier=f"the recursion {fdef.name}()")
     saved = tr.scope
+    phases: list[list[str]] = []  # the nodes each part made, to put them in source order at the end
     try:
         tr.scope = Scope(parent=base)
         tr.bind(params[0], TreeNode("leaf", rec))
+        before = set(tr.g.nodes)
         leaf_result = _run(tr, leaf_part, returns)
         leaf_vars = dict(tr.scope.vars)
+        phases.append(_made(tr, before))
         pending: dict[str, Any] = {}
+        before = set(tr.g.nodes)
         tr.g.line = tr.source.line(fdef)
         if returns:
             result = _open_phi(tr, fdef, leaf_result, "result", pending)
@@ -114,11 +118,17 @@ def translate_recursion(tr: Translator, node: ast.Call, fn: LocalFunction, args:
                 else:
                     tr.bind(name, Undefined(f"it is set in only one of the leaf and branch parts of {fdef.name}()"))
             tr.bind(params[0], TreeNode("any", rec))
+            merges = _made(tr, before)
+            before = set(tr.g.nodes)
             result = _run(tr, tail, True)
+        tail_nodes = _made(tr, before)
+        if returns:
+            merges, tail_nodes = tail_nodes, []
         if not isinstance(result, Tensor):
             raise tr.error(fdef, f"{fdef.name}() must return a tensor (the node's result that its parent reads)")
         rec.width = result.width
         tr.g.line = tr.source.line(fdef)
+        before = set(tr.g.nodes)
         is_root = tr.add(fdef, O.Cond(f"{POS} == 1"), [result], name=tr.g.fresh(f"{fdef.name}_is_root"))
         collect = O.Collect(key=f"{POS} // 2", index=f"{POS} % 2", count=2, field=POS)
         children = tr.add(fdef, collect, [tr.out(is_root, "false")], name=tr.g.fresh(f"{fdef.name}_children"))
@@ -126,6 +136,7 @@ def translate_recursion(tr: Translator, node: ast.Call, fn: LocalFunction, args:
         tr.scope = Scope(parent=base)
         tr.bind(params[0], TreeNode("branch", rec))
         branch_result = _run(tr, branch_part, returns)
+        phases += [merges, _made(tr, before), tail_nodes]
         branch_vars = dict(tr.scope.vars)
         if rec.calls[0] == 0 or rec.calls[1] == 0:
             raise tr.error(
@@ -141,12 +152,29 @@ def translate_recursion(tr: Translator, node: ast.Call, fn: LocalFunction, args:
         root = tr.add(
             node, O.Isu({POS: None}, {POS: "1"}), [tr.out(is_root, "true")], name=tr.g.fresh(f"{fdef.name}_root")
         )
+        _reorder(tr, phases)
         return tr.out(root)
     finally:
         tr.scope = saved
         tr.recursion = None
         tr.required.pop()
         tr.fields.discard(POS)
+
+
+def _made(tr: Translator, before: set[str]) -> list[str]:
+    return [n for n in tr.g.nodes if n not in before]
+
+
+def _reorder(tr: Translator, phases: list[list[str]]) -> None:
+    """Put the recursion's nodes in source order (leaf part, merges, root test and Collect, branch part, common
+    part) where they were translated leaf, common, branch: node order is what placement's round robin and
+    the builder's layout follow, so the graph places like the hand-built Tree-LSTM."""
+    ordered = [n for phase in phases for n in phase]
+    moved = set(ordered)
+    names = list(tr.g.nodes)
+    at = min(names.index(n) for n in ordered) if ordered else len(names)
+    rest = [n for n in names if n not in moved]
+    tr.g.nodes = {n: tr.g.nodes[n] for n in [*rest[:at], *ordered, *rest[at:]]}
 
 
 def _parts(tr: Translator, fdef: ast.FunctionDef, param: str) -> tuple[list, list, list, bool]:
