@@ -138,6 +138,7 @@ def test_sequential_round_trip_equals_a_torch_epoch() -> None:
     round_trip([mlp()], x, y, batch_size=100, lr=0.2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["gru", "lstm"])
 def test_recurrent_round_trip_equals_a_torch_epoch(kind: str) -> None:
     rng = np.random.default_rng(1)
@@ -185,6 +186,7 @@ def test_unsupported_modules_are_refused_by_name(make, match: str) -> None:
         amp.from_torch(make())
 
 
+@pytest.mark.slow
 def test_importing_amp_notebook_does_not_import_torch() -> None:
     code = "import amp_notebook, sys; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
