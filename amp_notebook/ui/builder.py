@@ -175,8 +175,18 @@ class GraphBuilder(anywidget.AnyWidget):
     def to_json(self) -> str:
         return json.dumps(graph_to_dict(self.graph), indent=1)
 
-    def to_python(self) -> str:
-        """Python builder code that recreates the graph (generated from data; see amp_notebook/ir/codegen.py)."""
+    def to_python(self, form: str = "builder") -> str:
+        """Python code that recreates the graph. ``form="builder"``: builder calls, generated from data (see
+        amp_notebook/ir/codegen.py). ``form="source"``: for a graph made by ``amp.compile``, the model function
+        it was compiled from and the compile call, as long as its structure is unchanged (attributes changed
+        since, such as a pinned worker, follow as assignments); otherwise builder calls under a comment that
+        says why (see amp_notebook/compiler/pyform.py)."""
+        if form == "source":
+            from amp_notebook.compiler.pyform import python_form
+
+            return python_form(self.graph)
+        if form != "builder":
+            raise ValueError(f"to_python form: expected 'builder' or 'source', got {form!r}")
         return graph_to_python(self.graph)
 
     # ------------------------------------------------------------- training

@@ -218,6 +218,7 @@ class BuilderModel:
         new = graph_from_dict(graph) if isinstance(graph, dict) else graph
         with self._edit():
             self._replace_graph(new)
+            self.graph.compiled_from = new.compiled_from  # amp.compile's record (to_python(form="source"))
             self.positions.clear()
 
     def load_model(self, model: str) -> None:
