@@ -196,3 +196,23 @@ test("routing gives each loop edge its lane and counts the loop in the bounds", 
   assert.ok(bounds.x + bounds.width > back.data.lane);
   assert.equal(drawn.filter((e) => e.data).length, 1);
 });
+
+test("a graph wider than the canvas opens at its first node, the box still covering the canvas", () => {
+  const bounds = { x: 0, y: 0, width: 3000, height: 400 };
+  const at = (start) => fitViewport(bounds, 800, { start });
+  const middle = at({ x: 1500, y: 0 });
+  assert.ok(Math.abs(1500 * middle.zoom + middle.x - CONTROLS_GUTTER) < 1e-9, "the first node at the left edge");
+  const far = at({ x: 2990, y: 0 }); // near the right end: as far right as the box goes, no empty canvas
+  assert.ok(Math.abs(3000 * far.zoom + far.x - (800 - FIT_PADDING)) < 1e-9);
+  const first = at({ x: 0, y: 0 });
+  assert.ok(Math.abs(first.x - CONTROLS_GUTTER) < 1e-9);
+});
+
+test("the first node of what is drawn: the topmost top to bottom, the leftmost left to right", () => {
+  const nodes = [
+    { id: "a", type: "op", position: { x: 500, y: 0 }, data: { node: node("a", []) } },
+    { id: "b", type: "op", position: { x: 0, y: 200 }, data: { node: node("b") } },
+  ];
+  assert.deepEqual(routeLoops(nodes, [], "TB").start, { x: 500, y: 0 });
+  assert.deepEqual(routeLoops(nodes, [], "LR").start, { x: 0, y: 200 });
+});

@@ -42,8 +42,10 @@ function CellNode({ data }) {
 
 export default memo(CellNode);
 
-// The nodes and edges to draw when the cells in `collapsed` are shown as one box each.
-export function collapseCells(nodes, edges, collapsed, colourBy, direction) {
+// The nodes and edges to draw when the cells in `collapsed` are shown as one box each. `sizes` holds the
+// boxes' sizes as React Flow measured them (a box is made anew on every render; React Flow counts a node
+// drawn only once it carries its measured size).
+export function collapseCells(nodes, edges, collapsed, colourBy, direction, sizes = {}) {
   if (collapsed.size === 0) return { nodes, edges };
   const cellOf = new Map();
   const groups = new Map();
@@ -74,6 +76,7 @@ export function collapseCells(nodes, edges, collapsed, colourBy, direction) {
       },
       data: { name: cell, members: members.map((m) => m.id), kinds, workers: [...workers].sort((a, b) => a - b), errors, colourBy, direction },
       selected: members.some((m) => m.selected),
+      ...(sizes[`cell:${cell}`] ? { measured: sizes[`cell:${cell}`] } : {}),
     });
   }
   const seen = new Set();

@@ -1,22 +1,24 @@
-// Lives inside React Flow. Once the nodes of a fresh view are measured (useGraphView's `pending`): sets
-// the canvas height and the viewport that fit.js computes for the graph (readable labels; the whole
-// graph when it fits), and reports how long layout + first render took: on the root element
-// (data-layout-ms, data-render-ms, data-initial-zoom, data-fits) and to Python (the `perf` trait).
+// Lives inside React Flow. For a fresh view (useGraphView's `pending`): sets the canvas height and the
+// viewport that fit.js computes for the graph (readable labels; the whole graph when it fits; from the
+// boxes' sizes as layout.js gives them, so it need not wait for React Flow to measure them) and, once
+// React Flow has measured every node, reports how long layout + first render took: on the root element
+// (data-layout-ms, data-render-ms; data-initial-zoom and data-fits for the fit) and to Python (`perf`).
 import { useEffect } from "react";
 import { useNodesInitialized, useReactFlow } from "@xyflow/react";
 import { fitViewport } from "./fit.js";
 
-export default function InitialView({ pending, tick, bounds, rootRef, canvasRef, model, fixedHeight, canvasHeight, setCanvasHeight, setOverflowing }) {
+export default function InitialView({ pending, tick, drawn, rootRef, canvasRef, model, fixedHeight, canvasHeight, setCanvasHeight, setOverflowing }) {
   const initialized = useNodesInitialized();
   const flow = useReactFlow();
   useEffect(() => {
     const p = pending.current;
-    if (!initialized || !p) return;
-    pending.current = null;
+    if (!p || p.fitted) return;
+    p.fitted = true;
     const root = rootRef.current;
     if (!p.noFit && canvasRef.current) {
       const keep = fixedHeight || (p.keepHeight ? canvasHeight : 0);
-      const fit = fitViewport(bounds.current, canvasRef.current.clientWidth, { fixedHeight: keep });
+      const { bounds, start } = drawn.current;
+      const fit = fitViewport(bounds, canvasRef.current.clientWidth, { fixedHeight: keep, start });
       setCanvasHeight(fit.height);
       flow.setViewport({ x: fit.x, y: fit.y, zoom: fit.zoom });
       setOverflowing(!fit.fits); // after setViewport, whose move-end saw the canvas at its old height
@@ -25,6 +27,14 @@ export default function InitialView({ pending, tick, bounds, rootRef, canvasRef,
         root.dataset.fits = fit.fits ? "1" : "0";
       }
     }
+    // drawn is a ref read when the fit is due; the canvas height is read then too
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [tick]);
+  useEffect(() => {
+    const p = pending.current;
+    if (!initialized || !p || !p.fitted) return;
+    pending.current = null;
+    const root = rootRef.current;
     if (!p.perf) return;
     requestAnimationFrame(() => {
       const total = performance.now() - p.t0;
@@ -36,8 +46,6 @@ export default function InitialView({ pending, tick, bounds, rootRef, canvasRef,
       model.set("perf", { nodes: p.nodes, layout_ms: p.layoutMs, render_ms: total });
       model.save_changes();
     });
-    // bounds is a ref read when the fit is due; the canvas height is read then too
-    // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [initialized, tick]);
+  }, [initialized, tick, pending, rootRef, model]);
   return null;
 }

@@ -89,8 +89,10 @@ export function chooseDirection(view, canvasWidth, maxHeight = CANVAS_MAX_H) {
 
 // The initial viewport ({x, y, zoom}: flow point p shows at p * zoom + (x, y)) and canvas height for a
 // graph whose bounding box (flow px, loop lanes included) is `bounds`. `fixedHeight` > 0 keeps the canvas
-// that tall. Returns `fits`: whether the whole graph is in view.
-export function fitViewport(bounds, canvasWidth, { fixedHeight = 0, minHeight = CANVAS_MIN_H, maxHeight = CANVAS_MAX_H } = {}) {
+// that tall. Along an axis where the graph does not fit, the view starts at `start` (the top-left of the
+// graph's first node; default the box's corner) as far as the box allows. Returns `fits`: whether the
+// whole graph is in view.
+export function fitViewport(bounds, canvasWidth, { fixedHeight = 0, minHeight = CANVAS_MIN_H, maxHeight = CANVAS_MAX_H, start = null } = {}) {
   const pad = FIT_PADDING;
   if (!bounds || !(bounds.width > 0) || !(bounds.height > 0)) {
     return { x: 0, y: 0, zoom: 1, height: fixedHeight || minHeight, fits: true };
@@ -104,9 +106,16 @@ export function fitViewport(bounds, canvasWidth, { fixedHeight = 0, minHeight = 
   const room = canvasWidth - CONTROLS_GUTTER - pad;
   const fitsX = w <= room + 0.5;
   const fitsY = h <= height - 2 * pad + 0.5;
-  // centred where it fits; otherwise its start (left or top edge) at the padding
-  const x = (fitsX ? CONTROLS_GUTTER + (room - w) / 2 : CONTROLS_GUTTER) - bounds.x * zoom;
-  const y = fitsY ? (height - h) / 2 - bounds.y * zoom : pad - bounds.y * zoom;
+  // centred where it fits; otherwise the start at the padding, the box still covering the canvas
+  const from = start || { x: bounds.x, y: bounds.y };
+  // the offset along one axis: the visible stretch starts at `lead` and is `free` long
+  const along = (fits, free, lead, lo, size, at) => {
+    if (fits) return lead + (free - size * zoom) / 2 - lo * zoom;
+    const v = lead - at * zoom;
+    return Math.min(lead - lo * zoom, Math.max(v, lead + free - (lo + size) * zoom));
+  };
+  const x = along(fitsX, room, CONTROLS_GUTTER, bounds.x, bounds.width, from.x);
+  const y = along(fitsY, height - 2 * pad, pad, bounds.y, bounds.height, from.y);
   return { x, y, zoom, height, fits: fitsX && fitsY };
 }
 
@@ -229,7 +238,13 @@ export function routeLoops(nodes, edges, direction) {
       points.push(...loopPoints(s.x + s.width, s.y + s.height / 2, t.x, t.y + t.height / 2, lane, direction), [t.x, lane + LANE_LABEL]);
     }
   }
-  return { edges: drawn, bounds: graphBounds([...boxes.values()], points) };
+  // the graph's first node: the topmost (top to bottom) or leftmost (left to right), where a view starts
+  let start = null;
+  for (const b of boxes.values()) {
+    const key = direction === "TB" ? [b.y, b.x] : [b.x, b.y];
+    if (!start || key[0] < start.key[0] || (key[0] === start.key[0] && key[1] < start.key[1])) start = { key, x: b.x, y: b.y };
+  }
+  return { edges: drawn, bounds: graphBounds([...boxes.values()], points), start: start && { x: start.x, y: start.y } };
 }
 
 // Whether all of `bounds` (flow px) shows in a canvas `width` x `height` under `viewport` ({x, y, zoom}).

@@ -7,7 +7,7 @@
 //   Toolbar.jsx           buttons and selects above the canvas
 //   useGraphView.js       Python's view -> React Flow nodes and edges; layout of nodes without positions
 //   layout.js, fit.js     dagre layout and box sizes; layout direction, initial zoom, canvas height, loop lanes
-//   InitialView.jsx       applies fit.js once the nodes are measured; layout/render timings
+//   InitialView.jsx       applies fit.js to a fresh view; layout/render timings once the nodes are measured
 //   useCanvasGestures.js  drags, drops, connections, keys -> intents
 //   OpNode.jsx, CellNode.jsx, LoopEdge.jsx   what one node, collapsed cell or loop back-edge looks like
 //   panels.jsx, Lanes.jsx, Overlays.jsx      palette and inspector, worker lanes, notices and export
@@ -88,13 +88,17 @@ function Builder({ model }) {
 
   const { nodes, setNodes, edges, setEdges, direction, pending, tick, refit } = useGraphView({ view, colourBy, anchor, canvasRef, send });
   const { cellNames, collapsed, setCollapsed, toggleCell } = useCells(view);
-  const shown = useMemo(() => collapseCells(nodes, edges, collapsed, colourBy, direction), [nodes, edges, collapsed, colourBy, direction]);
+  const [cellSizes, setCellSizes] = useState({}); // measured sizes of collapsed cells' boxes
+  const shown = useMemo(
+    () => collapseCells(nodes, edges, collapsed, colourBy, direction, cellSizes),
+    [nodes, edges, collapsed, colourBy, direction, cellSizes],
+  );
   const drawn = useMemo(() => routeLoops(shown.nodes, shown.edges, direction), [shown, direction]);
-  const bounds = useRef(null);
-  bounds.current = drawn.bounds;
+  const drawnRef = useRef(null); // for callbacks: the latest bounds and start of what is drawn
+  drawnRef.current = drawn;
 
   const placement = colourBy === "worker";
-  const gestures = useCanvasGestures({ flow, send, nodes, setNodes, edges, setEdges, placement, setHoverLane, toggleCell, anchor, rootRef });
+  const gestures = useCanvasGestures({ flow, send, nodes, setNodes, edges, setEdges, placement, setHoverLane, toggleCell, anchor, rootRef, setCellSizes });
 
   useEffect(() => {
     if (fixedHeight) setCanvasHeight(fixedHeight);
@@ -106,7 +110,7 @@ function Builder({ model }) {
   useKeepSelectedInView(selected ? selected.id : null, rootRef, canvasRef, flow);
   const onMoveEnd = useCallback((_event, viewport) => {
     const c = canvasRef.current;
-    if (c) setOverflowing(!allInView(bounds.current, viewport, c.clientWidth, heightRef.current));
+    if (c) setOverflowing(!allInView(drawnRef.current.bounds, viewport, c.clientWidth, heightRef.current));
   }, []);
   const minimapColour = useCallback(
     (n) => {
@@ -171,7 +175,7 @@ function Builder({ model }) {
             <InitialView
               pending={pending}
               tick={tick}
-              bounds={bounds}
+              drawn={drawnRef}
               rootRef={rootRef}
               canvasRef={canvasRef}
               model={model}

@@ -6,14 +6,16 @@ import { useCallback, useRef } from "react";
 import { applyEdgeChanges, applyNodeChanges } from "@xyflow/react";
 import { laneAt, laneWorker } from "./Lanes.jsx";
 
-export function useCanvasGestures({ flow, send, nodes, setNodes, edges, setEdges, placement, setHoverLane, toggleCell, anchor, rootRef }) {
+export function useCanvasGestures({ flow, send, nodes, setNodes, edges, setEdges, placement, setHoverLane, toggleCell, anchor, rootRef, setCellSizes }) {
   const nodesRef = useRef([]);
   nodesRef.current = nodes;
   const dragStart = useRef(null); // where the dragged nodes and the view were, to go back there after a pin
 
-  // changes to a collapsed cell's box move its member nodes
+  // changes to a collapsed cell's box move its member nodes; its measured size is kept beside them
   const onNodesChange = useCallback(
-    (changes) =>
+    (changes) => {
+      const sized = changes.filter((c) => c.type === "dimensions" && c.dimensions && c.id.startsWith("cell:"));
+      if (sized.length) setCellSizes((old) => Object.assign({ ...old }, ...sized.map((c) => ({ [c.id]: c.dimensions }))));
       setNodes((ns) => {
         const own = [];
         for (const c of changes) {
@@ -31,8 +33,9 @@ export function useCanvasGestures({ flow, send, nodes, setNodes, edges, setEdges
           }
         }
         return applyNodeChanges(own, ns);
-      }),
-    [setNodes],
+      });
+    },
+    [setNodes, setCellSizes],
   );
   const onEdgesChange = useCallback(
     (changes) => setEdges((es) => applyEdgeChanges(changes.filter((c) => c.type !== "remove"), es)),

@@ -3,8 +3,8 @@
 // not an undo step). A whole graph laid out at once gets the direction its shape asks for (fit.js), unless
 // Python holds one (auto_layout(direction=...), or the positions came from an earlier layout).
 //
-// `pending` asks InitialView.jsx to fit the canvas to the graph once React Flow has measured the nodes:
-// on the first view, and after every layout of the whole graph (it also times that layout and render).
+// `pending` asks InitialView.jsx to fit the canvas to the graph: on the first view, and after every
+// layout of the whole graph (it also times that layout and its render).
 import { useEffect, useRef, useState } from "react";
 import { placeMissing } from "./layout.js";
 import { chooseDirection } from "./fit.js";
@@ -60,6 +60,8 @@ export function useGraphView({ view, colourBy, anchor, canvasRef, send }) {
       return view.edges.map((e) => toEdge(e, selected));
     });
     if (missing) send({ type: "layout", positions: laid, direction: dir });
+    // the view a builder is shown with, and a whole new layout, are fitted; an edit is not (a node dropped
+    // on an empty canvas stays where it was dropped)
     if (whole || (first.current && view.nodes.length)) {
       pending.current = { t0, layoutMs, nodes: view.nodes.length, perf: missing > 0 };
       setTick((t) => t + 1);
@@ -67,7 +69,7 @@ export function useGraphView({ view, colourBy, anchor, canvasRef, send }) {
       pending.current = { t0, layoutMs, nodes: view.nodes.length, perf: true, noFit: true };
       setTick((t) => t + 1);
     }
-    if (view.nodes.length) first.current = false;
+    first.current = false;
     // colourBy is applied by the effect below without a relayout
     // eslint-disable-next-line react-hooks/exhaustive-deps
   }, [view]);
