@@ -43,6 +43,17 @@ def package_exception_classes() -> dict[str, type[BaseException]]:
 
 
 CLASSES = package_exception_classes()
+# Exceptions used as control flow inside the package, caught where they are raised and never seen by users.
+# Each needs a reason; the list must not go stale.
+INTERNAL = {
+    "amp_notebook.compiler.translate.Return": "a `return` statement being translated; caught by the translator",
+}
+
+
+def test_internal_control_flow_exceptions_are_few_and_exist() -> None:
+    assert set(INTERNAL) <= set(CLASSES), f"stale entries: {sorted(set(INTERNAL) - set(CLASSES))}"
+    for name in INTERNAL:
+        assert not issubclass(CLASSES[name], AmpError), f"{name} is an AmpError now: drop it from INTERNAL"
 
 
 def test_the_guard_sees_the_known_classes() -> None:
@@ -50,7 +61,8 @@ def test_the_guard_sees_the_known_classes() -> None:
     known = {
         "GraphError", "GraphFileError", "ValidationError", "OpError", "ExpressionError", "InvariantError",
         "NodeError", "DataError", "PlacementError", "OptimizerError", "CostModelError", "BuilderError",
-        "PropertyError", "TreeFormatError", "ControlError", "NoRunError",
+        "PropertyError", "TreeFormatError", "ControlError", "NoRunError", "TraceFileError", "CompileError",
+        "TorchImportError",
     }  # fmt: skip
     assert known <= names, f"not found by the guard: {sorted(known - names)}"
     assert len(CLASSES) >= 16
@@ -58,6 +70,8 @@ def test_the_guard_sees_the_known_classes() -> None:
 
 @pytest.mark.parametrize("name", sorted(CLASSES))
 def test_every_exception_class_derives_from_amp_error_and_a_builtin(name: str) -> None:
+    if name in INTERNAL:
+        pytest.skip(f"internal control flow: {INTERNAL[name]}")
     cls = CLASSES[name]
     assert issubclass(cls, AmpError), f"{name} must derive from amp_notebook.errors.AmpError"
     if cls is AmpError:

@@ -302,7 +302,7 @@ def _show(value: Any) -> str:
     if isinstance(value, dict):
         return f"an object with fields {_clip(', '.join(map(str, value)))}" if value else "an empty object {}"
     if isinstance(value, list):
-        return f"a list of {len(value)} items" if value else "an empty list []"
+        return f"a list of {len(value)} item{'' if len(value) == 1 else 's'}" if value else "an empty list []"
     return type(value).__name__
 
 

@@ -65,6 +65,7 @@ _VALUE = {
     "maxProperties": 64,
     "description": "the property's new value (text as typed, or a JSON value)",
 }
+_DIRECTION = {"enum": ["TB", "LR", None], "description": "the layout's direction (null: chosen by the graph's shape)"}
 _ATTRS = {
     "min_update_frequency": _INT_OR_TEXT,
     "worker": _INT_OR_TEXT,
@@ -102,7 +103,7 @@ INTENTS: dict[str, dict[str, Any]] = {
         ("kind",),
     ),
     "move": _intent("move", {"positions": _POSITIONS}, ("positions",)),
-    "layout": _intent("layout", {"positions": _POSITIONS}, ("positions",)),
+    "layout": _intent("layout", {"positions": _POSITIONS, "direction": _DIRECTION}, ("positions",)),
     "connect": _intent(
         "connect",
         {"src": _NAME, "src_port": _PORT, "dst": _NAME, "dst_port": _PORT},
@@ -123,7 +124,7 @@ INTENTS: dict[str, dict[str, Any]] = {
     ),
     "undo": _intent("undo", {}),
     "redo": _intent("redo", {}),
-    "auto_layout": _intent("auto_layout", {}),
+    "auto_layout": _intent("auto_layout", {"direction": _DIRECTION}),
     "load_model": _intent(
         "load_model", {"model": {"type": "string", "maxLength": 64, "description": "a model-zoo name"}}, ("model",)
     ),

@@ -68,8 +68,28 @@ def test_junk_intents_are_refused_with_a_message_and_change_nothing(intent: Any,
     assert model_state(m) == before
 
 
-def test_every_intent_kind_has_a_handler_and_a_schema() -> None:
+def test_every_intent_kind_has_a_handler_and_a_schema_with_its_parameters() -> None:
+    """Each intent's schema names exactly its handler's parameters (plus, where the handler takes **kwargs, the
+    node attributes or cell fields it accepts), so a new handler parameter cannot be refused as junk."""
+    import inspect
+
+    from amp_notebook.ui import builder_schema as S
+    from amp_notebook.ui.builder_model import ATTRS, DIRECTIONS
+
     assert set(INTENTS) == set(BuilderModel._HANDLERS)
+    for kind, handler in BuilderModel._HANDLERS.items():
+        params = list(inspect.signature(handler).parameters.values())[1:]
+        named = {p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        extra = set(INTENTS[kind]["properties"]) - {"type"} - named
+        assert named <= set(INTENTS[kind]["properties"]), f"{kind}: the schema lacks {named - set(INTENTS[kind])}"
+        if any(p.kind == p.VAR_KEYWORD for p in params):
+            allowed = (
+                set(ATTRS) - {"name"} if kind == "add_node" else {f for c in S.CELLS.values() for f in c["fields"]}
+            )
+            assert extra == allowed, kind
+        else:
+            assert not extra, f"{kind}: the schema allows {extra}, which the handler does not take"
+    assert INTENTS["auto_layout"]["properties"]["direction"]["enum"] == [*DIRECTIONS, None]
 
 
 def test_python_callers_may_use_tuples_and_numpy_ints() -> None:
