@@ -54,7 +54,7 @@ def _graph_validators() -> tuple[jsonschema.Draft202012Validator, dict[str, json
     (the node definition's ``allOf`` of ``if kind == K then config: config_K``), and one validator per kind
     for ``config_K``. Together they accept exactly what the whole schema accepts (tests/ir/test_schema.py
     checks that the ``allOf`` is that dispatch and nothing more) in a third of the time: each node meets
-    one config schema instead of 36 ``if`` clauses."""
+    one config schema instead of one ``if`` clause per op kind."""
     schema = graph_schema()
     validator_for(schema)  # the published schema itself must be a valid draft 2020-12 schema
     defs = schema["$defs"]
@@ -80,21 +80,20 @@ def graph_schema_problems(data: Any) -> list[str]:
     return _unique(found)
 
 
-def problems(validator: jsonschema.Draft202012Validator, data: Any, prefix: str = "") -> list[str]:
-    """Messages for every error ``validator`` finds in ``data``, in document order, without repeats;
-    ``prefix`` names the root in messages (a path otherwise starts at the document's first key)."""
-    return _unique(_located(validator, data, None, (), prefix))
+def problems(validator: jsonschema.Draft202012Validator, data: Any) -> list[str]:
+    """Messages for every error ``validator`` finds in ``data``, in document order, without repeats."""
+    return _unique(_located(validator, data, None, ()))
 
 
 def _located(
-    validator: jsonschema.Draft202012Validator, data: Any, nodes: Any, base: tuple[str | int, ...], prefix: str = ""
+    validator: jsonschema.Draft202012Validator, data: Any, nodes: Any, base: tuple[str | int, ...]
 ) -> list[tuple[list[tuple[int, Any]], tuple[Any, ...], str]]:
     """(sort key, identity, message) of every error, ``base`` being the path of ``data`` in the document."""
     out = []
     for error in validator.iter_errors(data):
         path = (*base, *error.absolute_path)
         what = (path, error.validator, repr(error.validator_value))
-        out.append(([_order(p) for p in path], what, describe(error, validator.schema, nodes, prefix, base)))
+        out.append(([_order(p) for p in path], what, describe(error, validator.schema, nodes, base)))
     return out
 
 
@@ -114,14 +113,12 @@ def _order(part: str | int) -> tuple[int, Any]:
     return (0, part) if isinstance(part, int) else (1, part)
 
 
-def describe(
-    error: SchemaViolation, root: Mapping[str, Any], nodes: Any = None, prefix: str = "", base: Sequence[Any] = ()
-) -> str:
+def describe(error: SchemaViolation, root: Mapping[str, Any], nodes: Any = None, base: Sequence[Any] = ()) -> str:
     """One line: where (JSON path, node), expected, found, and a fix. ``base``: where the validated value
     sits in the document (``("nodes", 3, "config")``), ``nodes`` the graph's node list to name nodes by."""
     error = _most_specific(error)
     path = [*base, *error.absolute_path]
-    where = json_path(path, nodes, prefix)
+    where = json_path(path, nodes)
     key = path[-1] if path and isinstance(path[-1], str) else None
     hint = _description(error, root)
     about = f" ({key}: {hint})" if hint and key else (f" ({hint})" if hint else "")
@@ -160,9 +157,9 @@ def describe(
     return f"{where}: expected {expected}, found {_show(found)}{fix}{about}"
 
 
-def json_path(path: Sequence[str | int], nodes: Any = None, prefix: str = "") -> str:
+def json_path(path: Sequence[str | int], nodes: Any = None) -> str:
     """``nodes[3] ('embed', embedding) config.num_embeddings``: a JSON path, with the node named."""
-    text = prefix
+    text = ""
     for i, part in enumerate(path):
         if isinstance(part, int):
             text += f"[{part}]"
@@ -325,7 +322,7 @@ def nesting(value: Any, limit: int) -> int:
     return deepest
 
 
-def iter_messages(lines: Iterable[str], limit: int = 50) -> str:
+def bullet_list(lines: Iterable[str], limit: int = 50) -> str:
     """Messages as an indented list, at most ``limit`` of them (a file can break a rule thousands of times)."""
     lines = list(lines)
     shown = [f"  - {line}" for line in lines[:limit]]

@@ -38,7 +38,7 @@ from amp_notebook.errors import AmpError
 from amp_notebook.ir import ops as O
 from amp_notebook.ir.graph import Graph, GraphError, Ref
 from amp_notebook.ir.ops.base import OpError
-from amp_notebook.ir.schema import graph_schema_problems, iter_messages, nesting
+from amp_notebook.ir.schema import bullet_list, graph_schema_problems, nesting
 
 SCHEMA = "amp_notebook.graph"
 VERSION = 1  # ir/graph.schema.json describes this version (its "version" const and "$id" say so)
@@ -57,7 +57,7 @@ class GraphFileError(GraphError):
         if len(self.problems) == 1:
             message = f"{source}: {self.problems[0]}"
         else:
-            message = f"{source} has {len(self.problems)} problems:\n{iter_messages(self.problems)}"
+            message = f"{source} has {len(self.problems)} problems:\n{bullet_list(self.problems)}"
         super().__init__(message)
 
 
