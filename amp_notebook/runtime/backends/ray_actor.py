@@ -137,6 +137,12 @@ class WorkerHost:
         self.plan.min_update_frequency[:] = min_update_frequency
         self.plan.max_bundle[:] = max_bundle
 
+    def knobs(self) -> dict[str, Any]:
+        """What this worker goes by now: per-node thresholds and whether forward work is paused."""
+        plan = self.plan
+        return {"min_update_frequency": list(plan.min_update_frequency), "max_bundle": list(plan.max_bundle),
+                "paused": self.paused}  # fmt: skip
+
     def node_states(self) -> dict[str, dict[str, Any]]:
         """Parameters, optimizer memory and version of the parameterized nodes placed here."""
         names, parameterized = self.plan.names, self.plan.parameterized
