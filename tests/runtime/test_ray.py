@@ -129,6 +129,25 @@ def test_amp_replicas_train_and_report_like_threads(ray_cluster, lists):
     assert result.trace.to_chrome()["traceEvents"]
 
 
+def test_bundles_run_in_the_actors_and_their_keys_reach_the_trace(ray_cluster, small_digits):
+    """Message bundling in the actors: bundle rows carry their message count, and the member rows (which
+    keys a bundle ran) travel to the driver with row indices that match the bundles' event rows."""
+    result = train(small_mlp(), small_digits, workers=2, mode="amp", max_active_keys=8, max_bundle=8,
+                   validate=False, epochs=1, backend="ray")  # fmt: skip
+    ev = result.trace.events()
+    bundles = result.trace.bundle_keys()
+    by_row = {(int(w), int(r)): int(m) for w, r, m in zip(ev["worker"], ev["row"], ev["messages"], strict=True)}
+    assert bundles, "no bundle formed with 8 keys in flight"
+    for where, keys in bundles.items():
+        assert by_row[where] == len(keys) > 1
+    # every training message was handled once: forward rows' messages add up to the keys times the nodes
+    handled = Counter()
+    for node, phase, m in zip(ev["node"].tolist(), ev["phase"].tolist(), ev["messages"].tolist(), strict=True):
+        handled[(node, phase)] += m
+    x = result.trace.node_names.index("linear1")
+    assert handled[(x, 0)] == handled[(x, 1)] == len(small_digits.train)
+
+
 # ------------------------------------------------------------------ faults
 
 
@@ -199,6 +218,8 @@ def test_a_background_ray_run_takes_live_changes_and_leaves_no_actor(ray_cluster
         run.set_min_update_frequency("linear3", 7)
         index = run._session.plan.index["linear3"]
         assert all(knobs(w)["min_update_frequency"][index] == 7 for w in range(2))
+        run.set_max_bundle(None, 4)
+        assert all(knobs(w)["max_bundle"] == [4] * len(run._session.plan.names) for w in range(2))
         run.set_max_active_keys(3)
         assert run.status["max_active_keys"] == 3
         until(lambda: run.status["keys_in_flight"] == 3, "a third key to be admitted")

@@ -20,9 +20,9 @@ their shares: a key cannot complete before its loss is known), the trace rows wr
 reply, and the actor's error if its step failed. The driver appends the reports to the session, the rows
 (moved onto its own clock) to the worker's trace buffer, adds the weights up, and hands completed keys and
 flushes to the session: the same events and actions as every backend. Between replies it runs functions
-queued by a background :class:`~amp_notebook.runtime.run.Run` (``call``), and sends changed thresholds
-(``min_update_frequency``, ``max_bundle``) and pause/resume to the actors, waiting for their
-acknowledgement, so a live change is in effect when the Run's method returns.
+queued by a background :class:`~amp_notebook.runtime.run.Run` (``call``). Changed thresholds
+(``min_update_frequency``, ``max_bundle``: the plan's lists are mirrored to the actors as they are assigned)
+and pause/resume reach every actor, acknowledged, before the Run's method returns.
 
 Epoch ends. No message is in flight, so the driver fetches every parameterized node's state from the
 actors (the session's contexts then hold the parameters as of that epoch end: results and checkpoints
@@ -97,6 +97,19 @@ class _RemoteFlag:
         return self._set
 
 
+class _MirroredList(list):
+    """A plan's per-node knob list (``min_update_frequency``, ``max_bundle``) whose item assignments, made by
+    a live Run on the driver thread, reach every actor before the assignment returns."""
+
+    def __init__(self, items: list[int], changed: Callable[[], None]) -> None:
+        super().__init__(items)
+        self._changed = changed
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        super().__setitem__(index, value)
+        self._changed()
+
+
 class RayBackend:
     def __init__(self, session: Session, address: str | None = None, num_cpus: int | None = None) -> None:
         self.session = session
@@ -121,7 +134,8 @@ class RayBackend:
         self.drift_s: list[float] = []
         self.counts: list[dict[str, int]] = []
         self.missed_rows = 0
-        self._knobs = (list(plan.min_update_frequency), list(plan.max_bundle))
+        plan.min_update_frequency = _MirroredList(plan.min_update_frequency, self._send_knobs)
+        plan.max_bundle = _MirroredList(plan.max_bundle, self._send_knobs)
         self._hosted = [[plan.names[i] for i in range(len(plan.names)) if plan.owner[i] == w] for w in range(workers)]
         session.average_replicas = self._epoch_end  # type: ignore[method-assign]  # params live in the actors
         try:
@@ -225,9 +239,7 @@ class RayBackend:
             raise _rebuild(error, w, self._hosted[w])
         session = self.session
         session.workers[w].reports.extend(batch["reports"])
-        (events, missed_e), (staleness, missed_s) = batch["rows"]["events"], batch["rows"]["staleness"]
-        self.missed_rows += missed_e + missed_s
-        append_worker_rows(session.buffers[w], events, staleness, self.offsets[w].offset_s)
+        self.missed_rows += append_worker_rows(session.buffers[w], batch["rows"], self.offsets[w].offset_s)
         if final:
             return True
         done, flushed = self.completion.absorb(batch["returned"], batch["flushes"])
@@ -246,17 +258,20 @@ class RayBackend:
                 self.outboxes[w] = []
 
     def _run_calls(self) -> None:
-        """Functions queued by a live Run, after the actors acknowledged pause/resume; then changed knobs."""
+        """Functions queued by a live Run, after the actors acknowledged pause/resume (changed thresholds reach
+        the actors as the functions assign them: :class:`_MirroredList`)."""
         if self.calls.empty():
             return
         self._wait_acks()
         while not self.calls.empty() and not self.finished:
             self.finished |= self.session.carry_out(self.calls.get_nowait()(), self)
+
+    def _send_knobs(self) -> None:
+        """The plan's thresholds changed (a live Run, on this thread): every actor takes them before we go on."""
         plan = self.session.plan
         knobs = (list(plan.min_update_frequency), list(plan.max_bundle))
-        if knobs != self._knobs:
-            self._knobs = knobs
-            ray.get([h.set_knobs.remote(*knobs) for h in self.hosts])
+        for w, ref in enumerate([h.set_knobs.remote(*knobs) for h in self.hosts]):
+            self._get(w, ref)
 
     def _send_paused(self, paused: bool) -> None:
         with self._lock:
@@ -351,7 +366,7 @@ def _rebuild(error: dict[str, Any], worker: int, hosted: list[str]) -> BaseExcep
         cause = error["cause"]
         if cause is None:  # it did not survive pickling: a stand-in that keeps the type's name in the message
             cause = type(error["cause_type"], (RuntimeError,), {})(error["cause_text"])
-        state = State(error["state"]) if error["state"] is not None else None
+        state = State(error["state"]) if isinstance(error["state"], dict) else error["state"]  # a bundle's: text
         exc = NodeError(error["node"], error["op"], error["direction"], error["port"], state, cause)
         exc.__cause__ = cause
         return exc

@@ -40,6 +40,7 @@ from amp_notebook.ir.ops import NodeContext
 from amp_notebook.ir.serialize import graph_from_dict
 from amp_notebook.optim import make_optimizer
 from amp_notebook.runtime.backends.ray_credits import Weight, WeightLedger
+from amp_notebook.runtime.backends.ray_rows import read_new_rows
 from amp_notebook.runtime.backends.threads import MeasuredTime
 from amp_notebook.runtime.inbox import Inbox
 from amp_notebook.runtime.plan import compile_plan, end_epoch_optimizers
@@ -96,7 +97,7 @@ class WorkerHost:
             index, plan, contexts, local_updates=setup["mode"] == "amp", buffer=WorkerBuffer(setup["trace_capacity"]),
             clock=time.perf_counter, tracing=setup["trace"],
         )  # fmt: skip
-        self.inbox = Inbox(plan.max_bundle, setup["priority"], setup["order"])
+        self.inbox = Inbox(plan.max_bundle, setup["priority"], setup["order"], self.worker.bundle_cap)
         self.ledger = WeightLedger(self.worker.reports)
         self.mailbox: deque[tuple[Message, Weight]] = deque()
         self.wake = threading.Event()
@@ -108,7 +109,7 @@ class WorkerHost:
         self.peers: list[Any] = []
         self.outboxes: list[list[Wire]] = [[] for _ in range(setup["workers"])]
         self.owner = plan.owner
-        self.cursors = [0, 0]  # next event row, next staleness row to ship
+        self.cursors: dict[str, int] = {}  # per trace table: the next row to ship
         self._ship_lock = threading.Lock()  # the events thread and ``final`` may ship at the same time
         self.handled = 0
         self.calls_sent = 0
@@ -187,13 +188,9 @@ class WorkerHost:
         return self._batch()
 
     def _batch(self) -> dict[str, Any]:
-        buffer = self.worker.buffer
-        rows = {}
         with self._ship_lock:
             returned, flushes, reports = self.ledger.take()
-            for i, (name, table) in enumerate((("events", buffer.event_table), ("staleness", buffer.staleness_table))):
-                cols, self.cursors[i], missed = table.read(self.cursors[i])
-                rows[name] = (cols, missed)
+            rows = read_new_rows(self.worker.buffer, self.cursors)
         return {"returned": returned, "flushes": flushes, "reports": reports, "rows": rows, "error": self.error}
 
     # ------------------------------------------------------------------ the step thread
@@ -205,7 +202,7 @@ class WorkerHost:
             cause = exc.__cause__
             self.error = {
                 "kind": "node", "node": exc.node, "op": exc.kind, "direction": exc.direction, "port": exc.port,
-                "state": dict(exc.state) if exc.state is not None else None, "cause": _portable(cause),
+                "state": dict(exc.state) if isinstance(exc.state, State) else exc.state, "cause": _portable(cause),
                 "cause_type": type(cause).__name__, "cause_text": str(cause),
             }  # fmt: skip
         except BaseException as exc:  # our own glue: report it with its traceback

@@ -1,9 +1,12 @@
 """Trace rows shipped from Ray workers into the driver's buffers, column by column.
 
 Each worker actor writes its own :class:`~amp_notebook.trace.buffers.WorkerBuffer` (on its own clock) and
-ships the rows it wrote since its last shipment: every column of the event and staleness tables, named
-as the tables name them (``EVENT_COLUMNS``, ``STALENESS_COLUMNS``), so a column added there travels with
-no change here. The driver shifts the time columns of each table (its ``span``) by the worker's clock
+ships the rows it wrote since its last shipment: every column of every table of the buffer (events,
+staleness, bundle members: whatever :func:`tables` finds), named as the tables name them
+(``EVENT_COLUMNS``, ...), so a table or column added there travels with no change here. Rows are shipped
+in order and none is dropped on the way (a shipment reports rows the actor dropped before shipping them),
+so the absolute row indices that member rows refer to are the same in the driver's buffer. The driver
+shifts the time columns of each table (its ``span``) by the worker's clock
 offset and appends the rows to that worker's buffer in the driver, through :func:`append_rows`, which
 keeps the buffer's one-writer protocol (the time column last, chunks sealed when full). The Trace,
 dashboard, exports and reports then read a Ray run exactly as they read a threaded one.
@@ -50,10 +53,28 @@ def append_rows(table: Table, cols: Columns, shift_s: float = 0.0) -> int:
     return n
 
 
-def append_worker_rows(buffer: WorkerBuffer, events: Columns, staleness: Columns, shift_s: float) -> None:
-    """A worker's shipment: its event and staleness rows, on the driver's clock."""
-    append_rows(buffer.event_table, events, shift_s)
-    append_rows(buffer.staleness_table, staleness, shift_s)
+def tables(buffer: WorkerBuffer) -> dict[str, Table]:
+    """The tables of a worker's buffer, by attribute name (``event_table``, ``staleness_table``, ...)."""
+    return {name: getattr(buffer, name) for name in type(buffer).__slots__ if name.endswith("_table")}
 
 
-__all__ = ["append_rows", "append_worker_rows"]
+def read_new_rows(buffer: WorkerBuffer, cursors: dict[str, int]) -> dict[str, tuple[Columns, int]]:
+    """Writer side: each table's rows since ``cursors`` (advanced), with the rows dropped before being read."""
+    shipment = {}
+    for name, table in tables(buffer).items():
+        cols, cursors[name], missed = table.read(cursors.get(name, 0))
+        shipment[name] = ({n: cols[n] for n, _ in table.columns}, missed)
+    return shipment
+
+
+def append_worker_rows(buffer: WorkerBuffer, shipment: dict[str, tuple[Columns, int]], shift_s: float) -> int:
+    """Driver side: a worker's shipment into its buffer, on the driver's clock; returns the rows missed."""
+    missed = 0
+    for name, table in tables(buffer).items():
+        cols, lost = shipment[name]
+        append_rows(table, cols, shift_s)
+        missed += lost
+    return missed
+
+
+__all__ = ["append_rows", "append_worker_rows", "read_new_rows", "tables"]
