@@ -240,6 +240,18 @@ def test_a_background_ray_run_takes_live_changes_and_leaves_no_actor(ray_cluster
     until(no_live_actors, "the actors of the stopped run to be gone")
 
 
+def test_cli_trains_on_a_ray_cluster(ray_cluster, capsys):
+    import json
+
+    from amp_notebook.cli import main
+
+    assert main(["train", "--model", "mlp", "--backend", "ray", "--ray-address", ray_cluster.address,
+                 "--epochs", "1", "--quiet", "--json"]) == 0  # fmt: skip
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["backend"] == "ray" and summary["train_instances"] > 0
+    assert [w["worker"] for w in summary["ray"]["workers"]] == [0, 1]
+
+
 def test_the_backend_options_are_checked_before_anything_starts(digits):
     with pytest.raises(ValueError, match="address= names a Ray cluster"):
         train(small_mlp(), digits, address="127.0.0.1:6379")

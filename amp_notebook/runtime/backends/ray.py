@@ -7,7 +7,8 @@ the moving of messages and the keeping of time differ.
 Deployment (``RayBackend(session)``, before the clock starts). :func:`~.ray_cluster.connect` joins or
 starts a cluster; one :class:`~.ray_actor.WorkerHost` actor per worker is created on node ``w mod N``,
 given the graph as JSON, the placement, the thresholds and the contexts of its nodes, and told the other
-actors' handles. The driver then aligns each actor's clock with its own (:mod:`.ray_cluster`).
+actors' handles. Actors reserve no CPUs from Ray's scheduler (placement is explicit), so a cluster with
+fewer CPUs than workers still runs them, sharing its cores. The driver then aligns each actor's clock with its own (:mod:`.ray_cluster`).
 
 Messages. The driver injects admitted keys and flushes as fire-and-forget calls, one per worker per round
 of actions; actors send their outgoing messages to each other directly, one call per destination per
@@ -63,6 +64,7 @@ from amp_notebook.runtime.session import Session
 from amp_notebook.runtime.worker import NodeError
 
 POLL_S = 0.25  # an actor answers its long poll at least this often (trace rows for a live dashboard)
+WAIT_S = 0.05  # the driver looks at queued live changes at least this often
 START_TIMEOUT_S = 120.0  # actors not placed by then: the cluster lacks room for them
 
 
@@ -207,7 +209,7 @@ class RayBackend:
             pending = {h.events.remote(POLL_S): w for w, h in enumerate(self.hosts)}
             while not self.finished:
                 self._send_outboxes()
-                ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=WAIT_S)
                 self._run_calls()
                 for ref in ready:
                     w = pending.pop(ref)

@@ -56,12 +56,8 @@ class ClockOffset:
         return {"offset_s": self.offset_s, "error_s": self.error_s}
 
 
-_started_here = False
-
-
 def connect(address: str | None = None, num_cpus: int | None = None) -> None:
     """Join the cluster at ``address``, use the Ray already initialized, or start a local one (module doc)."""
-    global _started_here
     if ray.is_initialized():
         if address is not None and not _same_cluster(address):
             raise RuntimeError(
@@ -77,7 +73,6 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> None:
     cpus = num_cpus if num_cpus is not None else os.cpu_count() or 1
     with ray_process_environment():
         _start_local(cpus)
-    _started_here = True
     atexit.register(shutdown)
 
 
@@ -140,13 +135,9 @@ def _same_cluster(address: str) -> bool:
 
 def shutdown() -> None:
     """Disconnect from Ray, and stop the local Ray if :func:`connect` started it."""
-    global _started_here
     if ray.is_initialized():
         ray.shutdown()
-    _started_here = False
-
-
-def alive_nodes() -> list[dict[str, Any]]:
+    def alive_nodes() -> list[dict[str, Any]]:
     """The cluster's alive nodes, the driver's own first, then in a stable order."""
     here = ray.get_runtime_context().get_node_id()
     nodes = [n for n in ray.nodes() if n.get("Alive")]
