@@ -8,7 +8,8 @@ Deployment (``RayBackend(session)``, before the clock starts). :func:`~.ray_clus
 starts a cluster; one :class:`~.ray_actor.WorkerHost` actor per worker is created on node ``w mod N``,
 given the graph as JSON, the placement, the thresholds and the contexts of its nodes, and told the other
 actors' handles. Actors reserve no CPUs from Ray's scheduler (placement is explicit), so a cluster with
-fewer CPUs than workers still runs them, sharing its cores. The driver then aligns each actor's clock with its own (:mod:`.ray_cluster`).
+fewer CPUs than workers still runs them, sharing its cores. The driver then aligns each actor's clock
+with its own (:mod:`.ray_cluster`).
 
 Messages. The driver injects admitted keys and flushes as fire-and-forget calls, one per worker per round
 of actions; actors send their outgoing messages to each other directly, one call per destination per
