@@ -134,10 +134,12 @@ def _same_cluster(address: str) -> bool:
 
 
 def shutdown() -> None:
-    """Disconnect from Ray, and stop the local Ray if :func:`connect` started it."""
+    """Disconnect from Ray; a local Ray that :func:`connect` started stops with it."""
     if ray.is_initialized():
         ray.shutdown()
-    def alive_nodes() -> list[dict[str, Any]]:
+
+
+def alive_nodes() -> list[dict[str, Any]]:
     """The cluster's alive nodes, the driver's own first, then in a stable order."""
     here = ray.get_runtime_context().get_node_id()
     nodes = [n for n in ray.nodes() if n.get("Alive")]
