@@ -107,7 +107,7 @@ def run_random_execution(seed: int, workers: int, keys: int) -> None:
     assert not completion.returned
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.integers(0, 10**9), st.integers(1, 4), st.integers(1, 6))
 def test_keys_complete_exactly_when_nothing_remains(seed, workers, keys):
     run_random_execution(seed, workers, keys)
