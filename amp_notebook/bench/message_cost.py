@@ -85,11 +85,10 @@ def run(quick: bool = False, repeats: int = 3, n_trees: int = 400, n_graphs: int
         for name, bundled in order if i % 2 == 0 else order[::-1]:
             graph, data, settings = cases[name]
             try:
-                runs[f"{name}{'_bundled' if bundled else ''}"].append(
-                    cost(graph, data, {**settings, **(bundling if bundled else {})})
-                )
+                figures = cost(graph, data, {**settings, **(bundling if bundled else {})})
             except TypeError:  # a commit before bundling existed: no max_bundle, no order
-                break
+                continue
+            runs[f"{name}{'_bundled' if bundled else ''}"].append(figures)
     result: dict[str, Any] = {}
     rows: list[tuple[str, Any]] = []
     for side, side_runs in runs.items():
