@@ -67,6 +67,8 @@ def test_bad_arguments_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
         main(["bench", "no-such-benchmark"])
     with pytest.raises(SystemExit, match="--per-key applies to --model tree-lstm and ggsnn only"):
         main(["train", "--model", "mlp", "--per-key", "4", "--quiet"])
+    with pytest.raises(SystemExit, match="--ray-address needs --backend ray"):
+        main(["train", "--model", "mlp", "--ray-address", "127.0.0.1:6379", "--quiet"])
 
 
 @pytest.mark.parametrize(
@@ -117,6 +119,7 @@ def test_train_several_instances_per_key(model: str, extra: list[str], capsys: p
             },
         ),
         ("bundling", {"tree", "ggsnn", "tree_messages_per_s", "ggsnn_messages_per_s"}),
+        ("message-cost", {"tree", "tree_bundled", "ggsnn", "ggsnn_bundled"}),
     ],
 )
 @pytest.mark.slow

@@ -152,7 +152,7 @@ BUILDER_MESSAGES: dict[str, dict[str, Any]] = {
     "train": _intent("train", {}),
 }  # fmt: skip
 
-CONTROL_ACTIONS = ("pause", "resume", "stop", "max_active_keys", "min_update_frequency")
+CONTROL_ACTIONS = ("pause", "resume", "stop", "max_active_keys", "min_update_frequency", "max_bundle")
 _SETTING = {"type": "integer", "minimum": 1, "maximum": MAX_CONTROL_VALUE, "description": "the slider's new value"}
 CONTROLS: dict[str, dict[str, Any]] = {
     "pause": _intent("control", {"action": {"const": "pause"}}, ("action",)),
@@ -164,6 +164,12 @@ CONTROLS: dict[str, dict[str, Any]] = {
     "min_update_frequency": _intent(
         "control",
         {"action": {"const": "min_update_frequency"}, "value": _SETTING,
+         "node": {"anyOf": [_NAME, {"type": "null"}], "description": "one node's name, or null for all"}},
+        ("action", "value"),
+    ),
+    "max_bundle": _intent(
+        "control",
+        {"action": {"const": "max_bundle"}, "value": _SETTING,
          "node": {"anyOf": [_NAME, {"type": "null"}], "description": "one node's name, or null for all"}},
         ("action", "value"),
     ),
