@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from amp_notebook.data.batch import Batch, Dataset
+from amp_notebook.errors import AmpError
 
 PAD_CHAR = "<*>"  # brackets every rare word's characters (DyNet's benchmark); char id 0
 UNK_CHAR = "<unk>"  # a character never seen in training; char id 1
@@ -49,7 +50,7 @@ FREQUENT_THRESHOLD = 5  # a word is frequent when seen MORE than this many times
 TAG_PATTERN = re.compile(r"O|[BIES]-\S+")
 
 
-class ConllFormatError(ValueError):
+class ConllFormatError(AmpError, ValueError):
     """A malformed CoNLL-style file; the message names the file and the line (1-based)."""
 
     def __init__(self, source: str, line: int, message: str) -> None:

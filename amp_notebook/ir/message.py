@@ -17,6 +17,15 @@ UPDATE = 2
 DIRECTION_NAMES = ("fwd", "bwd", "update")
 
 StateValue = int | float | str | bool | tuple
+_PLAIN = frozenset({int, float, str, bool, tuple})  # exact types checked first: the common, fast case
+
+
+def _check_value(name: str, value: object) -> None:
+    if type(value) not in _PLAIN and not isinstance(value, (int, float, str, bool, tuple)):
+        raise TypeError(
+            f"State field {name!r}: expected a small hashable value (int, float, str, bool or tuple), "
+            f"got {type(value).__name__}; payload data belongs in the message payload, not the state"
+        )
 
 
 class State(Mapping[str, StateValue]):
@@ -33,14 +42,20 @@ class State(Mapping[str, StateValue]):
         merged = dict(_fields) if _fields else {}
         merged.update(fields)
         for name, value in merged.items():
-            if not isinstance(value, (int, float, str, bool, tuple)):
-                raise TypeError(
-                    f"State field {name!r}: expected a small hashable value (int, float, str, bool or tuple), "
-                    f"got {type(value).__name__}; payload data belongs in the message payload, not the state"
-                )
+            _check_value(name, value)
         self._fields = merged
         self._items = tuple(sorted(merged.items()))
         self._hash = hash(self._items)
+
+    @classmethod
+    def _of_checked(cls, fields: dict[str, StateValue]) -> State:
+        """A State over ``fields``, whose values are known to be valid (the runtime's hot path)."""
+        state = object.__new__(cls)
+        state._fields = fields
+        items = tuple(sorted(fields.items()))
+        state._items = items
+        state._hash = hash(items)
+        return state
 
     def __getitem__(self, name: str) -> StateValue:
         return self._fields[name]
@@ -63,6 +78,10 @@ class State(Mapping[str, StateValue]):
         inner = ", ".join(f"{k}={v!r}" for k, v in self._items)
         return f"State({inner})"
 
+    def __reduce__(self) -> tuple[type[State], tuple[dict[str, StateValue]]]:
+        """Rebuilt from its fields where it lands: the cached hash of a str field differs between processes."""
+        return (State, (self._fields,))
+
     @property
     def key(self) -> int:
         return self._fields["key"]  # type: ignore[return-value]
@@ -72,13 +91,14 @@ class State(Mapping[str, StateValue]):
 
     def replace(self, **changes: StateValue | None) -> State:
         """A copy with fields changed; a value of ``None`` removes the field."""
-        fields = dict(self._fields)
+        fields = self._fields.copy()
         for name, value in changes.items():
             if value is None:
                 fields.pop(name, None)
             else:
+                _check_value(name, value)
                 fields[name] = value
-        return State(fields)
+        return State._of_checked(fields)
 
     def project(self, names: tuple[str, ...]) -> tuple:
         """The values of ``names`` (missing ones as None), used to match messages at joins."""
@@ -91,9 +111,12 @@ class Message:
 
     ``node`` is the node's index in the placed graph, ``port`` the input port name (forward) or output
     port name (backward). ``train`` is False for validation keys, which run forward only and cache nothing.
+    ``key`` is the state's key, read once here because every step of the runtime needs it (priority,
+    credit counting, trace); an update message of a flush has no key and takes ``-1 - flush id``, so trace
+    rows tell flushes apart from keys and from each other.
     """
 
-    __slots__ = ("direction", "node", "payload", "port", "state", "train")
+    __slots__ = ("direction", "key", "node", "payload", "port", "state", "train")
 
     def __init__(self, node: int, port: str, direction: int, payload: Any, state: State, train: bool = True) -> None:
         self.node = node
@@ -102,6 +125,8 @@ class Message:
         self.payload = payload
         self.state = state
         self.train = train
+        fields = state._fields
+        self.key: int = fields["key"] if "key" in fields else -1 - fields.get("flush", 0)  # type: ignore[assignment,operator]
 
     def __repr__(self) -> str:
         return (

@@ -18,9 +18,10 @@ with the FLOP counts of the paper's appendix C for the heavy ops, ``k`` rows of 
 * update ``update_flops_per_param`` (default 1) FLOPs per parameter, about ``d_in d_out`` (a node that
   updates pays ``update_overhead_s`` on top).
 
-Embedding lookups and their scatter-add cost one FLOP per element moved; elementwise ops one per element
-each way; softmax cross-entropy five per element forward and one backward (MSE three and one); control
-flow, aggregation and inputs cost no FLOPs, only the per-message overhead. A join op is charged per
+Every op states its own count (``Op.flops``, ``Op.element_flops``: a test keeps the list complete):
+Embedding lookups and their scatter-add cost one FLOP per element moved; elementwise ops one or two per
+element each way; softmax cross-entropy five per element forward and one backward (MSE three and one);
+control flow, aggregation and inputs cost no FLOPs, only the per-message overhead. A join op is charged per
 arriving message from that message's own payload. Per-node overrides (:class:`NodeCost`) replace the
 computed time of a node outright, for ops the formulas do not describe well or for "what if this layer
 were twice as slow" questions.
@@ -55,30 +56,14 @@ from typing import Any
 
 import numpy as np
 
+from amp_notebook.errors import AmpError
 from amp_notebook.ir.message import BWD, FWD
 from amp_notebook.runtime.plan import Plan
 
 WIRE_BYTES: dict[str, int] = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
 
-# FLOPs per payload element (forward, backward) of the light ops; heavy ops have their own formulas
-ELEMENT_FLOPS: dict[str, tuple[float, float]] = {
-    "relu": (1.0, 1.0),
-    "tanh": (1.0, 2.0),
-    "sigmoid": (1.0, 2.0),
-    "add": (1.0, 0.0),
-    "mul": (1.0, 2.0),
-    "softmax_cross_entropy": (5.0, 1.0),
-    "segment_softmax_cross_entropy": (5.0, 1.0),
-    "mse": (3.0, 1.0),
-    # fused cells, per element of each message (gate pre-activations and c forward, [h; c] or h' backward):
-    # a sigmoid or tanh and a few products per gate element
-    "tree_lstm_leaf": (4.0, 8.0),
-    "tree_lstm_branch": (4.0, 10.0),
-    "gru_update": (4.0, 12.0),
-}
 
-
-class CostModelError(ValueError):
+class CostModelError(AmpError, ValueError):
     """A cost model that cannot describe hardware: names the field, what was expected and what was found."""
 
 
@@ -227,23 +212,9 @@ def _non_negative(where: str, value: Any) -> None:
 
 
 def message_flops(op: Any, direction: int, shape: tuple[int, ...], grad_input: bool) -> float:
-    """FLOPs to handle one message with a payload of ``shape`` at an op (appendix C for the heavy ops)."""
-    kind = op.kind
-    if not shape:
-        return 0.0
-    width = shape[-1]
-    rows = math.prod(shape[:-1])
-    if kind == "linear":
-        mac = 2.0 * rows * op.in_features * op.out_features
-        if direction == FWD:
-            return mac
-        return 2.0 * mac if grad_input else mac
-    if kind == "embedding":
-        return float(math.prod(shape) * op.embedding_dim) if direction == FWD else float(rows * width)
-    per = ELEMENT_FLOPS.get(kind)
-    if per is None:
-        return 0.0
-    return per[0 if direction == FWD else 1] * math.prod(shape)
+    """FLOPs to handle one message with a payload of ``shape`` at an op: the op's own count (``Op.flops``;
+    appendix C for the heavy ops, a per-element count for the others)."""
+    return float(op.flops(direction == FWD, tuple(shape), grad_input))
 
 
 def parameter_count(op: Any) -> int:
@@ -280,7 +251,7 @@ class CostTable:
             self.seconds_per_bit[a][b] = 1.0 / link.bandwidth_bits_per_s
         self.fixed: list[NodeCost | None] = [model.nodes.get(n) for n in plan.names]
         self.update_s: list[float] = [self._update_seconds(i) for i in range(len(plan.names))]
-        self._cache: dict[tuple[int, int, tuple[int, ...], Any], tuple[float, int]] = {}
+        self._cache: dict[tuple[int, int, tuple[int, ...], Any], tuple[float, float, int]] = {}
 
     def _update_seconds(self, node: int) -> float:
         fixed = self.fixed[node]
@@ -293,6 +264,30 @@ class CostTable:
 
     def message(self, node: int, direction: int, payload: Any) -> tuple[float, int]:
         """(handling seconds, bytes on a link) of a message with this payload; cached by shape and dtype."""
+        overhead, work, nbytes = self._lookup(node, direction, payload)
+        return overhead + work, nbytes
+
+    def message_bytes(self, node: int, direction: int, payload: Any) -> int:
+        """Bytes a message with this payload puts on a link."""
+        return self._lookup(node, direction, payload)[2]
+
+    def bundle(self, bundle: Sequence[Any]) -> float:
+        """Handling seconds of a bundle (messages for one node, direction and port run as one call): the
+        per-message overhead once, plus the work (FLOPs at the device's rate) of every payload."""
+        first = bundle[0]
+        if len(bundle) == 1:
+            overhead, work, _ = self._lookup(first.node, first.direction, first.payload)
+            return overhead + work
+        node, direction = first.node, first.direction
+        seconds = 0.0
+        overhead = 0.0
+        for m in bundle:
+            o, work, _ = self._lookup(node, direction, m.payload)
+            seconds += work
+            overhead = max(overhead, o)
+        return overhead + seconds
+
+    def _lookup(self, node: int, direction: int, payload: Any) -> tuple[float, float, int]:
         shape = getattr(payload, "shape", ())
         dtype = getattr(payload, "dtype", None)
         key = (node, direction, shape, dtype)
@@ -301,7 +296,9 @@ class CostTable:
             hit = self._cache[key] = self._compute(node, direction, shape, dtype)
         return hit
 
-    def _compute(self, node: int, direction: int, shape: tuple[int, ...], dtype: Any) -> tuple[float, int]:
+    def _compute(self, node: int, direction: int, shape: tuple[int, ...], dtype: Any) -> tuple[float, float, int]:
+        """(per-call overhead seconds, work seconds, bytes) of one message; a node's fixed cost or an update's
+        cost counts as work (it is charged per message, also inside a bundle)."""
         plan = self.plan
         fixed = self.fixed[node]
         seconds: float | None = None
@@ -309,10 +306,12 @@ class CostTable:
             seconds = self.update_s[node]
         elif fixed is not None:
             seconds = fixed.fwd_s if direction == FWD else fixed.bwd_s
-        if seconds is None:
+        if seconds is not None:
+            overhead = 0.0
+        else:
             grad_input = bool(plan.grad_inputs[node])
             flops = message_flops(plan.ops[node], direction, tuple(shape), grad_input)
-            seconds = self.overhead + flops / self.flops[plan.owner[node]]
+            overhead, seconds = self.overhead, flops / self.flops[plan.owner[node]]
         size = math.prod(shape) if shape else 1
         if dtype is not None and np.dtype(dtype).kind == "f":
             nbytes = size * self.wire_bytes
@@ -320,7 +319,7 @@ class CostTable:
             nbytes = size * np.dtype(dtype).itemsize
         else:
             nbytes = 0
-        return seconds, nbytes + self.model.header_bytes
+        return overhead, seconds, nbytes + self.model.header_bytes
 
 
 # --------------------------------------------------------------------- calibration
@@ -377,6 +376,6 @@ def _measure_overhead(repeats: int) -> float:
 
 
 __all__ = [
-    "ELEMENT_FLOPS", "WIRE_BYTES", "CostModel", "CostModelError", "CostTable", "Link", "NodeCost", "calibrate_cpu",
+    "WIRE_BYTES", "CostModel", "CostModelError", "CostTable", "Link", "NodeCost", "calibrate_cpu",
     "message_flops", "parameter_count",
 ]  # fmt: skip

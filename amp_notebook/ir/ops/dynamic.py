@@ -10,13 +10,14 @@ node) into one, and Distribute routes each message to a branch chosen by its sta
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
 from amp_notebook.ir.expr import Expression, ExpressionError
 from amp_notebook.ir.message import State
-from amp_notebook.ir.ops.base import Emitted, NodeContext, Op, OpError, Width, positive_int
+from amp_notebook.ir.ops.base import Emitted, NodeContext, Op, OpError, Width, positive_int, split_last
 from amp_notebook.ir.ops.control import Cond
 
 
@@ -74,6 +75,8 @@ class Flatmap(_RowSplit):
 
     kind = "flatmap"
     group = "aggregation"
+    bundling = "per_message"
+    element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
 
     def __init__(self, field: str = "pos", keep_2d: bool = True) -> None:
         super().__init__(field, keep_2d)
@@ -144,6 +147,8 @@ class Partition(_RowSplit):
 
     kind = "partition"
     group = "aggregation"
+    bundling = "per_message"
+    element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
 
     def __init__(self, field: str = "t", keep_2d: bool = True, size_field: str | None = None) -> None:
         super().__init__(field, keep_2d)
@@ -268,6 +273,8 @@ class Collect(Op):
 
     kind = "collect"
     group = "aggregation"
+    bundling = "per_message"
+    element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
 
     def __init__(
         self,
@@ -385,7 +392,10 @@ class Collect(Op):
 
     def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
         sizes, states = ctx.cache.pop(state)
-        pieces = np.split(g, np.cumsum(sizes)[:-1], axis=self.axis)
+        if self.axis == 0:
+            pieces = [g[a:b] for a, b in pairwise([0, *np.cumsum(sizes).tolist()])]
+        else:
+            pieces = split_last(g, sizes)
         return [("in", gi, s) for gi, s in zip(pieces, states, strict=True)]
 
     def _count_source(self) -> str:
