@@ -129,7 +129,7 @@ def test_train_several_instances_per_key(model: str, extra: list[str], capsys: p
             {
                 "ours_mak32",
                 "ours_mak1",
-                "ours_mak32_balanced",
+                "ours_mak32_bundled",
                 "torch_eager",
                 "torch_batched",
                 "speedup_mak32_vs_mak1",
@@ -151,7 +151,7 @@ def test_bench_quick_json_contract(name: str, keys: set[str], capsys: pytest.Cap
             assert out[side]["instances_per_s"] > 0
     sides = {"tree-vs-torch": ("ours", "ours_per_tree", "torch_eager", "torch_batched"),
              "ggsnn-vs-torch": ("ours", "ours_per_graph", "torch_dense", "torch_scatter"),
-             "tagger-vs-torch": ("ours_mak32", "ours_mak1", "ours_mak32_balanced", "torch_eager",
+             "tagger-vs-torch": ("ours_mak32", "ours_mak1", "ours_mak32_bundled", "torch_eager",
                                  "torch_batched")}.get(name, ())  # fmt: skip
     for side in sides:
         assert {"instances_per_s", "final_metric", "settings"} <= out[side].keys()
