@@ -4,7 +4,8 @@ The paper's Table 2 reports 3.2x for this model at max_active_keys 32 over 1 on 
 what asynchrony buys on this machine, next to what PyTorch does with the same model.
 
 Data: ``synthetic_ner_dataset`` (synthetic NER sentences, 5..23 words, a Zipfian vocabulary: a fifth to a
-third of the training tokens, fewer as the training set grows, are rare words spelled by the character model). Model everywhere: DyNet's sizes
+third of the training tokens, fewer as the training set grows, are rare words spelled by the character
+model). Model everywhere: DyNet's sizes
 (word embedding 128, char embedding 20, char LSTM 64 per direction, word LSTM 50 per direction, MLP 32;
 ``models.bilstm_tagger``; torch: ``bench.torch_tagger.TorchTagger``, whose loss and gradients equal our
 interpreter's, ``tests/bench/test_torch_tagger.py``). Every side starts from the same weights: our graph's
