@@ -37,6 +37,8 @@ from amp_notebook.data.sentiment import sentiment_tree_dataset
 from amp_notebook.ir.graph import Graph
 from amp_notebook.models import ggsnn, mlp, rnn, tree_lstm
 from amp_notebook.models.tree_lstm import root_accuracy, tree_lstm_forest
+from amp_notebook.runtime.checkpoint import load_checkpoint
+from amp_notebook.runtime.checkpoint_file import CheckpointError
 from amp_notebook.runtime.controller import MODES
 from amp_notebook.runtime.inbox import ORDERS, PRIORITIES
 from amp_notebook.runtime.placement import STRATEGIES
@@ -47,6 +49,7 @@ TRAIN_MODELS = (*MODELS, "tree-lstm", "ggsnn")
 DEFAULT_LR = {"mlp": 0.05, "rnn": 3e-3, "tree-lstm": 0.01, "ggsnn": 0.003}
 DEFAULT_OPTIMIZER = {"mlp": "sgd", "rnn": "adam", "tree-lstm": "adam", "ggsnn": "adam"}
 DEFAULT_SIZES = {"rnn": (20_000, 2_000), "tree-lstm": (2_000, 500), "ggsnn": (1_000, 200)}
+CHECKPOINT_NAME = "checkpoint.npz"
 
 
 def positive_int(text: str) -> int:
@@ -141,6 +144,19 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--json", action="store_true", help="print one JSON summary as the last stdout line")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.add_argument("--target", type=float, default=None, help="stop once validation accuracy reaches this")
+    t.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help=f"save a checkpoint as DIR/{CHECKPOINT_NAME} every --every-epochs epochs and at the end",
+    )
+    t.add_argument("--every-epochs", type=positive_int, default=1, metavar="N", help="checkpoint every N epochs")
+    t.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on from the checkpoint in --checkpoint DIR (--epochs counts its epochs too)",
+    )
 
     d = sub.add_parser("demo", help="the main job: the list-reduction RNN trained asynchronously, with a trace")
     d.add_argument("--trace", type=Path, default=Path("amp_demo.trace.json"))
@@ -246,10 +262,28 @@ def run_training(
             min_update_frequency=muf, optimizer=optimizer, epochs=args.epochs, seed=args.seed,
             placement=getattr(args, "placement", "round_robin"), priority=getattr(args, "priority", "backward_first"),
             order=getattr(args, "order", "oldest_key"), on_key_done=on_key, on_epoch=on_epoch,
+            **checkpoint_options(args),
         )  # fmt: skip
     finally:
         if bar is not None:
             bar.close()
+
+
+def checkpoint_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``train`` keywords for --checkpoint DIR [--every-epochs N] [--resume]."""
+    directory = getattr(args, "checkpoint", None)
+    if directory is None:
+        if getattr(args, "resume", False):
+            raise SystemExit("amp-notebook train: --resume needs --checkpoint DIR (where the checkpoint is)")
+        return {}
+    path = directory / CHECKPOINT_NAME
+    options: dict[str, Any] = {"checkpoint": path, "checkpoint_every": args.every_epochs}
+    if args.resume:
+        if not path.exists():
+            raise SystemExit(f"amp-notebook train: --resume: no checkpoint {path}; train without --resume first")
+        options["resume"] = load_checkpoint(path)
+        print(f"resuming from {path}: {options['resume']}", file=sys.stderr)
+    return options
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -413,7 +447,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     commands = {"train": cmd_train, "demo": cmd_demo, "bench": cmd_bench, "simulate": cmd_simulate}
-    return commands[args.command](args)
+    try:
+        return commands[args.command](args)
+    except CheckpointError as exc:  # a bad or mismatched checkpoint: the message says what and how to fix it
+        print(f"amp-notebook {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

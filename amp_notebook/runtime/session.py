@@ -20,7 +20,7 @@ from amp_notebook.data.batch import Batch, Dataset
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.message import FWD, UPDATE, Message, State
 from amp_notebook.ir.ops import NodeContext
-from amp_notebook.optim import Optimizer
+from amp_notebook.optim import Optimizer, make_optimizer
 from amp_notebook.runtime.controller import Action, Controller, Handlers, KeyInfo, carry_out
 from amp_notebook.runtime.credits import Credits
 from amp_notebook.runtime.inbox import ORDERS, PRIORITIES
@@ -123,6 +123,7 @@ class Session:
             raise ValueError(f"order: expected one of {ORDERS}, got {config.order!r}")
         placement = place(graph, config.workers, config.placement, config.placement_strategy)
         self.plan: Plan = compile_plan(graph, placement, config.workers, config.min_update_frequency, optimizer)
+        self.optimizer_spec = (optimizer or make_optimizer("sgd")).spec()  # as given, before any lr_decay
         check_dataset(self.plan, dataset)
         initial = params if params is not None else graph.init_params(config.seed, self.dtype)
         self.contexts: list[NodeContext] = []
@@ -157,6 +158,9 @@ class Session:
         self.recent_accuracy: float | None = None
         self.keys_done = 0
         self.train_instances_done = 0
+        self.instances_at_start = 0  # train_instances_done restored from a checkpoint (not this run's work)
+        self.nonfinite_skipped = 0  # keys skipped for non-finite values (on_nonfinite="skip")
+        self.data_fingerprint: Any = None  # the dataset's, computed at the first checkpoint
         self.on_key_done: Callable[[KeyInfo], None] | None = None
         self.on_epoch: Callable[[EpochStats], bool | None] | None = None
 

@@ -2,6 +2,12 @@
 
 The result carries the per-epoch history (loss, accuracy), throughput, the staleness of every gradient,
 each worker's utilization, the full trace and the final parameters.
+
+Checkpoints (:mod:`amp_notebook.runtime.checkpoint`): ``train(..., checkpoint=path)`` saves one every
+``checkpoint_every`` epochs and when the run ends; ``result.save_checkpoint(path)`` saves a finished run;
+``train(graph, data, resume=checkpoint, ...)`` goes on from one with the settings given, and
+``resume(checkpoint, data, epochs=...)`` with the checkpoint's own settings (``epochs`` counts the
+checkpoint's epochs too).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from amp_notebook.data.batch import Dataset
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.serialize import save_params
 from amp_notebook.optim import Optimizer, make_optimizer
+from amp_notebook.runtime.checkpoint import Checkpoint, capture, load_checkpoint, restore
 from amp_notebook.runtime.session import EpochStats, RunConfig, Session
 from amp_notebook.trace.buffers import DEFAULT_CAPACITY
 from amp_notebook.trace.metrics import staleness_summary, utilization
@@ -42,6 +49,7 @@ class TrainResult:
     placement: dict[str, int]
     virtual: bool = False  # wall_s is the simulated backend's virtual makespan, not measured time
     backend_stats: dict[str, Any] = field(default_factory=dict)  # simulated: messages, bytes per link, bandwidth
+    session: Session | None = field(default=None, repr=False)  # the finished run's state, for checkpoints
 
     @property
     def val_accuracy(self) -> list[float | None]:
@@ -81,12 +89,28 @@ class TrainResult:
             "placement": self.placement,
             "placement_strategy": c.placement_strategy if not c.placement else "overrides",
             "priority": c.priority,
-            **({"virtual": True, "bandwidth_bits_per_s": self.backend_stats.get("bandwidth_bits_per_s", 0.0)}
-               if self.virtual else {}),
-        }  # fmt: skip
+            **(
+                {"virtual": True, "bandwidth_bits_per_s": self.backend_stats.get("bandwidth_bits_per_s", 0.0)}
+                if self.virtual
+                else {}
+            ),
+        }
 
     def save_params(self, path: str | Path) -> None:
         save_params(self.params, path)
+
+    def checkpoint(self, meta: dict[str, Any] | None = None) -> Checkpoint:
+        """The finished run's state: resume it with ``train(..., resume=...)`` or ``resume(...)``."""
+        session = self.session
+        if session is None or not session.controller.finished:
+            raise RuntimeError(
+                "checkpoint: this result is a view of a run still going; save a running run with run.save(path)"
+            )
+        return capture(session, meta)
+
+    def save_checkpoint(self, path: str | Path, meta: dict[str, Any] | None = None) -> Path:
+        """Write the finished run's checkpoint to ``path`` (an .npz, atomically); ``meta``: your notes (JSON)."""
+        return self.checkpoint(meta).save(path)
 
     def write_trace(self, path: str | Path) -> None:
         self.trace.to_chrome(path)
@@ -126,6 +150,9 @@ def train(
     on_epoch: Callable[[EpochStats], bool | None] | None = None,
     trace_capacity: int | None = DEFAULT_CAPACITY,
     background: bool = False,
+    resume: Checkpoint | str | Path | None = None,
+    checkpoint: str | Path | None = None,
+    checkpoint_every: int = 1,
 ) -> TrainResult | Run:
     """Train ``graph`` on ``dataset`` and return a :class:`TrainResult`.
 
@@ -143,6 +170,11 @@ def train(
     ``trace_capacity`` bounds the trace rows kept per worker (the most recent; None keeps all); metrics
     stay exact over the whole run. ``background=True`` returns a :class:`~amp_notebook.runtime.run.Run`
     at once and trains in background threads: pause, resume, stop or retune it live, ``wait()`` for the result.
+    ``resume`` (a :class:`~amp_notebook.runtime.checkpoint.Checkpoint` or its path) goes on from a checkpoint:
+    its parameters, node versions, optimizer state, data position, RNG and history, with the settings of this
+    call (``epochs`` counts the checkpoint's epochs too); a checkpoint that does not fit the graph or data
+    raises :class:`~amp_notebook.runtime.checkpoint_file.CheckpointError` listing every mismatch.
+    ``checkpoint=path`` saves one there every ``checkpoint_every`` epochs and when the run ends.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
@@ -150,18 +182,45 @@ def train(
         raise ValueError(f"costs= describes simulated hardware; it needs backend='simulated', got {backend!r}")
     if background and backend != "threads":
         raise ValueError(f"background=True runs on the threads backend; got backend={backend!r}, drop one of them")
+    if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
+        raise ValueError(f"checkpoint_every: expected a number of epochs >= 1, got {checkpoint_every!r}")
+    start: Checkpoint | None = None
+    if resume is not None:
+        start = resume if isinstance(resume, Checkpoint) else load_checkpoint(resume)
+        if params is not None:
+            raise ValueError("params= and resume= both give the parameters; pass one of them")
+        params = start.params
     opt = make_optimizer(optimizer)
     config = RunConfig(
-        workers=workers, mode=mode, max_active_keys=max_active_keys, min_update_frequency=min_update_frequency,
-        epochs=epochs, seed=seed, dtype=dtype, trace=trace, validate=validate, shuffle=shuffle,
+        workers=workers,
+        mode=mode,
+        max_active_keys=max_active_keys,
+        min_update_frequency=min_update_frequency,
+        epochs=epochs,
+        seed=seed,
+        dtype=dtype,
+        trace=trace,
+        validate=validate,
+        shuffle=shuffle,
         placement=dict(placement) if isinstance(placement, dict) else {},
-        placement_strategy=placement if isinstance(placement, str) else "round_robin", priority=priority,
+        placement_strategy=placement if isinstance(placement, str) else "round_robin",
+        priority=priority,
         order=order,
-    )  # fmt: skip
+    )
     config.trace_capacity = trace_capacity
+    if start is not None:
+        problems = start.problems(graph)  # before the session casts parameters of other shapes
+        if problems:
+            from amp_notebook.runtime.checkpoint_file import CheckpointError
+
+            raise CheckpointError("resume", problems)
     session = Session(graph, dataset, config, opt, params)
+    if start is not None:
+        restore(session, start)
     session.on_key_done = on_key_done
-    session.on_epoch = on_epoch
+    session.on_epoch = (
+        on_epoch if checkpoint is None else _saving_every(session, on_epoch, checkpoint, checkpoint_every)
+    )
     runner: Any
     if backend == "simulated":
         from amp_notebook.runtime.backends.simulated import SimulatedBackend
@@ -178,17 +237,47 @@ def train(
             optimizer=opt.spec(),
             history=session.history,
             wall_s=runner.wall_s,
-            train_instances=session.train_instances_done,
+            train_instances=session.train_instances_done - session.instances_at_start,  # this run's own
             trace=Trace(session.buffers, session.plan.names, runner.origin),
             params=session.params(),
             placement={n: session.plan.owner[i] for i, n in enumerate(session.plan.names)},
             virtual=backend == "simulated",
             backend_stats=runner.stats() if backend == "simulated" else {},
+            session=session,
         )
+
+    def finished(done: TrainResult) -> None:
+        if checkpoint is not None:
+            done.save_checkpoint(checkpoint)
 
     if background:
         from amp_notebook.runtime.run import Run
 
-        return Run(session, runner, result)
+        return Run(session, runner, result, finished)
     runner.run()
-    return result()
+    done = result()
+    finished(done)
+    return done
+
+
+def _saving_every(
+    session: Session, on_epoch: Callable[[EpochStats], bool | None] | None, path: str | Path, every: int
+) -> Callable[[EpochStats], bool | None]:
+    """The user's epoch callback, then a checkpoint every ``every`` epochs (no key is in flight at an epoch end)."""
+
+    def on_epoch_then_save(stats: EpochStats) -> bool | None:
+        stop = on_epoch(stats) if on_epoch is not None else None
+        if (stats.epoch + 1) % every == 0:
+            capture(session).save(path)
+        return stop
+
+    return on_epoch_then_save
+
+
+def resume(checkpoint: Checkpoint | str | Path, dataset: Dataset, *, epochs: int, **changes: Any) -> TrainResult | Run:
+    """Go on training a checkpoint's run on ``dataset`` until ``epochs`` epochs in all, with the checkpoint's
+    graph and settings (mode, workers, optimizer, dtype, ...) except those in ``changes`` (any ``train``
+    keyword, ``background=True`` included)."""
+    ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
+    options = {**ckpt.train_options(), **changes, "epochs": epochs}
+    return train(ckpt.graph, dataset, resume=ckpt, **options)
