@@ -140,7 +140,8 @@ def test_saving_a_paused_run_leaves_it_paused(digits, tmp_path):
 
 def test_state_round_trips_through_the_file(digits, tmp_path):
     """Versions, optimizer moments and gradients held toward the next update (amp mode) all come back."""
-    result = fit(mlp(), digits, mode="amp", epochs=1, min_update_frequency=7, optimizer={"name": "momentum", "lr": 0.01})
+    momentum = {"name": "momentum", "lr": 0.01}
+    result = fit(mlp(), digits, mode="amp", epochs=1, min_update_frequency=7, optimizer=momentum)
     session = result.session
     assert any(ctx.n_grads for ctx in session.contexts)  # 29 keys, updates every 7: some are held at the end
     path = result.save_checkpoint(tmp_path / "s.npz")
