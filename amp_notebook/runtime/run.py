@@ -35,7 +35,9 @@ joins the workers before the driver ends; ``stop()`` and ``wait()`` join the dri
 holds no reference to the Run, so a Run that is garbage collected asks its run to stop (its threads then
 end on their own), and a KeyboardInterrupt (a kernel interrupt) while in ``wait()`` stops the run, joins
 its threads and re-raises. An error in a node stops every worker; ``wait()`` (and ``result``) re-raise it:
-a :class:`~amp_notebook.runtime.worker.NodeError` naming the node, direction, port and message state.
+a :class:`~amp_notebook.runtime.worker.NodeError` naming the node, direction, port and message state. A run
+that stops making progress (``watchdog_s``) fails with a :class:`~amp_notebook.runtime.watchdog.StuckRunError`
+whose diagnosis ``status["diagnosis"]`` also carries (keys in flight, queues, nodes holding state).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 from amp_notebook.runtime import blas
 from amp_notebook.runtime.controller import Action, Controller
+from amp_notebook.runtime.watchdog import StuckRunError
 from amp_notebook.trace.trace import Trace
 
 if TYPE_CHECKING:
@@ -163,6 +166,7 @@ class Run:
             "recent_loss": session.recent_loss,
             "recent_accuracy": session.recent_accuracy,
             "error": None if error is None else f"{type(error).__name__}: {error}",
+            "diagnosis": error.diagnosis.as_dict() if isinstance(error, StuckRunError) else None,
         }
 
     @property

@@ -26,6 +26,7 @@ from amp_notebook.runtime.credits import Credits
 from amp_notebook.runtime.inbox import ORDERS, PRIORITIES
 from amp_notebook.runtime.placement import place
 from amp_notebook.runtime.plan import Plan, average_replicas, compile_plan, end_epoch_optimizers
+from amp_notebook.runtime.watchdog import DEFAULT_WATCHDOG_S
 from amp_notebook.runtime.worker import Worker
 from amp_notebook.trace.buffers import DEFAULT_CAPACITY, WorkerBuffer
 
@@ -61,6 +62,7 @@ class RunConfig:
     placement_strategy: str = "round_robin"
     priority: str = "backward_first"
     order: str = "oldest_key"
+    watchdog_s: float | None = DEFAULT_WATCHDOG_S  # stop a run that handles nothing this long with keys in flight
 
 
 @dataclass

@@ -26,6 +26,7 @@ from amp_notebook.ir.serialize import save_params
 from amp_notebook.optim import Optimizer, make_optimizer
 from amp_notebook.runtime.checkpoint import Checkpoint, capture, load_checkpoint, restore
 from amp_notebook.runtime.session import EpochStats, RunConfig, Session
+from amp_notebook.runtime.watchdog import DEFAULT_WATCHDOG_S, Watchdog
 from amp_notebook.trace.buffers import DEFAULT_CAPACITY
 from amp_notebook.trace.metrics import staleness_summary, utilization
 from amp_notebook.trace.trace import Trace
@@ -153,6 +154,7 @@ def train(
     resume: Checkpoint | str | Path | None = None,
     checkpoint: str | Path | None = None,
     checkpoint_every: int = 1,
+    watchdog_s: float | None = DEFAULT_WATCHDOG_S,
 ) -> TrainResult | Run:
     """Train ``graph`` on ``dataset`` and return a :class:`TrainResult`.
 
@@ -175,6 +177,8 @@ def train(
     call (``epochs`` counts the checkpoint's epochs too); a checkpoint that does not fit the graph or data
     raises :class:`~amp_notebook.runtime.checkpoint_file.CheckpointError` listing every mismatch.
     ``checkpoint=path`` saves one there every ``checkpoint_every`` epochs and when the run ends.
+    ``watchdog_s``: if keys are in flight and no message is handled for this long, the run stops with a
+    :class:`~amp_notebook.runtime.watchdog.StuckRunError` that diagnoses it (None: wait forever).
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
@@ -182,6 +186,8 @@ def train(
         raise ValueError(f"costs= describes simulated hardware; it needs backend='simulated', got {backend!r}")
     if background and backend != "threads":
         raise ValueError(f"background=True runs on the threads backend; got backend={backend!r}, drop one of them")
+    if watchdog_s is not None:
+        Watchdog(watchdog_s)  # checks the value here, in the caller's thread
     if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
         raise ValueError(f"checkpoint_every: expected a number of epochs >= 1, got {checkpoint_every!r}")
     start: Checkpoint | None = None
@@ -206,6 +212,7 @@ def train(
         placement_strategy=placement if isinstance(placement, str) else "round_robin",
         priority=priority,
         order=order,
+        watchdog_s=watchdog_s,
     )
     config.trace_capacity = trace_capacity
     if start is not None:

@@ -208,7 +208,11 @@ class Worker:
             return False
         optimizer = self.plan.optimizers[node]
         assert optimizer is not None
-        optimizer.step(ctx.params, ctx.grads, ctx.opt_state, 1.0 / len(ctx.grad_keys))
+        try:
+            optimizer.step(ctx.params, ctx.grads, ctx.opt_state, 1.0 / len(ctx.grad_keys))
+        except Exception as exc:  # a local update runs outside handle(): name the node here too
+            held = State(keys=tuple(sorted(ctx.grad_keys)))
+            raise NodeError(self.plan.names[node], type(self._ops[node]).__name__, "update", "", held, exc) from exc
         ctx.reset_grads()
         ctx.version += 1
         return True
