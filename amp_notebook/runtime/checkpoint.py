@@ -186,6 +186,7 @@ def capture(session: Session, meta: dict[str, Any] | None = None) -> Checkpoint:
             "recent_loss": session.recent_loss,
             "recent_accuracy": session.recent_accuracy,
             "nonfinite_skipped": session.nonfinite_skipped,
+            "epoch_start_skipped": session.skipped_at_epoch_start,
         },
         meta=dict(meta or {}),
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -238,7 +239,8 @@ def restore(session: Session, checkpoint: Checkpoint) -> None:
     session.train_instances_done = session.instances_at_start = progress["train_instances_done"]
     session.recent_loss = progress["recent_loss"]
     session.recent_accuracy = progress["recent_accuracy"]
-    session.nonfinite_skipped = progress["nonfinite_skipped"]
+    session.skipped_before = progress["nonfinite_skipped"]
+    session.skipped_at_epoch_start = progress["epoch_start_skipped"]
 
 
 # ----------------------------------------------------------------------------------------- comparisons

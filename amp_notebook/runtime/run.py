@@ -145,7 +145,8 @@ class Run:
     @property
     def status(self) -> dict[str, Any]:
         """Where the run is now: state, epoch, keys done, admitted and in flight, instances trained, elapsed s,
-        and moving averages of the training loss and accuracy (None before the first loss report)."""
+        moving averages of the training loss and accuracy (None before the first loss report), keys skipped
+        for NaN/inf (``on_nonfinite="skip"``), the error if it failed and, if it got stuck, the diagnosis."""
         session, controller = self._session, self._controller
         plan = session.plan
         done = self._driver.done.is_set()
@@ -165,6 +166,7 @@ class Run:
             },
             "recent_loss": session.recent_loss,
             "recent_accuracy": session.recent_accuracy,
+            "nonfinite_skipped": session.nonfinite_skipped,
             "error": None if error is None else f"{type(error).__name__}: {error}",
             "diagnosis": error.diagnosis.as_dict() if isinstance(error, StuckRunError) else None,
         }

@@ -24,6 +24,7 @@ from amp_notebook.optim import Optimizer, make_optimizer
 from amp_notebook.runtime.controller import Action, Controller, Handlers, KeyInfo, carry_out
 from amp_notebook.runtime.credits import Credits
 from amp_notebook.runtime.inbox import ORDERS, PRIORITIES
+from amp_notebook.runtime.numerics import ON_NONFINITE, Guard
 from amp_notebook.runtime.placement import place
 from amp_notebook.runtime.plan import Plan, average_replicas, compile_plan, end_epoch_optimizers
 from amp_notebook.runtime.watchdog import DEFAULT_WATCHDOG_S
@@ -63,6 +64,7 @@ class RunConfig:
     priority: str = "backward_first"
     order: str = "oldest_key"
     watchdog_s: float | None = DEFAULT_WATCHDOG_S  # stop a run that handles nothing this long with keys in flight
+    on_nonfinite: str = "raise"  # NaN/inf in an input, loss or gradient: "raise", "skip" the key, or "ignore"
 
 
 @dataclass
@@ -75,6 +77,7 @@ class EpochStats:
     val_accuracy: float | None = None
     val_instances: int = 0
     end_s: float = 0.0
+    nonfinite_skipped: int = 0  # keys skipped in this epoch for NaN/inf (on_nonfinite="skip")
     _sums: dict[str, float] = field(default_factory=dict, repr=False)
 
     def add(self, train: bool, report: dict[str, Any]) -> None:
@@ -152,6 +155,11 @@ class Session:
             )
             for w in range(config.workers)
         ]  # fmt: skip
+        if config.on_nonfinite not in ON_NONFINITE:
+            raise ValueError(f"on_nonfinite: expected one of {ON_NONFINITE}, got {config.on_nonfinite!r}")
+        self.numerics = Guard(config.on_nonfinite, self.plan, dataset) if config.on_nonfinite != "ignore" else None
+        for worker in self.workers:
+            worker.numerics = self.numerics
         self.credits = Credits()
         self.key_epoch: dict[int, tuple[int, bool]] = {}
         self.history: list[EpochStats] = []
@@ -161,7 +169,8 @@ class Session:
         self.keys_done = 0
         self.train_instances_done = 0
         self.instances_at_start = 0  # train_instances_done restored from a checkpoint (not this run's work)
-        self.nonfinite_skipped = 0  # keys skipped for non-finite values (on_nonfinite="skip")
+        self.skipped_before = 0  # keys skipped for NaN/inf by the run a checkpoint continues
+        self.skipped_at_epoch_start = 0
         self.data_fingerprint: Any = None  # the dataset's, computed at the first checkpoint
         self.on_key_done: Callable[[KeyInfo], None] | None = None
         self.on_epoch: Callable[[EpochStats], bool | None] | None = None
@@ -204,6 +213,9 @@ class Session:
         then injected), an epoch end runs its work at ``backend.now()``. Returns True once finished."""
 
         def admit(info: KeyInfo) -> list[Action]:
+            if self.numerics is not None and not self.numerics.inputs_ok(info):  # NaN/inf: raises, or skip it
+                self.key_done(info.key)
+                return self.controller.on_key_complete(info.key)
             msgs = self.inject(info)
             self.credits.inject_key(info.key, len(msgs))
             backend.inject(msgs)
@@ -222,6 +234,11 @@ class Session:
             return self.controller.on_epoch_end()
 
         return carry_out(actions, Handlers(admit, flush, end_epoch))
+
+    @property
+    def nonfinite_skipped(self) -> int:
+        """Keys skipped for NaN/inf so far (``on_nonfinite="skip"``), counting a resumed run's earlier ones."""
+        return self.skipped_before + (len(self.numerics.skipped) if self.numerics is not None else 0)
 
     def flush_messages(self, flush_id: int) -> list[Message]:
         state = State(flush=flush_id)
@@ -267,6 +284,9 @@ class Session:
         end_epoch_optimizers(self.plan)
         stats = self.current
         stats.epoch = epoch
+        skipped = self.nonfinite_skipped
+        stats.nonfinite_skipped = skipped - self.skipped_at_epoch_start
+        self.skipped_at_epoch_start = skipped
         stats.finish(now_s)
         self.history.append(stats)
         self.current = EpochStats(epoch + 1)

@@ -51,6 +51,7 @@ class TrainResult:
     virtual: bool = False  # wall_s is the simulated backend's virtual makespan, not measured time
     backend_stats: dict[str, Any] = field(default_factory=dict)  # simulated: messages, bytes per link, bandwidth
     session: Session | None = field(default=None, repr=False)  # the finished run's state, for checkpoints
+    nonfinite_skipped: int = 0  # keys skipped for NaN/inf (on_nonfinite="skip"), over all epochs
 
     @property
     def val_accuracy(self) -> list[float | None]:
@@ -90,12 +91,10 @@ class TrainResult:
             "placement": self.placement,
             "placement_strategy": c.placement_strategy if not c.placement else "overrides",
             "priority": c.priority,
-            **(
-                {"virtual": True, "bandwidth_bits_per_s": self.backend_stats.get("bandwidth_bits_per_s", 0.0)}
-                if self.virtual
-                else {}
-            ),
-        }
+            "nonfinite_skipped": self.nonfinite_skipped,
+            **({"virtual": True, "bandwidth_bits_per_s": self.backend_stats.get("bandwidth_bits_per_s", 0.0)}
+               if self.virtual else {}),
+        }  # fmt: skip
 
     def save_params(self, path: str | Path) -> None:
         save_params(self.params, path)
@@ -155,6 +154,7 @@ def train(
     checkpoint: str | Path | None = None,
     checkpoint_every: int = 1,
     watchdog_s: float | None = DEFAULT_WATCHDOG_S,
+    on_nonfinite: str = "raise",
 ) -> TrainResult | Run:
     """Train ``graph`` on ``dataset`` and return a :class:`TrainResult`.
 
@@ -179,6 +179,10 @@ def train(
     ``checkpoint=path`` saves one there every ``checkpoint_every`` epochs and when the run ends.
     ``watchdog_s``: if keys are in flight and no message is handled for this long, the run stops with a
     :class:`~amp_notebook.runtime.watchdog.StuckRunError` that diagnoses it (None: wait forever).
+    ``on_nonfinite``: a NaN or infinity in an input, a loss or a gradient raises a
+    :class:`~amp_notebook.runtime.numerics.NonFiniteError` naming the node and key before any parameter is
+    updated with it (``"raise"``), or skips the key and counts it (``"skip"``; ``nonfinite_skipped``), or is
+    not looked for (``"ignore"``).
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
@@ -198,22 +202,12 @@ def train(
         params = start.params
     opt = make_optimizer(optimizer)
     config = RunConfig(
-        workers=workers,
-        mode=mode,
-        max_active_keys=max_active_keys,
-        min_update_frequency=min_update_frequency,
-        epochs=epochs,
-        seed=seed,
-        dtype=dtype,
-        trace=trace,
-        validate=validate,
-        shuffle=shuffle,
+        workers=workers, mode=mode, max_active_keys=max_active_keys, min_update_frequency=min_update_frequency,
+        epochs=epochs, seed=seed, dtype=dtype, trace=trace, validate=validate, shuffle=shuffle,
         placement=dict(placement) if isinstance(placement, dict) else {},
-        placement_strategy=placement if isinstance(placement, str) else "round_robin",
-        priority=priority,
-        order=order,
-        watchdog_s=watchdog_s,
-    )
+        placement_strategy=placement if isinstance(placement, str) else "round_robin", priority=priority,
+        order=order, watchdog_s=watchdog_s, on_nonfinite=on_nonfinite,
+    )  # fmt: skip
     config.trace_capacity = trace_capacity
     if start is not None:
         problems = start.problems(graph)  # before the session casts parameters of other shapes
@@ -251,6 +245,7 @@ def train(
             virtual=backend == "simulated",
             backend_stats=runner.stats() if backend == "simulated" else {},
             session=session,
+            nonfinite_skipped=session.nonfinite_skipped,
         )
 
     def finished(done: TrainResult) -> None:

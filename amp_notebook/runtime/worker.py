@@ -87,6 +87,7 @@ class Worker:
         self.tracing = tracing
         self.due_updates: list[int] = []
         self.reports: deque[tuple[int, dict[str, Any]]] = deque()
+        self.numerics: Any = None  # a runtime.numerics.Guard: checks losses and gradients (None: no checks)
         # bound once: the hot path reads these per message
         self._ops = plan.ops
         self._fwd_route = plan.fwd_route
@@ -173,8 +174,10 @@ class Worker:
             else:
                 raise RuntimeError(f"output {port!r} is not connected (the graph was not validated?)")
         if ctx.reports:
+            numerics = self.numerics
             for r in ctx.reports:
-                self.reports.append((node, r))
+                if numerics is None or numerics.loss_ok(node, r, msg.state):  # a NaN loss raises or is left out
+                    self.reports.append((node, r))
             ctx.reports.clear()
         return out
 
@@ -205,6 +208,9 @@ class Worker:
         """Step the node's optimizer on the mean over keys of its accumulated gradients."""
         ctx = self.contexts[node]
         if ctx.n_grads == 0:
+            return False
+        if self.numerics is not None and not self.numerics.gradients_ok(node, ctx):  # raises, or drops them
+            ctx.reset_grads()
             return False
         optimizer = self.plan.optimizers[node]
         assert optimizer is not None
