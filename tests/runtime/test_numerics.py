@@ -71,9 +71,10 @@ def test_a_nan_gradient_stops_its_node_before_it_updates(monkeypatch):
     run, session = faults.start(Setup("mlp", "sync"), faults.installer(fault))
     with pytest.raises(NonFiniteError) as err:
         run.wait(timeout=30)
-    error = err.value
-    assert error.what == "gradient" and error.node in ("linear3", "linear2") and len(error.keys) == 1
-    assert session.contexts[session.plan.index[error.node]].version == 0  # it never updated
+    error = err.value  # the NaN reached linear3, linear2 and linear1: whichever updates first in the flush says so
+    assert error.what == "gradient" and error.node in ("linear1", "linear2", "linear3") and error.keys == [0]
+    for node in ("linear1", "linear2", "linear3"):
+        assert session.contexts[session.plan.index[node]].version == 0  # none of them updated with it
 
 
 def test_skip_counts_the_keys_and_trains_on():
