@@ -139,95 +139,21 @@ def from_manifest(m: dict[str, Any], arrays: dict[str, np.ndarray], source: str)
     """The fields of a :class:`Checkpoint` from a manifest that fits the schema, after checking that its parts
     agree (array shapes and dtypes, parameters against the graph, the position against the dataset's sizes)."""
     problems: list[str] = []
-
-    def array(where: str, r: dict[str, Any], kinds: str = "f", ndim: int | None = None) -> np.ndarray:
-        a = arrays.get(r["array"])
-        if a is None:
-            problems.append(f"{where}: the archive has no array {r['array']!r}")
-        elif list(a.shape) != r["shape"] or a.dtype.name != r["dtype"]:
-            problems.append(
-                f"{where}: the manifest says {r['dtype']}{r['shape']}, the array is {a.dtype.name}{list(a.shape)}"
-            )
-        elif a.dtype.kind not in kinds or (ndim is not None and a.ndim != ndim):
-            problems.append(
-                f"{where}: expected a {ndim or 'n'}-d array of kind {kinds!r}, found {a.dtype.name}{list(a.shape)}"
-            )
-        else:
-            return a
-        return np.zeros(0)
-
+    array = _ArrayLookup(arrays, problems)
     graph = Graph("unreadable")
     try:
         graph = graph_from_dict(m["graph"])
     except (GraphError, OpError, TypeError, ValueError, KeyError, AttributeError) as exc:  # the graph JSON's own errors
         problems.append(f"graph: {exc}")
     shapes = {n: graph.nodes[n].op.param_shapes() for n in graph.parameterized()}
-    nodes: dict[str, NodeState] = {}
-    for name, entry in m["nodes"].items():
-        where = f"nodes[{name!r}]"
-        params = {k: array(f"{where}.params.{k}", r) for k, r in entry["params"].items()}
-        if name not in shapes:
-            problems.append(f"{where}: the graph has no parameterized node {name!r}")
-        elif {k: tuple(v.shape) for k, v in params.items()} != shapes[name]:
-            problems.append(
-                f"{where}: parameters { ({k: tuple(v.shape) for k, v in params.items()}) }, the graph's "
-                f"{graph.nodes[name].describe()} has {shapes[name]}"
-            )
-        opt = entry["optimizer"]
-        moments = {k: array(f"{where}.optimizer.{k}", r) for k, r in opt["arrays"].items()}
-        expected = {"sgd": (), "momentum": ("",), "adam": (".m", ".v")}[opt["name"]]
-        for k, v in moments.items():
-            base = next(
-                (k[: len(k) - len(s)] for s in expected if k.endswith(s) and k[: len(k) - len(s)] in params), None
-            )
-            if base is None or v.shape != params[base].shape:
-                problems.append(f"{where}.optimizer: unexpected {opt['name']} state {k!r} {list(v.shape)}")
-        scalars = dict(opt["scalars"])
-        if set(scalars) - ({"t"} if opt["name"] == "adam" else set()) or not all(
-            float(s).is_integer() and s >= 0 for s in scalars.values()
-        ):
-            problems.append(f"{where}.optimizer: unexpected scalars {scalars}")
-        grads: dict[str, np.ndarray] = {}
-        g = entry["gradients"]
-        if g is not None:
-            grads = {k: array(f"{where}.gradients.{k}", r) for k, r in g["arrays"].items()}
-            if {k: v.shape for k, v in grads.items()} != {k: v.shape for k, v in params.items()}:
-                problems.append(f"{where}.gradients: expected one array per parameter, shaped like it")
-        nodes[name] = NodeState(
-            entry["version"],
-            params,
-            opt["name"],
-            moments,
-            scalars,
-            grads,
-            g["count"] if g else 0,
-            tuple(g["keys"]) if g else (),
-        )
+    nodes = {name: _node_state(name, entry, shapes, array, problems) for name, entry in m["nodes"].items()}
     missing = sorted(set(shapes) - set(nodes))
     if missing:
         problems.append(f"nodes: no state for the graph's parameterized node(s) {missing}")
-    d = m["dataset"]
-    train_sizes = array("dataset.train_sizes", d["train_sizes"], "iu", 1)
-    val_sizes = array("dataset.val_sizes", d["val_sizes"], "iu", 1)
-    p = m["position"]
-    rem = [
-        array(f"position.remaining.{k}", p["remaining"][k], kind, 1)
-        for k, kind in (("key", "iu"), ("train", "b"), ("index", "iu"))
-    ]
-    remaining: tuple[tuple[int, bool, int], ...] = ()
-    if len({len(r) for r in rem}) != 1:
-        problems.append("position.remaining: key, train and index differ in length")
-    else:
-        remaining = tuple((int(k), bool(t), int(i)) for k, t, i in zip(*rem, strict=True))
-        for key, train, i in remaining:
-            limit = len(train_sizes if train else val_sizes)
-            if not 0 <= i < limit or not 0 <= key < p["next_key"]:
-                problems.append(f"position.remaining: key {key} ({'train' if train else 'val'}[{i}]) is out of range")
-                break
-        if len({k for k, _, _ in remaining}) != len(remaining):
-            problems.append("position.remaining: a key id appears twice")
-        if remaining and p["epoch"] < 0:
-            problems.append("position: keys remain but no epoch has begun")
+    d, p = m["dataset"], m["position"]
+    sizes = {train: array(f"dataset.{split}_sizes", d[f"{split}_sizes"], "iu", 1)
+             for train, split in ((True, "train"), (False, "val"))}  # fmt: skip
+    remaining = _remaining(p, sizes, array, problems)
     rng = p["rng"]
     state = {**rng, "state": {"state": int(rng["state"]["state"]), "inc": int(rng["state"]["inc"])}}
     try:
@@ -242,18 +168,86 @@ def from_manifest(m: dict[str, Any], arrays: dict[str, np.ndarray], source: str)
         raise CheckpointError(source, problems)
     progress = dict(m["progress"])
     history = [EpochStats(**s) for s in progress.pop("history")]
-    return dict(
-        graph=graph,
-        config=dict(m["config"]),
-        optimizer=dict(m["optimizer"]),
-        nodes=nodes,
-        position=Position(p["epoch"], remaining, p["next_key"], p["next_flush"], state),
-        dataset=DataFingerprint(d["name"], train_sizes, val_sizes, d["digest"]),
-        history=history,
-        progress=progress,
-        meta=dict(m["meta"]),
-        created=m["created"],
-    )
+    return {
+        "graph": graph, "config": dict(m["config"]), "optimizer": dict(m["optimizer"]), "nodes": nodes,
+        "position": Position(p["epoch"], remaining, p["next_key"], p["next_flush"], state),
+        "dataset": DataFingerprint(d["name"], sizes[True], sizes[False], d["digest"]), "history": history,
+        "progress": progress, "meta": dict(m["meta"]), "created": m["created"],
+    }  # fmt: skip
+
+
+class _ArrayLookup:
+    """The array a manifest entry names, checked against its declared shape and dtype and an expected kind;
+    each problem is noted and an empty array stands in, so that checking goes on and lists them all."""
+
+    def __init__(self, arrays: dict[str, np.ndarray], problems: list[str]) -> None:
+        self.arrays, self.problems = arrays, problems
+
+    def __call__(self, where: str, ref: dict[str, Any], kinds: str = "f", ndim: int | None = None) -> np.ndarray:
+        a = self.arrays.get(ref["array"])
+        found = "" if a is None else f"{a.dtype.name}{list(a.shape)}"
+        if a is None:
+            self.problems.append(f"{where}: the archive has no array {ref['array']!r}")
+        elif list(a.shape) != ref["shape"] or a.dtype.name != ref["dtype"]:
+            self.problems.append(f"{where}: the manifest says {ref['dtype']}{ref['shape']}, the array is {found}")
+        elif a.dtype.kind not in kinds or (ndim is not None and a.ndim != ndim):
+            self.problems.append(f"{where}: expected a {ndim or 'n'}-d array of kind {kinds!r}, found {found}")
+        else:
+            return a
+        return np.zeros(0)
+
+
+MOMENT_SUFFIXES = {"sgd": (), "momentum": ("",), "adam": (".m", ".v")}  # optimizer state names per parameter
+
+
+def _node_state(
+    name: str, entry: dict[str, Any], shapes: dict[str, dict[str, tuple[int, ...]]], array: _ArrayLookup,
+    problems: list[str],
+) -> NodeState:  # fmt: skip
+    where = f"nodes[{name!r}]"
+    params = {k: array(f"{where}.params.{k}", r) for k, r in entry["params"].items()}
+    found = {k: tuple(v.shape) for k, v in params.items()}
+    if name not in shapes:
+        problems.append(f"{where}: the graph has no parameterized node {name!r}")
+    elif found != shapes[name]:
+        problems.append(f"{where}: parameters {found}, but the graph's node {name!r} has {shapes[name]}")
+    opt = entry["optimizer"]
+    moments = {k: array(f"{where}.optimizer.{k}", r) for k, r in opt["arrays"].items()}
+    for k, v in moments.items():
+        bases = [k[: len(k) - len(s)] for s in MOMENT_SUFFIXES[opt["name"]] if k.endswith(s)]
+        if not any(b in params and params[b].shape == v.shape for b in bases):
+            problems.append(f"{where}.optimizer: unexpected {opt['name']} state {k!r} {list(v.shape)}")
+    scalars = dict(opt["scalars"])
+    allowed = {"t"} if opt["name"] == "adam" else set()
+    if set(scalars) - allowed or not all(float(v).is_integer() and v >= 0 for v in scalars.values()):
+        problems.append(f"{where}.optimizer: unexpected scalars {scalars} (allowed: a step count {sorted(allowed)})")
+    g = entry["gradients"]
+    grads = {} if g is None else {k: array(f"{where}.gradients.{k}", r) for k, r in g["arrays"].items()}
+    if g is not None and {k: v.shape for k, v in grads.items()} != {k: v.shape for k, v in params.items()}:
+        problems.append(f"{where}.gradients: expected one array per parameter, shaped like it")
+    return NodeState(entry["version"], params, opt["name"], moments, scalars, grads,
+                     g["count"] if g else 0, tuple(g["keys"]) if g else ())  # fmt: skip
+
+
+def _remaining(
+    p: dict[str, Any], sizes: dict[bool, np.ndarray], array: _ArrayLookup, problems: list[str]
+) -> tuple[tuple[int, bool, int], ...]:
+    """The position's keys not yet admitted, as (key, train, index), each inside its split."""
+    columns = [array(f"position.remaining.{k}", p["remaining"][k], kind, 1)
+               for k, kind in (("key", "iu"), ("train", "b"), ("index", "iu"))]  # fmt: skip
+    if len({len(c) for c in columns}) != 1:
+        problems.append("position.remaining: key, train and index differ in length")
+        return ()
+    remaining = tuple((int(k), bool(t), int(i)) for k, t, i in zip(*columns, strict=True))
+    for key, train, i in remaining:
+        if not 0 <= i < len(sizes[train]) or not 0 <= key < p["next_key"]:
+            problems.append(f"position.remaining: key {key} ({'train' if train else 'val'}[{i}]) is out of range")
+            break
+    if len({k for k, _, _ in remaining}) != len(remaining):
+        problems.append("position.remaining: a key id appears twice")
+    if remaining and p["epoch"] < 0:
+        problems.append("position: keys remain but no epoch has begun")
+    return remaining
 
 
 __all__ = ["DataFingerprint", "NodeState", "Position", "from_manifest", "to_manifest"]
