@@ -93,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="oldest_key",
         help="worker inbox order within a direction: the key admitted earliest first, or arrival order",
     )
+    t.add_argument(
+        "--max-bundle",
+        type=positive_int,
+        default=1,
+        help="messages of different keys a node may run as one call (1: none; try 16 with one tree per key)",
+    )
     t.add_argument("--epochs", type=positive_int, default=3)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--optimizer", choices=("sgd", "momentum", "adam"), default=None)
@@ -261,8 +267,8 @@ def run_training(
             graph, data, workers=args.workers, mode=args.mode, max_active_keys=args.max_active_keys,
             min_update_frequency=muf, optimizer=optimizer, epochs=args.epochs, seed=args.seed,
             placement=getattr(args, "placement", "round_robin"), priority=getattr(args, "priority", "backward_first"),
-            order=getattr(args, "order", "oldest_key"), on_key_done=on_key, on_epoch=on_epoch,
-            **checkpoint_options(args),
+            order=getattr(args, "order", "oldest_key"), max_bundle=getattr(args, "max_bundle", 1),
+            on_key_done=on_key, on_epoch=on_epoch, **checkpoint_options(args),
         )  # fmt: skip
     finally:
         if bar is not None:

@@ -34,7 +34,7 @@ class ExpressionError(ValueError):
 class Expression:
     """A checked, compiled expression over state fields."""
 
-    __slots__ = ("_code", "names", "source")
+    __slots__ = ("_code", "_globals", "names", "source")
 
     def __init__(self, source: str) -> None:
         if not isinstance(source, str):
@@ -49,19 +49,22 @@ class Expression:
             _check_node(source, node, names)
         self.names = frozenset(names)
         self._code = compile(tree, "<amp-expression>", "eval")
+        self._globals = {"__builtins__": {}, **ALLOWED_FUNCTIONS}
 
     def evaluate(self, fields: Mapping[str, Any]) -> Any:
-        env = dict(fields)
-        missing = self.names - env.keys()
-        if missing:
-            raise ExpressionError(
-                f"{self.source!r} reads state field(s) {sorted(missing)} but the state has only "
-                f"{sorted(env)}; add the field upstream (Batch.fields or an Isu) or change the expression"
-            )
+        """The value on ``fields`` (a State or any mapping of field names to values)."""
+        # a State lends its own dict of fields: nothing is copied on the runtime's hot path
+        env = fields._fields if hasattr(fields, "_fields") else dict(fields)  # type: ignore[attr-defined]
         try:
-            return eval(self._code, {"__builtins__": {}, **ALLOWED_FUNCTIONS}, env)  # checked tree, no builtins
+            return eval(self._code, self._globals, env)  # checked tree, no builtins
+        except NameError:
+            missing = sorted(self.names - env.keys())
+            raise ExpressionError(
+                f"{self.source!r} reads state field(s) {missing} but the state has only "
+                f"{sorted(env)}; add the field upstream (Batch.fields or an Isu) or change the expression"
+            ) from None
         except Exception as exc:  # arithmetic errors such as division by zero
-            raise ExpressionError(f"{self.source!r} failed on state {env}: {exc!r}") from exc
+            raise ExpressionError(f"{self.source!r} failed on state {dict(env)}: {exc!r}") from exc
 
     def __repr__(self) -> str:
         return f"Expression({self.source!r})"

@@ -57,7 +57,7 @@ CONFIG_FIELDS = tuple(f.name for f in fields(RunConfig))
 # RunConfig fields that are train() keywords of the same name (placement is rebuilt from two fields)
 RESUMED_SETTINGS = (
     "workers", "mode", "max_active_keys", "min_update_frequency", "epochs", "seed", "dtype", "trace", "validate",
-    "shuffle", "trace_capacity", "priority", "order", "watchdog_s", "on_nonfinite",
+    "shuffle", "trace_capacity", "priority", "order", "watchdog_s", "on_nonfinite", "max_bundle",
 )  # fmt: skip
 
 

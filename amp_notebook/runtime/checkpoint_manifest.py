@@ -197,9 +197,6 @@ class _ArrayLookup:
         return np.zeros(0)
 
 
-MOMENT_SUFFIXES = {"sgd": (), "momentum": ("",), "adam": (".m", ".v")}  # optimizer state names per parameter
-
-
 def _node_state(
     name: str, entry: dict[str, Any], shapes: dict[str, dict[str, tuple[int, ...]]], array: _ArrayLookup,
     problems: list[str],
@@ -213,9 +210,9 @@ def _node_state(
         problems.append(f"{where}: parameters {found}, but the graph's node {name!r} has {shapes[name]}")
     opt = entry["optimizer"]
     moments = {k: array(f"{where}.optimizer.{k}", r) for k, r in opt["arrays"].items()}
-    for k, v in moments.items():
-        bases = [k[: len(k) - len(s)] for s in MOMENT_SUFFIXES[opt["name"]] if k.endswith(s)]
-        if not any(b in params and params[b].shape == v.shape for b in bases):
+    for k, v in moments.items():  # per parameter P: "P" (momentum) or "P.<what>" (Adam's moments, buffers)
+        base = k if k in params else k.rpartition(".")[0]
+        if opt["name"] == "sgd" or base not in params or params[base].shape != v.shape:
             problems.append(f"{where}.optimizer: unexpected {opt['name']} state {k!r} {list(v.shape)}")
     scalars = dict(opt["scalars"])
     allowed = {"t"} if opt["name"] == "adam" else set()

@@ -111,16 +111,16 @@ class Guard:
                 raise NonFiniteError(name, "Input", "input", [info.key], detail)
         return True
 
-    def loss_ok(self, node: int, report: dict[str, Any], state: State) -> bool:
+    def loss_ok(self, node: int, report: dict[str, Any]) -> bool:
         """Check a loss report: True to keep it, False to leave it out (its key counted as skipped), or raise."""
         loss = report.get("loss")
         if loss is None or math.isfinite(loss):
             return True
-        key = state.key
+        key = int(report["key"])
         if self.skip:
             self.skipped.add(key)
             return False
-        detail = f"the loss of key {key} is {loss} (state {state}), before its backward pass started"
+        detail = f"the loss of key {key} is {loss}, found before its backward pass left the loss node"
         raise NonFiniteError(self.plan.names[node], type(self.plan.ops[node]).__name__, "loss", [key], detail)
 
     def gradients_ok(self, node: int, ctx: NodeContext) -> bool:

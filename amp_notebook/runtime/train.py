@@ -91,6 +91,8 @@ class TrainResult:
             "placement": self.placement,
             "placement_strategy": c.placement_strategy if not c.placement else "overrides",
             "priority": c.priority,
+            "order": c.order,
+            "max_bundle": c.max_bundle,
             "nonfinite_skipped": self.nonfinite_skipped,
             **({"virtual": True, "bandwidth_bits_per_s": self.backend_stats.get("bandwidth_bits_per_s", 0.0)}
                if self.virtual else {}),
@@ -144,6 +146,7 @@ def train(
     placement: dict[str, int] | str | None = None,
     priority: str = "backward_first",
     order: str = "oldest_key",
+    max_bundle: int | dict[str, int] = 1,
     backend: str = "threads",
     costs: Any = None,
     on_key_done: Callable[[Any], None] | None = None,
@@ -165,6 +168,10 @@ def train(
     default, or ``"balanced"``: contiguous cost-balanced stages) or a dict of node -> worker overrides.
     ``priority`` orders each worker's inbox across directions: ``"backward_first"`` (the paper) or ``"fifo"``;
     ``order`` within a direction: ``"oldest_key"`` (the key admitted earliest first) or ``"arrival"``.
+    ``max_bundle`` lets a node take up to that many waiting messages (of different keys, same port and
+    direction) and run them as one call: one int for every node or ``{node: int}``; 1 (the default) runs
+    every message alone. Results are those of the messages one by one (to the rounding of a larger matrix
+    product); staleness, credits and caches stay per message.
     ``on_epoch(stats)`` is called after each epoch; returning True stops the run there.
     ``backend="simulated"`` runs on simulated hardware described by ``costs`` (a
     :class:`~amp_notebook.runtime.costs.CostModel`, default the paper's 1 TFLOPS device) in virtual time:
@@ -206,7 +213,8 @@ def train(
         epochs=epochs, seed=seed, dtype=dtype, trace=trace, validate=validate, shuffle=shuffle,
         placement=dict(placement) if isinstance(placement, dict) else {},
         placement_strategy=placement if isinstance(placement, str) else "round_robin", priority=priority,
-        order=order, watchdog_s=watchdog_s, on_nonfinite=on_nonfinite,
+        order=order, max_bundle=dict(max_bundle) if isinstance(max_bundle, dict) else max_bundle,
+        watchdog_s=watchdog_s, on_nonfinite=on_nonfinite,
     )  # fmt: skip
     config.trace_capacity = trace_capacity
     if start is not None:

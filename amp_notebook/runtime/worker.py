@@ -105,7 +105,10 @@ class Worker:
         t1 = timer.handled(t0, bundle)
         first = bundle[0]
         if self.tracing:
-            self.buffer.record(first.node, first.direction, first.key, t0, t1, depth)
+            if len(bundle) == 1:
+                self.buffer.record(first.node, first.direction, first.key, t0, t1, depth)
+            else:
+                self.buffer.record_bundle(first.node, first.direction, [m.key for m in bundle], t0, t1, depth)
         end = t1
         due = self.due_updates
         if due:
@@ -127,13 +130,93 @@ class Worker:
         return done, flushed, end
 
     def handle_bundle(self, bundle: list[Message]) -> list[Message]:
-        """Handle the messages of one bundle (same node, direction and port); their outgoing messages."""
+        """Handle the messages of one bundle (same node, direction and port) as one call of the op
+        (``forward_bundle``/``backward_bundle``); each message keeps its own state, cache entry, staleness
+        record and credit. Returns the outgoing messages."""
         if len(bundle) == 1:
             return self.handle(bundle[0])
-        outs: list[Message] = []
-        for msg in bundle:
-            outs.extend(self.handle(msg))
-        return outs
+        first = bundle[0]
+        try:
+            if first.direction == FWD:
+                train = first.train
+                if any(m.train is not train for m in bundle):  # training and validation keys: one call each
+                    return [out for flag in (True, False) for out in self._forward_bundle([m for m in bundle
+                            if m.train is flag])]  # fmt: skip
+                return self._forward_bundle(bundle)
+            if first.direction == BWD:
+                return self._backward_bundle(bundle)
+            for msg in bundle:
+                self.apply_update(msg.node)
+            return []
+        except NodeError:
+            raise
+        except Exception as exc:
+            node = first.node
+            keys = sorted({m.key for m in bundle})
+            raise NodeError(
+                self.plan.names[node], type(self._ops[node]).__name__, DIRECTION_NAMES[first.direction], first.port,
+                f"{first.state} (in a bundle of {len(bundle)} messages, keys {keys})", exc,
+            ) from exc  # fmt: skip
+
+    def _forward_bundle(self, bundle: list[Message]) -> list[Message]:
+        if not bundle:
+            return []
+        first = bundle[0]
+        node = first.node
+        ctx = self.contexts[node]
+        op = self._ops[node]
+        train = first.train and self._receives[node]
+        ctx.train = train
+        states = [m.state for m in bundle]
+        emitted = op.forward_bundle(ctx, first.port, [m.payload for m in bundle], states)
+        if train and self._parameterized[node]:
+            version, fwd_version = ctx.version, ctx.fwd_version
+            for s in states:
+                fwd_version[s] = version
+        route = self._fwd_route[node]
+        out: list[Message] = []
+        losses: list[State] = []
+        for port, y, s in emitted:
+            dst = route.get(port)
+            if dst is not None:
+                out.append(Message(dst[0], dst[1], FWD, y, s, first.train))
+            elif port == LOSS_PORT:
+                if train:
+                    losses.append(s)
+            else:
+                raise RuntimeError(f"output {port!r} is not connected (the graph was not validated?)")
+        if losses:
+            out.extend(self._route_back(node, op.backward_bundle(ctx, LOSS_PORT, [1.0] * len(losses), losses)))
+        if ctx.reports:
+            self._take_reports(node, ctx)
+        return out
+
+    def _backward_bundle(self, bundle: list[Message]) -> list[Message]:
+        first = bundle[0]
+        node = first.node
+        ctx = self.contexts[node]
+        states = [m.state for m in bundle]
+        emitted = self._ops[node].backward_bundle(ctx, first.port, [m.payload for m in bundle], states)
+        if self._parameterized[node]:  # after the op, which saw n_grads before these gradients
+            record, now, fwd_version = self.buffer.record_staleness, self.clock(), ctx.fwd_version
+            version = ctx.version
+            for m in bundle:
+                record(node, m.key, version - fwd_version.pop(m.state), now)
+                ctx.grad_keys.add(m.key)
+            ctx.n_grads += len(bundle)
+            if self.local_updates and ctx.n_grads >= self.plan.min_update_frequency[node]:
+                self.due_updates.append(node)
+        return self._route_back(node, emitted)
+
+    def bundle_cap(self, node: int, direction: int) -> int:
+        """How many messages the inbox may give this node at once: its ``max_bundle``, and for the gradients
+        of a node that updates locally no more than it still needs before its next update, so updates fall
+        after the same gradients as without bundling (``min_update_frequency`` keeps its meaning)."""
+        cap = self.plan.max_bundle[node]
+        if cap > 1 and direction == BWD and self.local_updates and self._parameterized[node]:
+            ctx = self.contexts[node]
+            cap = min(cap, max(1, self.plan.min_update_frequency[node] - ctx.n_grads))
+        return cap
 
     def handle(self, msg: Message) -> list[Message]:
         try:
@@ -174,11 +257,7 @@ class Worker:
             else:
                 raise RuntimeError(f"output {port!r} is not connected (the graph was not validated?)")
         if ctx.reports:
-            numerics = self.numerics
-            for r in ctx.reports:
-                if numerics is None or numerics.loss_ok(node, r, msg.state):  # a NaN loss raises or is left out
-                    self.reports.append((node, r))
-            ctx.reports.clear()
+            self._take_reports(node, ctx)
         return out
 
     def _backward(self, msg: Message) -> list[Message]:
@@ -194,6 +273,15 @@ class Worker:
             if self.local_updates and ctx.n_grads >= self.plan.min_update_frequency[node]:
                 self.due_updates.append(node)
         return self._route_back(node, emitted)
+
+    def _take_reports(self, node: int, ctx: NodeContext) -> None:
+        """Move a loss node's reports to the worker's queue for the session (the non-finite check's place:
+        a NaN/inf loss raises before the outgoing messages leave, or is left out with on_nonfinite="skip")."""
+        numerics = self.numerics
+        for r in ctx.reports:
+            if numerics is None or numerics.loss_ok(node, r):
+                self.reports.append((node, r))
+        ctx.reports.clear()
 
     def _route_back(self, node: int, emitted: list[tuple[str, Any, State]]) -> list[Message]:
         route = self._bwd_route[node]

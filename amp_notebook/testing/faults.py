@@ -160,17 +160,16 @@ def census(setup: Setup) -> Census:
         names = session.plan.names
 
         def counting(real: Callable[..., None]) -> Callable[..., None]:
-            def deliver(msgs: list[Message], at: float = 0.0) -> None:
+            def deliver(msgs: list[Message], *at: float) -> None:  # a step's deliver has a time, inject not
                 for m in msgs:
                     messages[names[m.node], m.direction] += 1
                     if _is_float(m.payload):
                         floats[names[m.node], m.direction] += 1
-                real(msgs, at)
+                real(msgs, *at)
 
             return deliver
 
-        backend.deliver = counting(backend.deliver)  # type: ignore[method-assign]
-        backend.inject = counting(backend.inject)  # type: ignore[method-assign]
+        wrap_deliveries(backend, counting)
 
     run, session = start(setup, count)
     run.wait()
@@ -251,7 +250,7 @@ def _intercept(session: Session, backend: ThreadedBackend, fault: Fault) -> None
             return seen[0] == fault.k
 
     def wrap(real: Callable[..., None]) -> Callable[..., None]:
-        def deliver(msgs: list[Message], at: float = 0.0) -> None:
+        def deliver(msgs: list[Message], *at: float) -> None:
             out = []
             for m in msgs:
                 if not matches(m):
@@ -262,11 +261,26 @@ def _intercept(session: Session, backend: ThreadedBackend, fault: Fault) -> None
                     out.append(Message(m.node, m.port, m.direction, nan, m.state, m.train))
                 else:
                     fault.fire()  # dropped: its credit stays counted, so its key can never complete
-            real(out, at)
+            real(out, *at)
 
         return deliver
 
-    backend.deliver = wrap(backend.deliver)  # type: ignore[method-assign]
+    wrap_deliveries(backend, wrap)
+
+
+def wrap_deliveries(backend: ThreadedBackend, wrap: Callable[[Callable[..., None]], Callable[..., None]]) -> None:
+    """Route every message a run moves through ``wrap(deliver)``: those each worker's step hands on (the
+    ``deliver`` argument of :meth:`~amp_notebook.runtime.worker.Worker.step`, the one seam every backend
+    shares) and those the controller injects."""
+    for thread in backend.threads:
+        real_step = thread.worker.step
+
+        def step(
+            bundle: list[Message], depth: int, timer: Any, credits: Any, deliver: Any, _real: Any = real_step
+        ) -> Any:
+            return _real(bundle, depth, timer, credits, wrap(deliver))
+
+        thread.worker.step = step  # type: ignore[method-assign]
     backend.inject = wrap(backend.inject)  # type: ignore[method-assign]
 
 

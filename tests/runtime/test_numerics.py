@@ -61,7 +61,7 @@ def test_a_nan_in_the_data_names_the_input_the_key_and_where_it_is():
 def test_a_loss_that_overflows_stops_before_its_backward_pass():
     run, error = failing_run(with_bad_key(0, 3e38), mode="sync", dtype="float32")  # finite data, inf logits
     assert error.node == "loss" and error.what == "loss" and error.keys == [0]
-    assert "before its backward pass started" in str(error)
+    assert "before its backward pass left the loss node" in str(error)
     assert_initial_params(run)
 
 
@@ -120,3 +120,15 @@ def test_all_finite_uses_one_sum_and_tells_an_overflowing_sum_from_a_bad_element
 def test_unknown_policies_are_refused():
     with pytest.raises(ValueError, match="on_nonfinite"):
         train(mlp(), digits_dataset(batch_size=50), on_nonfinite="warn")
+
+
+def test_bundled_losses_are_checked_too():
+    data = with_bad_key(6, 3e38)
+    bundled = {"mode": "amp", "max_active_keys": 8, "max_bundle": 8, "dtype": "float32"}
+    _, error = failing_run(data, **bundled)
+    assert error.what in ("loss", "gradient") and 6 in error.keys
+    result = train(mlp(), data, epochs=1, on_nonfinite="skip", **SETTINGS, **bundled)
+    assert result.nonfinite_skipped >= 1 and np.isfinite(result.history[0].train_loss)
+    events = result.trace.events()
+    loss = result.trace.node_names.index("loss")
+    assert (events["messages"][events["node"] == loss] > 1).any()  # some losses were computed as a bundle

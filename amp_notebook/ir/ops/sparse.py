@@ -85,6 +85,8 @@ class _Sparse(JoinMixin, Op):
     """
 
     group = "aggregation"
+    bundling = "per_message"  # each message holds its own graph's index payloads
+    element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
 
     def __init__(self, match_on: tuple[str, ...] | list[str] | None = None) -> None:
         self.match_on = None if match_on is None else tuple(match_on)
@@ -250,6 +252,8 @@ class SumRows(Op):
 
     kind = "sum_rows"
     group = "aggregation"
+    bundling = "per_message"
+    element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
 
     def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
         x = np.asarray(x)
