@@ -251,3 +251,32 @@ def test_checkpoints_of_failed_runs_are_refused(digits):
         run.wait()
     with pytest.raises(RuntimeError, match="failed"):
         run.checkpoint()
+
+
+def test_a_malicious_pickle_is_refused_and_nothing_runs(digits, tmp_path):
+    from amp_notebook.testing.fuzz_checkpoint import object_npy, pickle_payload, read_members, write_members
+
+    sentinel = tmp_path / "SENTINEL"
+    good = fit(mlp(), digits, mode="sync", epochs=1).save_checkpoint(tmp_path / "good.npz").read_bytes()
+    whole_pickle = tmp_path / "pickle.npz"
+    whole_pickle.write_bytes(pickle_payload(sentinel))
+    members = read_members(good)
+    object_member = tmp_path / "object.npz"
+    object_member.write_bytes(write_members([(n, object_npy(sentinel) if "linear1/W" in n else d, c)
+                                             for n, d, c in members]))  # fmt: skip
+    pickled_manifest = tmp_path / "manifest.npz"
+    pickled_manifest.write_bytes(write_members([(n, pickle_payload(sentinel) if n == "manifest.json" else d, c)
+                                                for n, d, c in members]))  # fmt: skip
+    for path, reason in ((whole_pickle, "pickle, which is refused"), (object_member, "dtype '|O' refused"),
+                         (pickled_manifest, "not valid JSON")):  # fmt: skip
+        with pytest.raises(CheckpointError, match=reason):
+            load_checkpoint(path)
+    assert not sentinel.exists()  # unpickling any of them would have created it
+
+
+@pytest.mark.slow  # 100 mutated checkpoints, a few seconds; the 1000-case run is a command
+def test_fuzzed_checkpoints_give_only_checkpoint_errors():
+    from amp_notebook.testing.fuzz_checkpoint import campaign
+
+    report = campaign(100, seed=3)
+    assert report.ok, report.failures
