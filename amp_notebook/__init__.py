@@ -11,6 +11,8 @@ and a trace of every message.
 """
 
 from amp_notebook import data, models, trace
+from amp_notebook.compiler import CompileError, compile, nn
+from amp_notebook.interop import from_torch
 from amp_notebook.ir.graph import Graph, GraphError, Ref
 from amp_notebook.ir.interpret import Interpreter
 from amp_notebook.ir.message import State
@@ -29,8 +31,8 @@ from amp_notebook.runtime.worker import NodeError
 __version__ = "0.1.0"
 
 __all__ = [
-    "Checkpoint", "CheckpointError", "CostModel", "Graph", "GraphError", "Interpreter", "NodeCost", "NodeError",
-    "NonFiniteError", "Ref", "Run", "State", "StuckRunError", "TrainResult", "ValidationError", "data",
-    "load_checkpoint", "load_graph", "load_params", "models", "resume", "save_graph", "save_params", "sweep", "trace",
-    "train", "whatif",
+    "Checkpoint", "CheckpointError", "CompileError", "CostModel", "Graph", "GraphError", "Interpreter", "NodeCost",
+    "NodeError", "NonFiniteError", "Ref", "Run", "State", "StuckRunError", "TrainResult", "ValidationError", "compile",
+    "data", "from_torch", "load_checkpoint", "load_graph", "load_params", "models", "nn", "resume", "save_graph",
+    "save_params", "sweep", "trace", "train", "whatif",
 ]  # fmt: skip

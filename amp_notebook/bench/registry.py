@@ -14,6 +14,7 @@ BENCHMARKS: dict[str, str] = {
     "trace-overhead": "amp_notebook.bench.trace_overhead",
     "simulator": "amp_notebook.bench.simulator",
     "dashboard": "amp_notebook.bench.dashboard",
+    "bundling": "amp_notebook.bench.bundling",
     "numerics-overhead": "amp_notebook.bench.numerics_overhead",
 }
 

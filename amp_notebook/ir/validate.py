@@ -62,7 +62,7 @@ def check(graph: Graph, require_loss: bool = False) -> list[Problem]:
     problems += _check_replicas(graph)
     if not any(n.kind in O.INPUTS for n in graph.nodes.values()):
         problems.append(Problem(None, None, "the graph has no Input node; add one with g.input(name, width)"))
-    if require_loss and not any(n.kind in O.LOSSES for n in graph.nodes.values()):
+    if require_loss and not any(n.kind in O.TRAINING_LOSSES for n in graph.nodes.values()):
         problems.append(
             Problem(
                 None, None, "the graph has no loss, so it cannot train; add g.softmax_cross_entropy(...) or g.mse(...)"

@@ -61,7 +61,7 @@ class GraphBuilder(anywidget.AnyWidget):
     export = t.Dict().tag(sync=True)  # the last export asked for from the canvas: {"seq", "format", "text"}
     run_status = t.Unicode("").tag(sync=True)
     perf = t.Dict().tag(sync=True)  # set by the browser: {"nodes", "layout_ms", "render_ms"} of the last layout
-    height = t.Int(620).tag(sync=True)
+    height = t.Int(0).tag(sync=True)  # canvas height in px; 0: fits the graph (builder/fit.js)
 
     def __init__(self, graph: Graph | None = None, workers: int = 2, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -138,8 +138,9 @@ class GraphBuilder(anywidget.AnyWidget):
         """Load a model-zoo graph: one of ``ZOO_MODELS`` (mlp, rnn, rnn_x2, tree_lstm, ggsnn, ...)."""
         self._do(self.model.load_model, name)
 
-    def auto_layout(self) -> None:
-        self._do(self.model.auto_layout)
+    def auto_layout(self, direction: str | None = None) -> None:
+        """Lay the graph out again: ``"TB"`` top to bottom, ``"LR"`` left to right, None: by its shape."""
+        self._do(self.model.auto_layout, direction)
 
     def auto_place(self, strategy: str = "round_robin") -> dict[str, int]:
         return self._do(self.model.auto_place, strategy)
@@ -175,8 +176,18 @@ class GraphBuilder(anywidget.AnyWidget):
     def to_json(self) -> str:
         return json.dumps(graph_to_dict(self.graph), indent=1)
 
-    def to_python(self) -> str:
-        """Python builder code that recreates the graph (generated from data; see amp_notebook/ir/codegen.py)."""
+    def to_python(self, form: str = "builder") -> str:
+        """Python code that recreates the graph. ``form="builder"``: builder calls, generated from data (see
+        amp_notebook/ir/codegen.py). ``form="source"``: for a graph made by ``amp.compile``, the model function
+        it was compiled from and the compile call, as long as its structure is unchanged (attributes changed
+        since, such as a pinned worker, follow as assignments); otherwise builder calls under a comment that
+        says why (see amp_notebook/compiler/pyform.py)."""
+        if form == "source":
+            from amp_notebook.compiler.pyform import python_form
+
+            return python_form(self.graph)
+        if form != "builder":
+            raise ValueError(f"to_python form: expected 'builder' or 'source', got {form!r}")
         return graph_to_python(self.graph)
 
     # ------------------------------------------------------------- training

@@ -14,7 +14,10 @@ operations for every intent.
 
 Positions are the canvas coordinates of nodes, kept beside the graph (not in it). A node without one
 (a loaded model, nodes made by Python code) is laid out by the browser, which reports the positions back
-with a ``layout`` message that is not an undo step.
+with a ``layout`` message that is not an undo step. With them comes the layout's ``direction``: ``"TB"``
+(top to bottom; ports on the top and bottom edges of the boxes) or ``"LR"`` (left to right; ports on the
+sides). The browser chooses it by the graph's shape when a whole graph is laid out, unless
+:meth:`BuilderModel.auto_layout` asked for one; ``None`` (positions made by hand) draws left to right.
 
 :meth:`BuilderModel.view` is what the browser draws: nodes with ports, properties, inferred widths,
 effective worker (placement heuristic for unpinned nodes) and the validation problems of each node and
@@ -42,7 +45,9 @@ __all__ = ["ZOO_MODELS", "BuilderError", "BuilderModel"]
 
 
 Position = tuple[float, float]
+Snapshot = tuple[dict[str, Any], dict[str, Position], str | None]  # graph JSON, positions, direction
 UNDO_LIMIT = 200
+DIRECTIONS = ("TB", "LR")
 
 
 def _zoo() -> dict[str, Callable[[], Graph]]:
@@ -69,11 +74,12 @@ class BuilderModel:
     def __init__(self, graph: Graph | None = None, workers: int = 2) -> None:
         self.graph = graph if graph is not None else Graph("graph")
         self.positions: dict[str, Position] = {}
+        self.direction: str | None = None  # of the layout the positions came from (module docstring)
         self.workers = workers
         self.revision = 0
         self.on_change: Callable[[], None] | None = None
-        self._undo: list[tuple[dict[str, Any], dict[str, Position]]] = []
-        self._redo: list[tuple[dict[str, Any], dict[str, Position]]] = []
+        self._undo: list[Snapshot] = []
+        self._redo: list[Snapshot] = []
 
     # ------------------------------------------------------------------ intents
     def apply(self, intent: dict[str, Any]) -> Any:
@@ -149,13 +155,18 @@ class BuilderModel:
             for name, pos in positions.items():
                 self.positions[name] = _position(pos)
 
-    def layout(self, positions: dict[str, Position]) -> None:
-        """Positions the browser computed for nodes that had none: not an undo step."""
+    def layout(self, positions: dict[str, Position], direction: str | None = None) -> None:
+        """Positions the browser computed for nodes that had none, and the direction of that layout (kept
+        when None): not an undo step."""
+        direction = _direction(direction, "layout")
         changed = False
         for name, pos in positions.items():
             if name in self.graph.nodes:
                 self.positions[name] = _position(pos)
                 changed = True
+        if direction is not None and direction != self.direction:
+            self.direction = direction
+            changed = True
         if changed:
             self._changed()
 
@@ -218,7 +229,9 @@ class BuilderModel:
         new = graph_from_dict(graph) if isinstance(graph, dict) else graph
         with self._edit():
             self._replace_graph(new)
+            self.graph.compiled_from = new.compiled_from  # amp.compile's record (to_python(form="source"))
             self.positions.clear()
+            self.direction = None
 
     def load_model(self, model: str) -> None:
         zoo = _zoo()
@@ -226,10 +239,13 @@ class BuilderModel:
             raise BuilderError(f"unknown model {model!r}; the model zoo has {sorted(zoo)}")
         self.load(zoo[model]())
 
-    def auto_layout(self) -> None:
-        """Forget every position so the browser lays the graph out again (one undo step)."""
+    def auto_layout(self, direction: str | None = None) -> None:
+        """Forget every position so the browser lays the graph out again (one undo step): ``"TB"`` top to
+        bottom, ``"LR"`` left to right, or None to let it choose by the graph's shape."""
+        direction = _direction(direction, "auto_layout")
         with self._edit():
             self.positions.clear()
+            self.direction = direction
 
     def auto_place(self, strategy: str = "round_robin") -> dict[str, int]:
         """Run the placement heuristic on all nodes and pin each node to the worker it chose."""
@@ -327,13 +343,14 @@ class BuilderModel:
         if self.on_change is not None:
             self.on_change()
 
-    def _snapshot(self) -> tuple[dict[str, Any], dict[str, Position]]:
-        return copy.deepcopy(graph_to_dict(self.graph)), dict(self.positions)
+    def _snapshot(self) -> Snapshot:
+        return copy.deepcopy(graph_to_dict(self.graph)), dict(self.positions), self.direction
 
-    def _restore(self, snapshot: tuple[dict[str, Any], dict[str, Position]], notify: bool = True) -> None:
-        data, positions = snapshot
+    def _restore(self, snapshot: Snapshot, notify: bool = True) -> None:
+        data, positions, direction = snapshot
         self._replace_graph(graph_from_dict(copy.deepcopy(data)))
         self.positions = dict(positions)
+        self.direction = direction
         if notify:
             self._changed()
 
@@ -421,6 +438,16 @@ def _position(pos: Any) -> Position:
     ):
         raise BuilderError(f"position: expected [x, y] numbers, got {pos!r}")
     return float(pos[0]), float(pos[1])
+
+
+def _direction(value: Any, where: str) -> str | None:
+    if value is None or value == "":
+        return None
+    if value not in DIRECTIONS:
+        raise BuilderError(
+            f"{where} direction: expected 'TB' (top to bottom), 'LR' (left to right) or None, got {value!r}"
+        )
+    return str(value)
 
 
 def _optimizer(value: Any, where: str) -> dict[str, Any] | None:

@@ -134,6 +134,7 @@ EVERY_OP = [
     ops.TreeLSTMLeaf(3),
     ops.TreeLSTMBranch(4, match_on=("pos",)),
     ops.GRUUpdate(2, match_on=["t"]),
+    ops.Sink(),
 ]
 
 

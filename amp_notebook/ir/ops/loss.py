@@ -221,3 +221,40 @@ class SegmentSoftmaxCrossEntropy(_Loss):
         grad /= k
         first_top = np.minimum.reduceat(np.where(s == top[segments], np.arange(n), n), starts)
         return loss, grad.reshape(scores.shape), {"correct": int(np.sum(first_top == target))}
+
+
+class Sink(Op):
+    """Where a value that nobody reads ends, for a value that went through control flow: a training key
+    turns around here with a zero gradient.
+
+    :class:`~amp_notebook.ir.ops.payload.Discard` ends a value without any backward, which is right when
+    its producer (a Split, a Bcast) counts the gradients it waits for per output port. A message that took
+    one branch of a Cond, left a loop, or passed an elementwise op made a promise: its producer waits for
+    exactly one backward message with its state (ARCHITECTURE.md, invariant 3). A Sink keeps that promise:
+    like a loss it starts the backward pass from its forward, sending a zero gradient of the payload's
+    shape, and it reports nothing (it contributes 0 to the objective). The compiler (``amp.compile``) ends
+    the unused exits of loops and branches here; ``LOSSES`` lists it because the runtime treats it as a place
+    where backward starts, but it does not count as the loss a graph needs to train.
+    """
+
+    kind = "sink"
+    group = "loss"
+    bundling = "per_message"
+    element_flops = (0.0, 0.0)  # a zero gradient of the payload's shape: no arithmetic
+
+    def output_ports(self) -> tuple[str, ...]:
+        return ()
+
+    def infer_widths(self, widths: Mapping[str, Width]) -> dict[str, Width]:
+        return {}
+
+    def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
+        if ctx.train:
+            if state in ctx.cache:
+                raise OpError(f"state {state} reached the Sink twice while the first is still in flight")
+            ctx.cache[state] = (np.shape(x), np.asarray(x).dtype)
+        return [(LOSS_PORT, 0.0, state)]
+
+    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+        shape, dtype = ctx.cache.pop(state)
+        return [("in", np.zeros(shape, dtype=dtype if dtype.kind == "f" else np.float64), state)]
