@@ -26,8 +26,8 @@ Dashboard(run, rate_hz=8, checkpoint_path="saved_from_the_button.npz")
 """
 
 STUCK = """
-from amp_notebook.testing import faults
-faults.WATCHDOG_S = 0.5
+from amp_notebook.testing import faults, runs
+runs.WATCHDOG_S = 0.5
 stuck, _ = faults.start(faults.Setup("mlp", "amp"),
                         faults.installer(faults.Fault("drop", k=3, node="linear2", phase="bwd")))
 Dashboard(stuck, rate_hz=8)

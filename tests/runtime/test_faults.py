@@ -11,14 +11,14 @@ import os
 
 import pytest
 
-from amp_notebook.testing import faults
+from amp_notebook.testing import faults, runs
 from amp_notebook.testing.faults import KINDS, Fault, Setup, campaign, run_case
 from amp_notebook.testing.kills import kill_campaign, sample_checkpoint
 
 
 @pytest.fixture(autouse=True)
 def quick_watchdog(monkeypatch):
-    monkeypatch.setattr(faults, "WATCHDOG_S", 0.3)
+    monkeypatch.setattr(runs, "WATCHDOG_S", 0.3)
 
 
 @pytest.mark.parametrize("fault", [

@@ -13,7 +13,7 @@ from amp_notebook.runtime.numerics import NonFiniteError, all_finite
 from amp_notebook.runtime.run import Run
 from amp_notebook.runtime.train import TrainResult, train
 from amp_notebook.runtime.worker import NodeError
-from amp_notebook.testing import faults
+from amp_notebook.testing import faults, runs
 from amp_notebook.testing.faults import Fault, Setup
 from tests.conftest import digits_dataset
 
@@ -66,7 +66,7 @@ def test_a_loss_that_overflows_stops_before_its_backward_pass():
 
 
 def test_a_nan_gradient_stops_its_node_before_it_updates(monkeypatch):
-    monkeypatch.setattr(faults, "WATCHDOG_S", 5.0)
+    monkeypatch.setattr(runs, "WATCHDOG_S", 5.0)
     fault = Fault("nan", k=1, node="linear3", phase="bwd")
     run, session = faults.start(Setup("mlp", "sync"), faults.installer(fault))
     with pytest.raises(NonFiniteError) as err:

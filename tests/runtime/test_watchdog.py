@@ -17,7 +17,7 @@ from amp_notebook.runtime.backends.threads import ThreadedBackend
 from amp_notebook.runtime.session import RunConfig, Session
 from amp_notebook.runtime.train import train
 from amp_notebook.runtime.watchdog import StuckRunError, Watchdog
-from amp_notebook.testing import faults
+from amp_notebook.testing import faults, runs
 from amp_notebook.testing.faults import Fault, Setup
 from tests.conftest import digits_dataset
 
@@ -26,7 +26,7 @@ HANG_GUARD_S = 30.0
 
 @pytest.fixture(autouse=True)
 def quick_watchdog(monkeypatch):
-    monkeypatch.setattr(faults, "WATCHDOG_S", 0.3)
+    monkeypatch.setattr(runs, "WATCHDOG_S", 0.3)
 
 
 def stuck_error(setup: Setup, fault: Fault) -> StuckRunError:

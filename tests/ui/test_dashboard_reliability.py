@@ -9,7 +9,7 @@ import pytest
 from amp_notebook.data import Batch, Dataset
 from amp_notebook.runtime.checkpoint import load_checkpoint
 from amp_notebook.runtime.watchdog import StuckRunError
-from amp_notebook.testing import faults
+from amp_notebook.testing import faults, runs
 from amp_notebook.testing.faults import Fault, Setup
 from tests.conftest import digits_dataset
 from tests.ui.test_dashboard_feed import DEADLINE_S, Captured, background, until
@@ -37,7 +37,7 @@ def test_the_checkpoint_button_saves_the_live_run_and_it_goes_on(digits, tmp_pat
 
 
 def test_a_stuck_run_shows_its_diagnosis(monkeypatch):
-    monkeypatch.setattr(faults, "WATCHDOG_S", 0.3)
+    monkeypatch.setattr(runs, "WATCHDOG_S", 0.3)
     run, _ = faults.start(Setup("mlp", "amp"), faults.installer(Fault("drop", k=3, node="linear2", phase="bwd")))
     dash = Captured(run, rate_hz=10)
     with pytest.raises(StuckRunError):
