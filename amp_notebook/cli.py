@@ -147,6 +147,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar=("START_S", "END_S"),
         help="only export slices starting in this window of seconds",
     )
+    t.add_argument(
+        "--backend",
+        choices=("threads", "ray"),
+        default="threads",
+        help="worker threads in this process (default), or one Ray actor per worker (pip install '.[ray]')",
+    )
+    t.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="HOST:PORT",
+        help="with --backend ray: the cluster to run on (from `ray start --head`); default: start a local Ray",
+    )
     t.add_argument("--json", action="store_true", help="print one JSON summary as the last stdout line")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.add_argument("--target", type=float, default=None, help="stop once validation accuracy reaches this")
@@ -268,7 +280,7 @@ def run_training(
             min_update_frequency=muf, optimizer=optimizer, epochs=args.epochs, seed=args.seed,
             placement=getattr(args, "placement", "round_robin"), priority=getattr(args, "priority", "backward_first"),
             order=getattr(args, "order", "oldest_key"), max_bundle=getattr(args, "max_bundle", 1),
-            on_key_done=on_key, on_epoch=on_epoch, **checkpoint_options(args),
+            on_key_done=on_key, on_epoch=on_epoch, **backend_options(args), **checkpoint_options(args),
         )  # fmt: skip
     finally:
         if bar is not None:
@@ -292,6 +304,13 @@ def checkpoint_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
+def backend_options(args: argparse.Namespace) -> dict[str, Any]:
+    backend, address = getattr(args, "backend", "threads"), getattr(args, "ray_address", None)
+    if address is not None and backend != "ray":
+        raise SystemExit("amp-notebook: --ray-address needs --backend ray")
+    return {"backend": backend, "address": address} if backend == "ray" else {}
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     graph, data = model_and_data(args)
     muf = args.min_update_frequency or (10 if args.model == "rnn" else 1)
@@ -300,7 +319,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.model == "rnn":
         optimizer.update(clip_norm=5.0, lr_decay=0.85)
     result = run_training(args, graph, data, muf, optimizer)
-    summary = result.summary(model=args.model, replicas=args.replicas)
+    summary = result.summary(model=args.model, replicas=args.replicas, backend=getattr(args, "backend", "threads"))
+    if result.backend_stats.get("backend") == "ray":
+        summary["ray"] = result.backend_stats
     per_node = {
         n: graph.nodes[n].min_update_frequency for n in graph.parameterized() if graph.nodes[n].min_update_frequency
     }

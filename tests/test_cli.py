@@ -67,6 +67,8 @@ def test_bad_arguments_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
         main(["bench", "no-such-benchmark"])
     with pytest.raises(SystemExit, match="--per-key applies to --model tree-lstm and ggsnn only"):
         main(["train", "--model", "mlp", "--per-key", "4", "--quiet"])
+    with pytest.raises(SystemExit, match="--ray-address needs --backend ray"):
+        main(["train", "--model", "mlp", "--ray-address", "127.0.0.1:6379", "--quiet"])
 
 
 @pytest.mark.parametrize(

@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from amp_notebook.runtime.run import Run
     from amp_notebook.ui.report import Report
 
-BACKENDS = ("threads", "simulated")
+BACKENDS = ("threads", "simulated", "ray")
+BACKGROUND_BACKENDS = ("threads", "ray")
 
 
 @dataclass
@@ -153,6 +154,7 @@ def train(
     on_epoch: Callable[[EpochStats], bool | None] | None = None,
     trace_capacity: int | None = DEFAULT_CAPACITY,
     background: bool = False,
+    address: str | None = None,
     resume: Checkpoint | str | Path | None = None,
     checkpoint: str | Path | None = None,
     checkpoint_every: int = 1,
@@ -179,6 +181,8 @@ def train(
     ``trace_capacity`` bounds the trace rows kept per worker (the most recent; None keeps all); metrics
     stay exact over the whole run. ``background=True`` returns a :class:`~amp_notebook.runtime.run.Run`
     at once and trains in background threads: pause, resume, stop or retune it live, ``wait()`` for the result.
+    ``backend="ray"`` runs each worker as a Ray actor (:mod:`amp_notebook.runtime.backends.ray`), on a local
+    Ray started for the purpose or on the cluster at ``address`` (``"host:port"`` of ``ray start --head``).
     ``resume`` (a :class:`~amp_notebook.runtime.checkpoint.Checkpoint` or its path) goes on from a checkpoint:
     its parameters, node versions, optimizer state, data position, RNG and history, with the settings of this
     call (``epochs`` counts the checkpoint's epochs too); a checkpoint that does not fit the graph or data
@@ -195,8 +199,13 @@ def train(
         raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
     if costs is not None and backend != "simulated":
         raise ValueError(f"costs= describes simulated hardware; it needs backend='simulated', got {backend!r}")
-    if background and backend != "threads":
-        raise ValueError(f"background=True runs on the threads backend; got backend={backend!r}, drop one of them")
+    if address is not None and backend != "ray":
+        raise ValueError(f"address= names a Ray cluster; it needs backend='ray', got {backend!r}")
+    if background and backend not in BACKGROUND_BACKENDS:
+        raise ValueError(
+            f"background=True runs on the {' or '.join(BACKGROUND_BACKENDS)} backend; got backend={backend!r}, "
+            "drop one of them"
+        )
     if watchdog_s is not None:
         Watchdog(watchdog_s)  # checks the value here, in the caller's thread
     if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
@@ -235,6 +244,10 @@ def train(
         from amp_notebook.runtime.backends.simulated import SimulatedBackend
 
         runner = SimulatedBackend(session, costs)
+    elif backend == "ray":
+        from amp_notebook.runtime.backends.ray import RayBackend
+
+        runner = RayBackend(session, address=address)
     else:
         from amp_notebook.runtime.backends.threads import ThreadedBackend
 
@@ -251,7 +264,7 @@ def train(
             params=session.params(),
             placement={n: session.plan.owner[i] for i, n in enumerate(session.plan.names)},
             virtual=backend == "simulated",
-            backend_stats=runner.stats() if backend == "simulated" else {},
+            backend_stats=runner.stats() if backend in ("simulated", "ray") else {},
             session=session,
             nonfinite_skipped=session.nonfinite_skipped,
         )

@@ -4,9 +4,10 @@
 The browser side (``widgets/src/dashboard``, built into ``ui/static/dashboard.js`` at install) draws a
 Gantt chart on a canvas, one lane per worker, boxes coloured by phase as in the paper's Fig. 1 (forward
 orange, backward blue, update yellow), plus queue depths, keys in flight, staleness histograms, loss and
-accuracy, throughput and utilization; it has the controls (pause, resume, stop, ``max_active_keys`` and
-``min_update_frequency`` sliders, follow live or scroll back, zoom and pan, a time slider for replays,
-Perfetto export).
+accuracy, throughput and utilization; it has the controls (pause, resume, stop, ``max_active_keys``,
+``min_update_frequency`` and ``max_bundle`` sliders, follow live or scroll back, zoom and pan, a time slider
+for replays, Perfetto export). A bundle of messages is one box labelled with its message count; its
+tooltip lists the keys.
 
 Python owns the data and the run; the browser only draws and asks. A feed thread sends the rows written
 since its last look (:class:`~amp_notebook.ui.feed.LiveFeed`) as binary columns, ``rate_hz`` times a
@@ -38,7 +39,7 @@ from amp_notebook.ui.feed import Frame, LiveFeed, static_frames
 
 STATIC = Path(__file__).parent / "static"
 MAX_DOWNLOAD_BYTES = 64 * 2**20  # larger exports are written to a file only
-CONTROL_ACTIONS = ("pause", "resume", "stop", "max_active_keys", "min_update_frequency")
+CONTROL_ACTIONS = ("pause", "resume", "stop", "max_active_keys", "min_update_frequency", "max_bundle")
 
 
 def _bundle(name: str) -> Path | str:
@@ -114,6 +115,7 @@ class Dashboard(anywidget.AnyWidget):
                 "mode": run._controller.mode,
                 "max_active_keys": {"min": 1, "max": max(64, run.status["max_active_keys"])},
                 "min_update_frequency": {"min": 1, "max": 1000},
+                "max_bundle": {"min": 1, "max": max(64, run.status["max_bundle"])},
                 "checkpoint": True,
             }
             self._feed = LiveFeed(run)
@@ -234,6 +236,8 @@ class Dashboard(anywidget.AnyWidget):
             run.set_max_active_keys(_as_int(value, "max_active_keys"))
         elif action == "min_update_frequency":
             run.set_min_update_frequency(node, _as_int(value, "min_update_frequency"))
+        elif action == "max_bundle":
+            run.set_max_bundle(node, _as_int(value, "max_bundle"))
         else:
             raise ValueError(f"control: unknown action {action!r}; expected one of {CONTROL_ACTIONS}")
         if self._feed is not None:  # show the change at once, not at the next tick

@@ -1,5 +1,5 @@
-// The dashboard's toolbar. Live: the run's state, pause/resume/stop, Save checkpoint, and the max_active_keys and
-// min_update_frequency sliders, each a request to Python that the run answers (the values shown come back
+// The dashboard's toolbar. Live: the run's state, pause/resume/stop, Save checkpoint, and the max_active_keys,
+// min_update_frequency and max_bundle sliders, each a request to Python that the run answers (the values shown come back
 // from the run's status, never from the slider). Replay: play and the time slider. Both: follow the
 // newest time, message arrows, fit, and export of the trace.
 
@@ -27,6 +27,9 @@ export function createControls(dash) {
         <label title="gradients each parameterized node holds before it updates (amp mode)">min_update_frequency
           <input class="amp-muf" type="range" min="1" max="${limits.min_update_frequency?.max ?? 1000}" step="1"
                  value="1"><span class="amp-muf-value">–</span></label>
+        <label title="messages of different keys waiting at a node that it runs as one call (1: no bundling)">max_bundle
+          <input class="amp-bundle" type="range" min="1" max="${limits.max_bundle?.max ?? 64}" step="1"
+                 value="1"><span class="amp-bundle-value">–</span></label>
       </span>`
     : html`<span class="amp-group">
         <button class="amp-play">Play</button>
@@ -42,7 +45,7 @@ export function createControls(dash) {
   const el = html`<div class="amp-toolbar"></div>`;
   el.append(runControls, viewControls);
   const $ = (sel) => el.querySelector(sel);
-  const sliderBusy = { mak: false, muf: false };
+  const sliderBusy = { mak: false, muf: false, bundle: false };
   let play = null;
 
   // the window shows everything held (after a replay's rows arrived, or Fit)
@@ -80,8 +83,14 @@ export function createControls(dash) {
     root.dataset.runMinUpdateFrequency = mufText;
     $(".amp-muf-value").textContent = mufText;
     if (!sliderBusy.muf && mufs.length) $(".amp-muf").value = String(Math.min(...mufs));
+    const bundle = status.max_bundle ?? 1;
+    root.dataset.runMaxBundle = String(bundle);
+    $(".amp-bundle-value").textContent = String(bundle);
+    if (!sliderBusy.bundle) $(".amp-bundle").value = String(bundle);
     const ended = status.state === "finished" || status.state === "failed" || status.state === "stopping";
-    for (const sel of [".amp-pause", ".amp-resume", ".amp-stop", ".amp-mak", ".amp-muf"]) $(sel).disabled = ended;
+    for (const sel of [".amp-pause", ".amp-resume", ".amp-stop", ".amp-mak", ".amp-muf", ".amp-bundle"]) {
+      $(sel).disabled = ended;
+    }
     $(".amp-mak").disabled ||= limits.mode === "sync";
     $(".amp-muf").disabled ||= limits.mode !== "amp";
     const checkpoint = $(".amp-checkpoint");
@@ -97,6 +106,7 @@ export function createControls(dash) {
     for (const [cls, action, key] of [
       [".amp-mak", "max_active_keys", "mak"],
       [".amp-muf", "min_update_frequency", "muf"],
+      [".amp-bundle", "max_bundle", "bundle"],
     ]) {
       const input = $(cls);
       on(input, "input", () => {

@@ -82,7 +82,7 @@ export function drawGantt(ctx, width, height, runs, layout, view) {
   const barH = LANE_H - 4;
   for (const r of runs) {
     const ev = r.events;
-    const { start, end, worker, phase, key } = ev.cols;
+    const { start, end, worker, phase, key, messages } = ev.cols;
     const nLanes = r.info.workers;
     const curX0 = new Float64Array(nLanes * 3).fill(-1);
     const curX1 = new Float64Array(nLanes * 3).fill(-2);
@@ -120,7 +120,10 @@ export function drawGantt(ctx, width, height, runs, layout, view) {
         curX0[slot] = x0;
         curX1[slot] = x1;
       }
-      if (x1 - x0 >= LABEL_MIN_PX && labels.length < MAX_LABELS * 3) labels.push(x0, laneY[w], key[i]);
+      if (x1 - x0 >= LABEL_MIN_PX && labels.length < MAX_LABELS * 3) {
+        // a bundle shows how many messages it ran (its keys are in the tooltip)
+        labels.push(x0, laneY[w], messages[i] > 1 ? `${messages[i]}×` : key[i]);
+      }
     }
     const stacked = [[], [], []];
     for (let w = 0; w < nLanes; w++) {
@@ -152,7 +155,7 @@ export function drawGantt(ctx, width, height, runs, layout, view) {
     for (let j = 0; j < list.length; j += 4) ctx.rect(list[j], list[j + 1] + 2, list[j + 2], list[j + 3]);
     ctx.fill();
   }
-  // key ids on boxes wide enough to hold them (the paper's Fig. 1 labels)
+  // key ids on boxes wide enough to hold them (the paper's Fig. 1 labels); a bundle's message count
   ctx.fillStyle = "#111";
   ctx.font = "10px sans-serif";
   for (let j = 0; j < labels.length; j += 3) ctx.fillText(String(labels[j + 2]), labels[j] + 3, labels[j + 1] + LANE_H / 2);

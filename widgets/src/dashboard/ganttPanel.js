@@ -115,9 +115,12 @@ export function createGanttPanel(dash) {
     const c = r.events.cols;
     const i = hit.row;
     const phase = PHASE_NAMES[c.phase[i]] || "?";
+    const n = c.messages[i];
+    const keys = r.bundleKeys(i);
+    const who = n > 1 ? `bundle of ${n} messages, keys ${keys ? listKeys(keys) : `${c.key[i]}, …`}` : `key ${c.key[i]}`;
     const lines = [
       `${r.info.node_names[c.node[i]] ?? `node ${c.node[i]}`} · ${phase}`,
-      `key ${c.key[i]} · worker ${c.worker[i]}${runs.length > 1 ? ` · ${r.info.label}` : ""}`,
+      `${who} · worker ${c.worker[i]}${runs.length > 1 ? ` · ${r.info.label}` : ""}`,
       `${formatTime(c.start[i])} + ${formatTime(c.end[i] - c.start[i])} · queue ${c.depth[i]}`,
     ];
     if (phase === "bwd") {
@@ -138,4 +141,9 @@ export function createGanttPanel(dash) {
       measured = false;
     },
   };
+}
+
+// a bundle's keys for the tooltip: all of them when few, else the first ones and how many more
+function listKeys(keys, most = 24) {
+  return keys.length <= most ? keys.join(", ") : `${keys.slice(0, most).join(", ")}, … (${keys.length - most} more)`;
 }
