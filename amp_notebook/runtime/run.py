@@ -287,6 +287,9 @@ class Run:
             def take() -> list[Action]:  # on the driver, between two events
                 if not (controller.active or controller.flushing):
                     try:
+                        sync = getattr(backend, "sync_contexts", None)  # a backend whose nodes live elsewhere
+                        if sync is not None:
+                            sync()
                         taken.append(capture(self._session, meta))
                     except Exception as exc:  # raised in the caller's thread; the run goes on
                         taken.append(exc)
