@@ -78,6 +78,10 @@ class State(Mapping[str, StateValue]):
         inner = ", ".join(f"{k}={v!r}" for k, v in self._items)
         return f"State({inner})"
 
+    def __reduce__(self) -> tuple[type[State], tuple[dict[str, StateValue]]]:
+        """Rebuilt from its fields where it lands: the cached hash of a str field differs between processes."""
+        return (State, (self._fields,))
+
     @property
     def key(self) -> int:
         return self._fields["key"]  # type: ignore[return-value]
