@@ -119,6 +119,7 @@ def test_train_several_instances_per_key(model: str, extra: list[str], capsys: p
             },
         ),
         ("bundling", {"tree", "ggsnn", "tree_messages_per_s", "ggsnn_messages_per_s"}),
+        ("message-cost", {"tree", "tree_bundled", "ggsnn", "ggsnn_bundled"}),
     ],
 )
 @pytest.mark.slow

@@ -15,6 +15,7 @@ BENCHMARKS: dict[str, str] = {
     "simulator": "amp_notebook.bench.simulator",
     "dashboard": "amp_notebook.bench.dashboard",
     "bundling": "amp_notebook.bench.bundling",
+    "message-cost": "amp_notebook.bench.message_cost",
     "ray": "amp_notebook.bench.ray",
     "numerics-overhead": "amp_notebook.bench.numerics_overhead",
 }

@@ -120,12 +120,23 @@ class SoftmaxCrossEntropy(_Loss):
         grad = exp / total
         grad[rows, target] -= 1.0
         hits = pred.argmax(axis=1) == target
-        out = []
-        for a, b in pairwise(offsets):
-            g = grad[a:b]
-            g /= b - a
-            out.append((float(np.mean(row_loss[a:b])), g, {"correct": int(np.sum(hits[a:b]))}))
-        return out
+        counts = np.diff(offsets)
+        if len(preds) == 1 or not counts.all():  # one pair, or a pair without rows (reduceat needs rows)
+            out = []
+            for a, b in pairwise(offsets):
+                g = grad[a:b]
+                g /= b - a
+                out.append((float(np.mean(row_loss[a:b])), g, {"correct": int(np.sum(hits[a:b]))}))
+            return out
+        # per pair, in one call each: the rows' mean loss, their hits, their gradient over their row count
+        starts = np.asarray(offsets[:-1])
+        losses = (np.add.reduceat(row_loss, starts) / counts).tolist()
+        correct = np.add.reduceat(hits, starts).tolist()
+        grad /= np.repeat(counts, counts)[:, None]
+        return [
+            (loss, grad[a:b], {"correct": int(c)})
+            for loss, c, (a, b) in zip(losses, correct, pairwise(offsets), strict=True)
+        ]
 
 
 class MSE(_Loss):
