@@ -12,11 +12,12 @@ and a trace of every message.
 
 from amp_notebook import data, models, trace
 from amp_notebook.compiler import CompileError, compile, nn
+from amp_notebook.errors import AmpError
 from amp_notebook.interop import from_torch
 from amp_notebook.ir.graph import Graph, GraphError, Ref
 from amp_notebook.ir.interpret import Interpreter
 from amp_notebook.ir.message import State
-from amp_notebook.ir.serialize import load_graph, load_params, save_graph, save_params
+from amp_notebook.ir.serialize import GraphFileError, load_graph, load_params, save_graph, save_params
 from amp_notebook.ir.validate import ValidationError
 from amp_notebook.runtime.checkpoint import Checkpoint, load_checkpoint
 from amp_notebook.runtime.checkpoint_file import CheckpointError
@@ -31,8 +32,8 @@ from amp_notebook.runtime.worker import NodeError
 __version__ = "0.1.0"
 
 __all__ = [
-    "Checkpoint", "CheckpointError", "CompileError", "CostModel", "Graph", "GraphError", "Interpreter", "NodeCost",
-    "NodeError", "NonFiniteError", "Ref", "Run", "State", "StuckRunError", "TrainResult", "ValidationError", "compile",
-    "data", "from_torch", "load_checkpoint", "load_graph", "load_params", "models", "nn", "resume", "save_graph",
-    "save_params", "sweep", "trace", "train", "whatif",
+    "AmpError", "Checkpoint", "CheckpointError", "CompileError", "CostModel", "Graph", "GraphError", "GraphFileError",
+    "Interpreter", "NodeCost", "NodeError", "NonFiniteError", "Ref", "Run", "State", "StuckRunError", "TrainResult",
+    "ValidationError", "compile", "data", "from_torch", "load_checkpoint", "load_graph", "load_params", "models", "nn",
+    "resume", "save_graph", "save_params", "sweep", "trace", "train", "whatif",
 ]  # fmt: skip

@@ -4,6 +4,7 @@
     amp-notebook demo
     amp-notebook bench speedup --json
     amp-notebook simulate --model mlp --devices 4 --flops 1T --bandwidth 10G --max-active-keys 4 --json
+    amp-notebook validate graph.json
 
 With ``--json`` the last line on stdout is one JSON object; progress goes to stderr.
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from amp_notebook.bench.registry import BENCHMARKS, run_benchmark
+from amp_notebook.cli_validate import add_validate_parser, cmd_validate
 from amp_notebook.data.batch import Dataset
 from amp_notebook.data.digits import load_digits_dataset
 from amp_notebook.data.forest import forest_dataset
@@ -183,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--json", action="store_true")
 
     add_simulate_parser(sub)
+    add_validate_parser(sub)
 
     b = sub.add_parser("bench", help="run a benchmark (figures against a peer, same run)")
     b.add_argument("name", choices=sorted(BENCHMARKS))
@@ -473,7 +476,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    commands = {"train": cmd_train, "demo": cmd_demo, "bench": cmd_bench, "simulate": cmd_simulate}
+    commands = {"train": cmd_train, "demo": cmd_demo, "bench": cmd_bench, "simulate": cmd_simulate,
+                "validate": cmd_validate}  # fmt: skip
     try:
         return commands[args.command](args)
     except CheckpointError as exc:  # a bad or mismatched checkpoint: the message says what and how to fix it

@@ -14,8 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from amp_notebook.errors import AmpError
 
-class OptimizerError(ValueError):
+
+class OptimizerError(AmpError, ValueError):
     pass
 
 

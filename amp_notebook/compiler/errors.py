@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from amp_notebook.errors import AmpError
 
-class CompileError(ValueError):
+
+class CompileError(AmpError, ValueError):
     """A model function the compiler cannot translate, or translated into a graph that does not validate.
 
     ``line`` is the line in the user's file (or notebook cell) where the problem is, ``text`` that line's

@@ -33,6 +33,8 @@ from collections.abc import Callable, Iterable
 from collections.abc import Sequence as SequenceT
 from typing import Any, TypeVar
 
+from amp_notebook.errors import AmpError
+
 __all__ = [
     "Field",
     "Floats",
@@ -71,7 +73,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 VOCABULARY: dict[str, Callable[..., Any]] = {}
 
 
-class OutsideCompileError(TypeError):
+class OutsideCompileError(AmpError, TypeError):
     """An ``amp.nn`` function was called directly instead of inside a function given to ``amp.compile``."""
 
 

@@ -33,6 +33,7 @@ import numpy as np
 from amp_notebook.compiler import compile_source, nn
 from amp_notebook.compiler.source import Source
 from amp_notebook.data.batch import Batch, Dataset
+from amp_notebook.errors import AmpError
 from amp_notebook.ir.graph import Graph
 
 LOSSES = {"cross_entropy": "softmax_cross_entropy", "mse": "mse"}
@@ -40,7 +41,7 @@ _ACTIVATIONS = {"ReLU": "relu", "Tanh": "tanh", "Sigmoid": "sigmoid"}
 _RECURRENT = ("RNN", "GRU", "LSTM")
 
 
-class TorchImportError(ValueError):
+class TorchImportError(AmpError, ValueError):
     """A torch module that ``from_torch`` cannot import; the message names the module and what is supported."""
 
 

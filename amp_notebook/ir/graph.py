@@ -22,11 +22,12 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
+from amp_notebook.errors import AmpError
 from amp_notebook.ir import ops as O
 from amp_notebook.ir.ops.base import Op, OpError, Width
 
 
-class GraphError(ValueError):
+class GraphError(AmpError, ValueError):
     """A structural problem found while building or validating a graph."""
 
 

@@ -34,8 +34,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import numpy as np
+
+from amp_notebook.errors import AmpError
+from amp_notebook.ir.schema import nesting, problems, validator_for
 
 FORMAT = "amp_notebook.checkpoint"
 FORMAT_VERSION = 1
@@ -52,7 +54,7 @@ PICKLE_HINT = (
 )
 
 
-class CheckpointError(ValueError):  # TODO(errors): derive from amp_notebook.errors.AmpError once it lands
+class CheckpointError(AmpError, ValueError):
     """A checkpoint that cannot be written, read or resumed; ``problems`` lists every problem found."""
 
     def __init__(self, source: str, problems: list[str] | str) -> None:
@@ -229,12 +231,11 @@ def parse_manifest(data: bytes, source: str) -> dict[str, Any]:
     if not data:
         raise CheckpointError(source, f"manifest.json is empty or larger than {MAX_MANIFEST_BYTES} bytes")
     try:
-        text = data.decode("utf-8")
-        if _nesting(text) > MAX_NESTING:
-            raise CheckpointError(source, f"manifest.json nests deeper than {MAX_NESTING} levels")
-        manifest = json.loads(text, parse_constant=_reject_constant)
+        manifest = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise CheckpointError(source, f"manifest.json is not valid JSON ({type(exc).__name__}: {exc})") from None
+    if nesting(manifest, MAX_NESTING) > MAX_NESTING:
+        raise CheckpointError(source, f"manifest.json nests deeper than {MAX_NESTING} levels")
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
         raise CheckpointError(source, f"manifest.json: expected format {FORMAT!r}, found {found!r}")
@@ -244,32 +245,10 @@ def parse_manifest(data: bytes, source: str) -> dict[str, Any]:
             f"manifest.json: expected checkpoint format version {FORMAT_VERSION}, found {manifest.get('version')!r}; "
             "a newer amp_notebook wrote it: upgrade to read it",
         )
-    errors = sorted(_validator().iter_errors(manifest), key=lambda e: list(map(str, e.absolute_path)))
-    if errors:
-        raise CheckpointError(source, [_describe(e) for e in errors[:20]])
+    found = problems(_validator(), manifest)
+    if found:
+        raise CheckpointError(source, [f"manifest.json {p}" for p in found[:20]])
     return manifest
-
-
-def _nesting(text: str) -> int:
-    """The deepest nesting of JSON arrays and objects in ``text`` (brackets inside strings not counted)."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth -= 1
-    return deepest
 
 
 @cache
@@ -280,18 +259,8 @@ def manifest_schema() -> dict[str, Any]:
 
 
 @cache
-def _validator() -> jsonschema.Draft202012Validator:
-    schema = manifest_schema()
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
-
-
-def _describe(error: jsonschema.exceptions.ValidationError) -> str:
-    where = "manifest" + "".join(f"[{p!r}]" if isinstance(p, str) else f"[{p}]" for p in error.absolute_path)
-    found = repr(error.instance)
-    return f"{where}: {error.message if len(error.message) < 200 else error.message[:200] + '...'}" + (
-        "" if len(found) > 80 or error.validator == "required" else f" (found {found})"
-    )
+def _validator() -> Any:
+    return validator_for(manifest_schema())
 
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "CheckpointError", "manifest_schema", "read_archive", "write_archive"]

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from amp_notebook.ir.graph import Graph, GraphError
-from amp_notebook.ir.ops.base import OpError
+from amp_notebook.errors import AmpError
+from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.serialize import graph_from_dict, graph_to_dict
 from amp_notebook.optim import make_optimizer
 from amp_notebook.runtime.checkpoint_file import FORMAT, FORMAT_VERSION, CheckpointError
@@ -143,7 +143,7 @@ def from_manifest(m: dict[str, Any], arrays: dict[str, np.ndarray], source: str)
     graph = Graph("unreadable")
     try:
         graph = graph_from_dict(m["graph"])
-    except (GraphError, OpError, TypeError, ValueError, KeyError, AttributeError) as exc:  # the graph JSON's own errors
+    except AmpError as exc:  # the graph JSON's own problems (schema, ops, edges), each listed
         problems.append(f"graph: {exc}")
     shapes = {n: graph.nodes[n].op.param_shapes() for n in graph.parameterized()}
     nodes = {name: _node_state(name, entry, shapes, array, problems) for name, entry in m["nodes"].items()}

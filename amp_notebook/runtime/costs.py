@@ -56,13 +56,14 @@ from typing import Any
 
 import numpy as np
 
+from amp_notebook.errors import AmpError
 from amp_notebook.ir.message import BWD, FWD
 from amp_notebook.runtime.plan import Plan
 
 WIRE_BYTES: dict[str, int] = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
 
 
-class CostModelError(ValueError):
+class CostModelError(AmpError, ValueError):
     """A cost model that cannot describe hardware: names the field, what was expected and what was found."""
 
 

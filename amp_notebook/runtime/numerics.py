@@ -55,7 +55,7 @@ FIX = (
 )
 
 
-class NonFiniteError(NodeError):  # a NodeError, hence an AmpError once amp_notebook.errors lands
+class NonFiniteError(NodeError):  # a NodeError, hence an AmpError and a RuntimeError
     """NaN or infinity in an input, a loss or a gradient; ``node``, ``what`` and ``keys`` say where."""
 
     def __init__(self, node: str, kind: str, what: str, keys: list[int], detail: str) -> None:

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from amp_notebook.data.batch import Batch, Dataset
+from amp_notebook.errors import AmpError
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.message import FWD, UPDATE, Message, State
 from amp_notebook.ir.ops import NodeContext
@@ -42,7 +43,7 @@ class Backend(Protocol):
     def now(self) -> float: ...
 
 
-class DataError(ValueError):
+class DataError(AmpError, ValueError):
     """A dataset that does not fit the graph's inputs."""
 
 

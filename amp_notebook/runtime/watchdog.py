@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from amp_notebook.errors import AmpError
 from amp_notebook.ir.message import State
 from amp_notebook.ir.ops import NodeContext
 from amp_notebook.runtime.plan import Plan
@@ -34,7 +35,7 @@ DEFAULT_WATCHDOG_S = 60.0  # longer than any single step of the models here; Non
 MAX_HELD_SHOWN = 20
 
 
-class StuckRunError(RuntimeError):  # TODO(errors): derive from amp_notebook.errors.AmpError once it lands
+class StuckRunError(AmpError, RuntimeError):
     """A run that can make no more progress (a lost message, a dead worker thread, an op that never returns);
     ``diagnosis`` says what was in flight, queued and held when it stopped."""
 

@@ -28,11 +28,13 @@ import anywidget
 import ipywidgets
 import traitlets as t
 
+from amp_notebook.errors import AmpError
 from amp_notebook.ir.codegen import graph_to_python
 from amp_notebook.ir.graph import Graph
-from amp_notebook.ir.serialize import graph_from_dict, graph_to_dict
+from amp_notebook.ir.serialize import graph_from_dict, graph_to_dict, parse_graph_json
 from amp_notebook.ui import builder_schema as S
 from amp_notebook.ui.builder_model import ZOO_MODELS, BuilderError, BuilderModel
+from amp_notebook.ui.messages import refusal
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -131,7 +133,11 @@ class GraphBuilder(anywidget.AnyWidget):
     def load(self, graph: Graph | dict[str, Any] | str) -> None:
         """Load a Graph, its JSON dict or JSON text (data only: loading never runs code)."""
         if isinstance(graph, str):
-            graph = json.loads(graph)
+            try:
+                graph = parse_graph_json(graph, "load")
+            except AmpError as exc:
+                self._notify("error", str(exc))
+                raise BuilderError(str(exc)) from None
         self._do(self.model.load, graph)
 
     def load_model(self, name: str) -> None:
@@ -237,9 +243,11 @@ class GraphBuilder(anywidget.AnyWidget):
         self.view = self.model.view()
 
     def _on_msg(self, _widget: Any, content: dict[str, Any], _buffers: Any) -> None:
-        if not isinstance(content, dict):
+        problem = refusal("builder message", content)  # junk is refused before anything acts on it
+        if problem is not None:
+            self._notify("error", problem)
             return
-        kind = content.get("type")
+        kind = content["type"]
         try:
             if kind == "intent":
                 self.model.apply(content.get("intent"))

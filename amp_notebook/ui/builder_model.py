@@ -2,9 +2,10 @@
 
 Python owns the graph. The browser (or Python code) sends *intents*, plain dicts such as
 ``{"type": "connect", "src": "embed", "src_port": "out", "dst": "cat", "dst_port": "in0"}``;
-:meth:`BuilderModel.apply` applies one to the graph through the builder API (amp_notebook/ir/graph.py), so
-every structural rule of the IR holds, and either succeeds as a whole or raises :class:`BuilderError`
-leaving graph and positions as they were.
+:meth:`BuilderModel.apply` checks one against its JSON Schema (:mod:`amp_notebook.ui.messages`: fields,
+types, ranges, no junk fields), then applies it to the graph through the builder API
+(amp_notebook/ir/graph.py), so every structural rule of the IR holds, and either succeeds as a whole or
+raises :class:`BuilderError` leaving graph, positions, undo history and revision as they were.
 
 Undo and redo keep snapshots: before each successful edit the graph's JSON form
 (:func:`~amp_notebook.ir.serialize.graph_to_dict`) and the positions are pushed on the undo stack; undo
@@ -27,19 +28,23 @@ port; edges with the width they carry; problems that concern no node.
 from __future__ import annotations
 
 import copy
+import math
+import numbers
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
+from amp_notebook.errors import AmpError
 from amp_notebook.ir import cells as C
 from amp_notebook.ir import ops as O
-from amp_notebook.ir.graph import Edge, Graph, GraphError, Ref
-from amp_notebook.ir.serialize import graph_from_dict, graph_to_dict
+from amp_notebook.ir.graph import Edge, Graph, Ref
+from amp_notebook.ir.serialize import graph_from_dict, graph_to_dict, rebuild_graph
 from amp_notebook.ir.validate import check, infer_widths
 from amp_notebook.ui import builder_schema as S
 from amp_notebook.ui.builder_replicas import set_replicas
 from amp_notebook.ui.builder_schema import BuilderError
+from amp_notebook.ui.messages import MAX_WORKERS, refusal
 
 __all__ = ["ZOO_MODELS", "BuilderError", "BuilderModel"]
 
@@ -84,17 +89,12 @@ class BuilderModel:
     # ------------------------------------------------------------------ intents
     def apply(self, intent: dict[str, Any]) -> Any:
         """Apply one intent dict (see the module docstring); raises BuilderError when it is refused."""
-        if not isinstance(intent, dict) or not isinstance(intent.get("type"), str):
-            raise BuilderError(f"an intent is a dict with a 'type', got {intent!r}")
+        problem = refusal("intent", intent)
+        if problem is not None:
+            raise BuilderError(problem)
         kind = intent["type"]
         args = {k: v for k, v in intent.items() if k != "type"}
-        handler = self._HANDLERS.get(kind)
-        if handler is None:
-            raise BuilderError(f"unknown intent {kind!r}; known: {sorted(self._HANDLERS)}")
-        try:
-            return handler(self, **args)
-        except TypeError as exc:
-            raise BuilderError(f"intent {kind!r}: {exc}") from None
+        return self._HANDLERS[kind](self, **args)
 
     def add_node(
         self, kind: str, name: str | None = None, position: Position | None = None,
@@ -226,8 +226,10 @@ class BuilderModel:
 
     def load(self, graph: Graph | dict[str, Any]) -> None:
         """Replace the graph (a Graph, or its JSON dict: data only, never code); one undo step."""
-        new = graph_from_dict(graph) if isinstance(graph, dict) else graph
+        if not isinstance(graph, (Graph, dict)):
+            raise BuilderError(f"load: expected a Graph or its JSON dict, got {type(graph).__name__}")
         with self._edit():
+            new = graph_from_dict(graph, "load") if isinstance(graph, dict) else graph
             self._replace_graph(new)
             self.graph.compiled_from = new.compiled_from  # amp.compile's record (to_python(form="source"))
             self.positions.clear()
@@ -282,8 +284,8 @@ class BuilderModel:
 
     def set_workers(self, workers: Any) -> None:
         workers = S.coerce(S.INT, workers, "workers")
-        if workers < 1:
-            raise BuilderError(f"workers: expected at least 1, got {workers}")
+        if not 1 <= workers <= MAX_WORKERS:
+            raise BuilderError(f"workers: expected 1 to {MAX_WORKERS} (one lane each), got {workers}")
         self.workers = workers
         self._changed()
 
@@ -327,9 +329,9 @@ class BuilderModel:
         before = self._snapshot()
         try:
             yield
-        except (GraphError, S.PropertyError, BuilderError, O.OpError) as exc:
+        except AmpError as exc:  # GraphError, OpError, PropertyError, PlacementError, ... as a BuilderError
             self._restore(before, notify=False)
-            raise BuilderError(str(exc)) from None
+            raise (exc if isinstance(exc, BuilderError) else BuilderError(str(exc))) from None
         except Exception:
             self._restore(before, notify=False)
             raise
@@ -348,7 +350,7 @@ class BuilderModel:
 
     def _restore(self, snapshot: Snapshot, notify: bool = True) -> None:
         data, positions, direction = snapshot
-        self._replace_graph(graph_from_dict(copy.deepcopy(data)))
+        self._replace_graph(rebuild_graph(copy.deepcopy(data)))  # our own snapshot: no schema check
         self.positions = dict(positions)
         self.direction = direction
         if notify:
@@ -434,9 +436,9 @@ def _position(pos: Any) -> Position:
     if not (
         isinstance(pos, (list, tuple))
         and len(pos) == 2
-        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in pos)
+        and all(isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) for v in pos)
     ):
-        raise BuilderError(f"position: expected [x, y] numbers, got {pos!r}")
+        raise BuilderError(f"position: expected [x, y] finite numbers, got {pos!r}")
     return float(pos[0]), float(pos[1])
 
 

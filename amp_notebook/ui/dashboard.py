@@ -13,16 +13,18 @@ Python owns the data and the run; the browser only draws and asks. A feed thread
 since its last look (:class:`~amp_notebook.ui.feed.LiveFeed`) as binary columns, ``rate_hz`` times a
 second, until the run ends; the browser keeps at most ``max_boxes`` of them (older ones drop off), so
 neither side grows with the run. The browser's requests (``{"type": "control", ...}``, ``export``,
-``checkpoint``, ``ready``) come back as widget messages and are applied to the run here, where a bad value
-gets the same error as in Python, shown in the widget. *Save checkpoint* calls ``run.save(path)`` (the run
-drains its keys in flight, is captured and goes on) and answers with the file's path; a run that got stuck
-carries the watchdog's diagnosis in its status, and one that skips non-finite keys their count, both of
-which the widget shows.
+``checkpoint``, ``ready``) come back as widget messages, are checked against their JSON Schemas
+(:mod:`amp_notebook.ui.messages`: a junk field, a wrong type or an out-of-range value is refused and
+nothing changes) and are applied to the run here, where a bad value gets the same error as in Python,
+shown in the widget. *Save checkpoint* calls ``run.save(path)`` (the run drains its keys in flight, is
+captured and goes on) and answers with the file's path; a run that got stuck carries the watchdog's
+diagnosis in its status, and one that skips non-finite keys their count, both of which the widget shows.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from pathlib import Path
@@ -31,15 +33,24 @@ from typing import Any
 import anywidget
 import traitlets
 
+from amp_notebook.errors import AmpError
 from amp_notebook.ir.graph import Graph
 from amp_notebook.runtime.run import Run
 from amp_notebook.trace.io import load_trace
 from amp_notebook.trace.trace import Trace
 from amp_notebook.ui.feed import Frame, LiveFeed, static_frames
+from amp_notebook.ui.messages import CONTROL_ACTIONS, refusal
 
 STATIC = Path(__file__).parent / "static"
 MAX_DOWNLOAD_BYTES = 64 * 2**20  # larger exports are written to a file only
-CONTROL_ACTIONS = ("pause", "resume", "stop", "max_active_keys", "min_update_frequency", "max_bundle")
+
+
+class ControlError(AmpError, ValueError):
+    """A control request the dashboard refused (unknown action, a value that is not a whole number)."""
+
+
+class NoRunError(AmpError, RuntimeError):
+    """A control request to a dashboard that shows a finished trace: there is no run to control."""
 
 
 def _bundle(name: str) -> Path | str:
@@ -195,12 +206,19 @@ class Dashboard(anywidget.AnyWidget):
         self.send(frame.content, frame.buffers)
 
     def _on_msg(self, _widget: Any, content: dict[str, Any], _buffers: list[Any]) -> None:
-        kind = content.get("type") if isinstance(content, dict) else None
+        problem = refusal("dashboard message", content)
+        if problem is None and content["type"] == "control":
+            problem = refusal("control", content, field="action")
+        if problem is not None:  # junk fields, wrong types, out-of-range values: refused, nothing changes
+            self.errors.append(problem)
+            self.send({"type": "error", "message": problem})
+            return
+        kind = content["type"]
         try:
             if kind == "ready":
                 self._send_all()
             elif kind == "control":
-                self.control(str(content.get("action")), content.get("value"), content.get("node"))
+                self.control(content["action"], content.get("value"), content.get("node"))
             elif kind == "export":
                 self._export(bool(content.get("download", True)))
             elif kind == "checkpoint":
@@ -239,7 +257,7 @@ class Dashboard(anywidget.AnyWidget):
         elif action == "max_bundle":
             run.set_max_bundle(node, _as_int(value, "max_bundle"))
         else:
-            raise ValueError(f"control: unknown action {action!r}; expected one of {CONTROL_ACTIONS}")
+            raise ControlError(f"control: unknown action {action!r}; expected one of {CONTROL_ACTIONS}")
         if self._feed is not None:  # show the change at once, not at the next tick
             with self._lock:
                 self._emit(self._feed.poll())
@@ -268,7 +286,7 @@ class Dashboard(anywidget.AnyWidget):
 
     def _require_run(self, action: str) -> Run:
         if self._run is None:
-            raise RuntimeError(f"{action}: this dashboard shows a finished trace ({self.mode}); there is no run")
+            raise NoRunError(f"{action}: this dashboard shows a finished trace ({self.mode}); there is no run")
         return self._run
 
     # ------------------------------------------------------------------ lifecycle
@@ -294,8 +312,8 @@ class Dashboard(anywidget.AnyWidget):
 
 
 def _as_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
-        raise ValueError(f"{name}: expected a whole number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or int(value) != value:
+        raise ControlError(f"{name}: expected a whole number, got {value!r}")
     return int(value)
 
 
@@ -319,4 +337,4 @@ def _as_trace(source: Any) -> tuple[Trace, list[dict[str, Any]] | None, str | No
     )
 
 
-__all__ = ["Dashboard"]
+__all__ = ["ControlError", "Dashboard", "NoRunError"]

@@ -269,6 +269,8 @@ def test_layout_direction_is_kept_with_the_positions_and_undone_with_them() -> N
     m.load_model("rnn")
     assert m.direction is None and not m.positions
     with pytest.raises(BuilderError, match=r"layout direction: expected 'TB'.*got 'up'"):
+        m.layout({}, direction="up")
+    with pytest.raises(BuilderError, match=r"intent 'layout' refused: direction: expected one of \"TB\", \"LR\""):
         m.apply({"type": "layout", "positions": {}, "direction": "up"})
     with pytest.raises(BuilderError, match=r"auto_layout direction"):
         m.auto_layout(direction="diagonal")
@@ -342,8 +344,8 @@ def test_pin_is_one_undo_step_and_lanes_show_each_workers_load() -> None:
         (["linear1"], -1, r"worker -1 is not one of"),
         (["linear1"], "two", r"pin worker"),
         (["nope"], 1, r"pin: there is no node 'nope'"),
-        ([], 1, r"pin: expected a list of node names"),
-        ({"a": 1}, 1, r"pin: expected a list of node names"),
+        ([], 1, r"intent 'pin' refused: nodes: expected at least 1 item, found 0"),
+        ({"a": 1}, 1, r"intent 'pin' refused: nodes: expected a node name or a non-empty list of them"),
     ],
 )
 def test_pin_refuses_bad_input_and_changes_nothing(nodes: object, worker: object, message: str) -> None:

@@ -34,13 +34,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from amp_notebook.errors import AmpError
 from amp_notebook.ir.message import State
 
 Width = int | None
 Emitted = list[tuple[str, Any, State]]
 
 
-class OpError(ValueError):
+class OpError(AmpError, ValueError):
     """A configuration or payload problem inside one op; the runtime adds the node name and state.
 
     ``port`` names the input port concerned, when there is one.

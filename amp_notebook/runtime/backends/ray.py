@@ -52,6 +52,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from amp_notebook.errors import AmpError
 from amp_notebook.ir.message import UPDATE, Message
 from amp_notebook.ir.serialize import graph_to_dict
 from amp_notebook.optim import average_parameters
@@ -69,7 +70,7 @@ WAIT_S = 0.05  # the driver looks at queued live changes at least this often
 START_TIMEOUT_S = 120.0  # actors not placed by then: the cluster lacks room for them
 
 
-class WorkerLostError(RuntimeError):
+class WorkerLostError(AmpError, RuntimeError):
     """A worker's actor died (its process or its machine was lost); the run stopped."""
 
     def __init__(self, worker: int, nodes: list[str], where: str, cause: BaseException) -> None:
