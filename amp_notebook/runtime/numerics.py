@@ -25,11 +25,10 @@ A NaN in the data, a loss that overflows or a gradient that explodes used to tra
   that were finite and already applied elsewhere stay applied.
 * ``"ignore"``: no check at all (the run trains on, as before these checks existed).
 
-Cost. The checks look at whole arrays, and cheaply: ``np.sum`` of a float array is finite exactly when no
-element is NaN or infinite, unless the sum itself overflows, so one reduction (no temporary array) per
-input payload per key and per parameter per update suffices; only when it is not finite does the exact
-per-element check run, to tell an overflowing sum of finite values (fine) from a bad element, and only
-then is the culprit located (its row and column). Losses are one float each.
+Cost. The checks look at whole arrays: one vectorized ``np.isfinite(x).all()`` per float input payload per
+key and per parameter per update (on this machine it beat a single ``np.sum``, which also needs overflow
+warnings silenced, at every size measured, from 1 to 784 x 784 elements), and one float per loss. Only
+when a check fails is the culprit located (its index, and which key).
 """
 
 from __future__ import annotations
@@ -67,13 +66,10 @@ class NonFiniteError(NodeError):  # a NodeError, hence an AmpError and a Runtime
 
 
 def all_finite(x: Any) -> bool:
-    """Whether a payload holds no NaN or infinity (non-float payloads always do); one reduction when it does."""
+    """Whether a payload holds no NaN or infinity (non-float payloads always do)."""
     if not isinstance(x, np.ndarray) or x.dtype.kind not in "fc":
         return True
-    with np.errstate(over="ignore", invalid="ignore"):
-        if np.isfinite(np.sum(x)):
-            return True
-    return bool(np.isfinite(x).all())  # the sum overflowed, or an element is bad: look at each
+    return bool(np.isfinite(x).all())
 
 
 def first_bad(x: np.ndarray) -> str:

@@ -107,8 +107,8 @@ def test_the_count_survives_a_checkpoint(tmp_path):
     assert resumed.nonfinite_skipped == 2 and [e.nonfinite_skipped for e in resumed.history] == [1, 1]
 
 
-def test_all_finite_uses_one_sum_and_tells_an_overflowing_sum_from_a_bad_element():
-    big = np.full(10, 3e38, dtype=np.float32)  # every element finite, the sum overflows
+def test_all_finite_tells_large_finite_values_from_nan_and_inf():
+    big = np.full(10, 3e38, dtype=np.float32)  # every element finite, though their sum would overflow
     assert all_finite(big)
     for bad in (np.nan, np.inf, -np.inf):
         x = np.ones((4, 5))

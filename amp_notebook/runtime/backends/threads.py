@@ -157,6 +157,7 @@ class ThreadedBackend:
         watchdog_s = session.config.watchdog_s
         self.watchdog = Watchdog(watchdog_s) if watchdog_s is not None else None
         self._join_timeout: float | None = None  # bounded only for a stuck worker that may never return
+        self._watched = 0.0  # when the watchdog last looked
 
     # ------------------------------------------------------------ called by the driver and workers
     def inject(self, msgs: list[Message]) -> None:
@@ -200,8 +201,8 @@ class ThreadedBackend:
                         self.finished = session.completed(event[1], event[2], self)
                     elif kind == "call":
                         self.finished = session.carry_out(event[1](), self)
-                    if tick is not None:
-                        self.watch()
+                    if tick is not None and time.monotonic() - self._watched >= tick:
+                        self.watch()  # events keep coming: look at most once a tick
             finally:
                 self.wall_s = time.perf_counter() - self.origin
                 self.shutdown(self._join_timeout)
@@ -210,7 +211,7 @@ class ThreadedBackend:
         """The watchdog's look (driver thread): raise :class:`StuckRunError` if a worker thread has ended or no
         step has ended for ``watchdog_s`` while messages are in flight."""
         assert self.watchdog is not None
-        now = time.monotonic()
+        now = self._watched = time.monotonic()
         ended = [t.index for t in self.threads if not t.thread.is_alive()]
         if ended and self.events.empty():  # a thread that failed has queued its error: that comes first
             raise StuckRunError(self.diagnose(f"worker thread(s) {ended} ended while the run was going"))
