@@ -74,9 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--mode", choices=MODES, default="amp")
     t.add_argument(
         "--placement",
-        choices=STRATEGIES,
+        choices=(*STRATEGIES, "auto"),
         default="round_robin",
-        help="heavy ops round-robin over workers (the paper) or in contiguous cost-balanced stages",
+        help="heavy ops round-robin over workers (the paper), in contiguous cost-balanced stages, or auto: "
+        "the fastest of these and a local search, judged on the simulator with costs measured here",
     )
     t.add_argument(
         "--priority",
@@ -288,6 +289,12 @@ def print_summary(s: dict[str, Any]) -> None:
         f"  staleness            mean {st['mean']:.2f}, p95 {st['p95']:.0f}, max {st['max']:.0f}",
         f"  worker utilization   {', '.join(f'{u:.0%}' for u in s['utilization'])}",
     ]
+    if "autoplace" in s:
+        a = s["autoplace"]
+        lines.append(
+            f"  placement (auto)     {a['chosen']} {a['heavy']}: predicted {a['predicted_per_s']:.0f}, "
+            f"measured {a['measured_per_s']:.0f} instances/s ({len(a['candidates'])} candidates simulated)"
+        )
     if "trace" in s:
         lines.append(f"  trace                {s['trace']} (open in https://ui.perfetto.dev)")
     print("\n".join(lines), file=sys.stderr)

@@ -17,6 +17,7 @@ import numpy as np
 from amp_notebook.data.batch import Dataset
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.serialize import save_params
+from amp_notebook.runtime.costs import CostModel
 from amp_notebook.runtime.optim import Optimizer, make_optimizer
 from amp_notebook.runtime.session import EpochStats, RunConfig, Session
 from amp_notebook.trace.buffers import DEFAULT_CAPACITY
@@ -24,6 +25,7 @@ from amp_notebook.trace.metrics import staleness_summary, utilization
 from amp_notebook.trace.trace import Trace
 
 if TYPE_CHECKING:
+    from amp_notebook.runtime.autoplace import AutoPlacement
     from amp_notebook.runtime.run import Run
     from amp_notebook.ui.report import Report
 
@@ -42,6 +44,7 @@ class TrainResult:
     placement: dict[str, int]
     virtual: bool = False  # wall_s is the simulated backend's virtual makespan, not measured time
     backend_stats: dict[str, Any] = field(default_factory=dict)  # simulated: messages, bytes per link, bandwidth
+    auto_placement: AutoPlacement | None = None  # placement="auto": the choice and what it was judged by
 
     @property
     def val_accuracy(self) -> list[float | None]:
@@ -56,6 +59,13 @@ class TrainResult:
 
     def utilization(self) -> list[float]:
         return utilization(self.trace, self.wall_s)
+
+    @property
+    def placement_strategy(self) -> str:
+        """``auto``, a strategy name, or ``overrides`` (a dict of node -> worker)."""
+        if self.auto_placement is not None:
+            return "auto"
+        return self.config.placement_strategy if not self.config.placement else "overrides"
 
     def summary(self, **extra: Any) -> dict[str, Any]:
         """The JSON-ready summary the CLI prints (``amp-notebook train --json``)."""
@@ -79,8 +89,10 @@ class TrainResult:
             "staleness": {"mean": st["mean"], "p95": st["p95"], "max": st["max"]},
             "utilization": self.utilization(),
             "placement": self.placement,
-            "placement_strategy": c.placement_strategy if not c.placement else "overrides",
+            "placement_strategy": self.placement_strategy,
             "priority": c.priority,
+            **({"autoplace": {**self.auto_placement.summary(), "measured_per_s": self.train_instances_per_s}}
+               if self.auto_placement else {}),
             **({"virtual": True, "bandwidth_bits_per_s": self.backend_stats.get("bandwidth_bits_per_s", 0.0)}
                if self.virtual else {}),
         }  # fmt: skip
@@ -132,7 +144,8 @@ def train(
     after ``min_update_frequency`` gradients), ``sync`` (one key at a time, update after each) or
     ``pipeline`` (fill ``max_active_keys`` keys, drain, update all). ``params`` starts from given
     parameters (``graph.init_params(seed)`` otherwise). ``placement`` is a strategy (``"round_robin"``, the
-    default, or ``"balanced"``: contiguous cost-balanced stages) or a dict of node -> worker overrides.
+    default, ``"balanced"``: contiguous cost-balanced stages, or ``"auto"``: the fastest of several candidates
+    on the simulator, see :mod:`~amp_notebook.runtime.autoplace`) or a dict of node -> worker overrides.
     ``priority`` orders each worker's inbox: ``"backward_first"`` (the paper) or ``"fifo"``.
     ``on_epoch(stats)`` is called after each epoch; returning True stops the run there.
     ``backend="simulated"`` runs on simulated hardware described by ``costs`` (a
@@ -149,6 +162,16 @@ def train(
     if background and backend != "threads":
         raise ValueError(f"background=True runs on the threads backend; got backend={backend!r}, drop one of them")
     opt = make_optimizer(optimizer)
+    auto = None
+    if placement == "auto":  # resolved to a placement dict before the session is built
+        from amp_notebook.runtime.autoplace import autoplace
+
+        auto = autoplace(
+            graph, dataset, workers=workers, mode=mode, max_active_keys=max_active_keys,
+            min_update_frequency=min_update_frequency, priority=priority, optimizer=opt.spec(), params=params,
+            dtype=dtype, seed=seed, costs=(costs or CostModel()) if backend == "simulated" else None,
+        )  # fmt: skip
+        placement = auto.placement
     config = RunConfig(
         workers=workers, mode=mode, max_active_keys=max_active_keys, min_update_frequency=min_update_frequency,
         epochs=epochs, seed=seed, dtype=dtype, trace=trace, validate=validate, shuffle=shuffle,
@@ -181,6 +204,7 @@ def train(
             placement={n: session.plan.owner[i] for i, n in enumerate(session.plan.names)},
             virtual=backend == "simulated",
             backend_stats=runner.stats() if backend == "simulated" else {},
+            auto_placement=auto,
         )
 
     if background:
