@@ -37,6 +37,8 @@ from amp_notebook.data.sentiment import sentiment_tree_dataset
 from amp_notebook.ir.graph import Graph
 from amp_notebook.models import ggsnn, mlp, rnn, tree_lstm
 from amp_notebook.models.tree_lstm import root_accuracy, tree_lstm_forest
+from amp_notebook.reproduce.command import add_parser as add_reproduce_parser
+from amp_notebook.reproduce.command import command as cmd_reproduce
 from amp_notebook.runtime.controller import MODES
 from amp_notebook.runtime.placement import STRATEGIES
 from amp_notebook.runtime.session import PRIORITIES
@@ -144,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--json", action="store_true")
 
     add_simulate_parser(sub)
+    add_reproduce_parser(sub)
 
     b = sub.add_parser("bench", help="run a benchmark (figures against a peer, same run)")
     b.add_argument("name", choices=sorted(BENCHMARKS))
@@ -413,7 +416,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    commands = {"train": cmd_train, "demo": cmd_demo, "bench": cmd_bench, "simulate": cmd_simulate}
+    commands = {"train": cmd_train, "demo": cmd_demo, "bench": cmd_bench, "simulate": cmd_simulate,
+                "reproduce": cmd_reproduce}  # fmt: skip
     return commands[args.command](args)
 
 
