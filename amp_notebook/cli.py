@@ -40,8 +40,8 @@ from amp_notebook.models.tree_lstm import root_accuracy, tree_lstm_forest
 from amp_notebook.reproduce.command import add_parser as add_reproduce_parser
 from amp_notebook.reproduce.command import command as cmd_reproduce
 from amp_notebook.runtime.controller import MODES
+from amp_notebook.runtime.inbox import ORDERS, PRIORITIES
 from amp_notebook.runtime.placement import STRATEGIES
-from amp_notebook.runtime.session import PRIORITIES
 from amp_notebook.runtime.train import TrainResult, train
 
 MODELS = ("mlp", "rnn")  # also simulated; the dynamic models train only
@@ -85,7 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--priority",
         choices=PRIORITIES,
         default="backward_first",
-        help="worker inbox order: backward messages first (the paper) or arrival order",
+        help="worker inbox order across directions: backward messages first (the paper) or arrival order",
+    )
+    t.add_argument(
+        "--order",
+        choices=ORDERS,
+        default="oldest_key",
+        help="worker inbox order within a direction: the key admitted earliest first, or arrival order",
     )
     t.add_argument("--epochs", type=positive_int, default=3)
     t.add_argument("--seed", type=int, default=0)
@@ -243,7 +249,7 @@ def run_training(
             graph, data, workers=args.workers, mode=args.mode, max_active_keys=args.max_active_keys,
             min_update_frequency=muf, optimizer=optimizer, epochs=args.epochs, seed=args.seed,
             placement=getattr(args, "placement", "round_robin"), priority=getattr(args, "priority", "backward_first"),
-            on_key_done=on_key, on_epoch=on_epoch,
+            order=getattr(args, "order", "oldest_key"), on_key_done=on_key, on_epoch=on_epoch,
         )  # fmt: skip
     finally:
         if bar is not None:

@@ -62,7 +62,7 @@ for name in ("leaf_rows", "nodes", "is_root", "children", "classify", "loss"):
 # %%
 interp = Interpreter(tree_graph, seed=0)
 seen: list[int] = []
-original = interp.plan.ops[interp.plan.index["children"]].forward
+original = interp.ops["children"].forward
 
 
 def spy(ctx, port, x, state):
@@ -71,7 +71,7 @@ def spy(ctx, port, x, state):
     return out
 
 
-collect_op = interp.plan.ops[interp.plan.index["children"]]
+collect_op = interp.ops["children"]
 collect_op.forward = spy  # watch the Collect for one key, then put it back
 reports = interp.run_key(key, key=0)
 del collect_op.forward

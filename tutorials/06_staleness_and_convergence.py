@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -46,7 +48,8 @@ digits = load_digits_dataset(batch_size=10, seed=0)
 graph = amp.models.mlp(input_width=64, hidden=256)
 start = graph.init_params(0, np.dtype("float32"))  # every run starts from these weights
 TARGET, MAX_EPOCHS = 0.93, 20
-print(f"{len(digits.train)} training keys of 10 images; target {TARGET:.0%} validation accuracy; devices: {COSTS.spec()}")
+print(f"{len(digits.train)} training keys of 10 images, target {TARGET:.0%} validation accuracy")
+print("each simulated device:", COSTS.spec())
 
 
 # %% [markdown]

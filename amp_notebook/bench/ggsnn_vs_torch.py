@@ -97,7 +97,7 @@ def torch_optimizer(model: Any, spec: dict[str, Any]) -> tuple[Any, float]:
     """
     import torch
 
-    from amp_notebook.runtime.optim import Adam
+    from amp_notebook.optim import Adam
 
     settings = {k: v for k, v in spec.items() if k != "name"}
     if spec.get("name") != "adam" or settings.get("clip_norm") is not None:

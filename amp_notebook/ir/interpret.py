@@ -1,16 +1,18 @@
 """The reference interpreter: a single-threaded, deterministic executor of a graph; the oracle.
 
-It shares the ops (their math is checked separately, against finite differences and torch) but none
-of the runtime: no workers, no placement, no priorities, no credit counting. It runs one key at a time to
-completion with a plain FIFO worklist, and checks the IR's invariants as it goes:
+It shares the ops (their math is checked separately, against finite differences and torch) and the
+graph's gradient-flow analysis (``ir/analysis.py``), but none of the runtime: no compiled plan (it routes
+by node name straight from the graph's edges, so a routing bug in the runtime's tables cannot hide behind
+a shared table), no workers, no placement, no priorities, no credit counting. It runs one key at a time
+to completion with a plain FIFO worklist, and checks the IR's invariants as it goes:
 
 * every forward message a node emits for a training key gets exactly one backward message back;
 * when a key completes, every cache and join of every node is empty (memory bounded by what is in flight);
 * every Isu's backward inverts its forward on the states it saw.
 
-``gradients(batch)`` gives the parameter gradients of one key (for comparisons with torch), and
-``train(dataset, ...)`` is plain synchronous SGD in the same key order as the runtime's ``sync`` mode, so
-every backend can be checked against it.
+``gradients(batch)`` gives the parameter gradients of one key (for comparisons with torch) and
+``update()`` steps every node's optimizer. Training with it, synchronously in the runtime's ``sync`` key
+order, is a backend of the runtime: :func:`amp_notebook.runtime.reference.train_reference`.
 """
 
 from __future__ import annotations
@@ -20,18 +22,20 @@ from typing import Any
 
 import numpy as np
 
-from amp_notebook.data.batch import Batch, Dataset
+from amp_notebook.data.batch import Batch
 from amp_notebook.ir import ops as O
+from amp_notebook.ir.analysis import carries_gradient, requires_grad
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.message import BWD, FWD, State
 from amp_notebook.ir.ops import LOSS_PORT, NodeContext
-from amp_notebook.runtime.controller import Admit, Controller, EpochEnd, Finish, Flush
-from amp_notebook.runtime.optim import Optimizer, make_optimizer
-from amp_notebook.runtime.plan import average_replicas, compile_plan, end_epoch_optimizers
+from amp_notebook.optim import Optimizer, average_parameters, end_epoch, make_optimizer
 
 
 class InvariantError(AssertionError):
     """The graph or an op broke one of the IR's invariants."""
+
+
+Route = dict[tuple[str, str], tuple[str, str]]
 
 
 class Interpreter:
@@ -46,47 +50,74 @@ class Interpreter:
         graph.validate()
         self.graph = graph
         self.dtype = np.dtype(dtype)
-        self.plan = compile_plan(graph, dict.fromkeys(graph.nodes, 0), 1, 1, make_optimizer(optimizer))
+        self.names = list(graph.nodes)
+        self.ops = {name: node.op for name, node in graph.nodes.items()}
+        needs = requires_grad(graph)
+        # routing by name, straight from the edges: (node, out port) -> (node, in port) forward; backward
+        # (node, in port) -> (node, out port) along the edges that carry gradients
+        self.fwd_route: Route = {(e.src, e.src_port): (e.dst, e.dst_port) for e in graph.edges}
+        grad_edges = [e for e in graph.edges if carries_gradient(graph, e, needs)]
+        self.bwd_route: Route = {(e.dst, e.dst_port): (e.src, e.src_port) for e in grad_edges}
+        self.parameterized = {name for name, node in graph.nodes.items() if node.kind in O.PARAMETERIZED}
+        default = make_optimizer(optimizer)
+        self.optimizers = {
+            name: default if graph.nodes[name].optimizer is None else make_optimizer(graph.nodes[name].optimizer)
+            for name in self.parameterized
+        }
         initial = params if params is not None else graph.init_params(seed, self.dtype)
-        self.contexts = []
-        for i, name in enumerate(self.plan.names):
+        self.contexts: list[NodeContext] = []
+        self._by_name: dict[str, NodeContext] = {}
+        for name in self.names:
             ctx = NodeContext(name, {k: np.array(v, dtype=self.dtype) for k, v in initial.get(name, {}).items()})
-            ctx.grad_inputs = self.plan.grad_inputs[i]
-            ctx.grad_outputs = self.plan.grad_outputs[i]
+            ctx.grad_inputs = frozenset(e.dst_port for e in grad_edges if e.dst == name)
+            ctx.grad_outputs = frozenset(e.src_port for e in grad_edges if e.src == name)
             self.contexts.append(ctx)
+            self._by_name[name] = ctx
+        is_loss = {name for name, node in graph.nodes.items() if node.kind in O.LOSSES}
+        self.receives_backward = {
+            name: bool(self._by_name[name].grad_outputs) or (name in is_loss and bool(self._by_name[name].grad_inputs))
+            for name in self.names
+        }
+        self.inputs = [name for name, node in graph.nodes.items() if node.kind in O.INPUTS]
         self.reports: list[dict[str, Any]] = []
+
+    def context(self, name: str) -> NodeContext:
+        """The runtime state (parameters, gradients, caches) of the node called ``name``."""
+        return self._by_name[name]
+
+    def describe(self, name: str) -> str:
+        return f"{type(self.ops[name]).__name__} {name!r}"
 
     # ------------------------------------------------------------------ one key
     def run_key(self, batch: Batch, key: int = 0, train: bool = True) -> list[dict[str, Any]]:
         """Run one key to completion (forward, and backward when ``train``); gradients accumulate in
         the contexts. Returns the loss reports of this key."""
-        plan = self.plan
         state = State(key=key, **batch.fields)
-        work: deque[tuple[int, str, int, Any, State]] = deque()
-        for name, node in plan.inputs.items():
-            op = plan.ops[node]
+        work: deque[tuple[str, str, int, Any, State]] = deque()
+        for name in self.inputs:
+            op = self.ops[name]
             if op.fill == "zeros":
                 payload = np.zeros((batch.size, op.width), dtype=self.dtype)
             else:
                 payload = batch.inputs[name]
                 if op.dtype == "float":
                     payload = np.asarray(payload, dtype=self.dtype)
-            work.append((node, "in", FWD, payload, state))
-        owed: Counter[tuple[int, str, State]] = Counter()  # backward messages still owed, by (node, out_port, state)
+            work.append((name, "in", FWD, payload, state))
+        owed: Counter[tuple[str, str, State]] = Counter()  # backward messages still owed, by (node, out_port, state)
         reports: list[dict[str, Any]] = []
         while work:
             node, port, direction, payload, s = work.popleft()
-            ctx, op = self.contexts[node], plan.ops[node]
+            ctx, op = self._by_name[node], self.ops[node]
             if direction == FWD:
-                ctx.train = train and plan.receives_backward[node]
+                ctx.train = train and self.receives_backward[node]
                 for out_port, y, s2 in op.forward(ctx, port, payload, s):
                     self._check_isu(node, s, s2)
                     if out_port == LOSS_PORT:
                         if ctx.train:
-                            self._emit_back(node, op.backward(ctx, LOSS_PORT, 1.0, s2), work, owed)
+                            self._emit_back(node, op.backward(ctx, LOSS_PORT, 1.0, s2), work)
                         continue
-                    dst, dst_port = plan.fwd_route[node][out_port]
-                    if train and dst_port in plan.grad_inputs[dst]:
+                    dst, dst_port = self.fwd_route[(node, out_port)]
+                    if train and (dst, dst_port) in self.bwd_route:
                         owed[(node, out_port, s2)] += 1
                     work.append((dst, dst_port, FWD, y, s2))
                 for r in ctx.reports:
@@ -95,45 +126,45 @@ class Interpreter:
             else:
                 if owed[(node, port, s)] <= 0:
                     raise InvariantError(
-                        f"{plan.describe(node)} received a backward message at output {port!r} with state {s} "
+                        f"{self.describe(node)} received a backward message at output {port!r} with state {s} "
                         "that it never sent forward (or received it twice)"
                     )
                 owed[(node, port, s)] -= 1
                 emitted = op.backward(ctx, port, payload, s)  # sees n_grads before this gradient
-                if plan.parameterized[node]:
+                if node in self.parameterized:
                     ctx.n_grads += 1
                     ctx.grad_keys.add(key)
-                self._emit_back(node, emitted, work, owed)
+                self._emit_back(node, emitted, work)
         missing = +owed
         if missing:
             (node, port, s), _ = next(iter(missing.items()))
             raise InvariantError(
-                f"{plan.describe(node)} sent a forward message from {port!r} with state {s} whose backward never came"
+                f"{self.describe(node)} sent a forward message from {port!r} with state {s} whose backward never came"
             )
-        for i, ctx in enumerate(self.contexts):
+        for ctx in self.contexts:
             if ctx.cache or ctx.joins:
                 left = list(ctx.cache)[:3] + list(ctx.joins)[:3]
                 raise InvariantError(
-                    f"{plan.describe(i)} still holds cache/join entries after key {key} completed: {left}; "
+                    f"{self.describe(ctx.name)} still holds cache/join entries after key {key} completed: {left}; "
                     "something it waits for never arrived"
                 )
         self.reports.extend(reports)
         return reports
 
-    def _emit_back(self, node: int, emitted: list, work: deque, owed: Counter) -> None:
-        route = self.plan.bwd_route[node]
+    def _emit_back(self, node: str, emitted: list, work: deque) -> None:
+        route = self.bwd_route
         for in_port, g, s in emitted:
-            if in_port in route:
-                src, src_port = route[in_port]
-                work.append((src, src_port, BWD, g, s))
+            src = route.get((node, in_port))
+            if src is not None:
+                work.append((src[0], src[1], BWD, g, s))
 
-    def _check_isu(self, node: int, before: State, after: State) -> None:
-        op = self.plan.ops[node]
+    def _check_isu(self, node: str, before: State, after: State) -> None:
+        op = self.ops[node]
         if isinstance(op, O.Isu):
             back = op.apply(op.backward_updates, after)
             if back != before:
                 raise InvariantError(
-                    f"{self.plan.describe(node)} is not invertible: forward maps {before} to {after}, "
+                    f"{self.describe(node)} is not invertible: forward maps {before} to {after}, "
                     f"but backward maps that back to {back}"
                 )
 
@@ -146,57 +177,29 @@ class Interpreter:
         """The gradient of the key's mean loss with respect to every parameter (a copy)."""
         self.zero_grads()
         self.run_key(batch, key=key, train=True)
-        return {
-            self.plan.names[i]: {k: v.copy() for k, v in self.contexts[i].grads.items()}
-            for i, p in enumerate(self.plan.parameterized)
-            if p
-        }
+        return {name: {k: v.copy() for k, v in self._by_name[name].grads.items()} for name in self._parameterized()}
 
     def params(self) -> dict[str, dict[str, np.ndarray]]:
-        return {
-            self.plan.names[i]: {k: v.copy() for k, v in self.contexts[i].params.items()}
-            for i, p in enumerate(self.plan.parameterized)
-            if p
-        }
+        return {name: {k: v.copy() for k, v in self._by_name[name].params.items()} for name in self._parameterized()}
 
     def update(self) -> None:
         """Every parameterized node steps its optimizer on what it holds (the mean over keys)."""
-        for i, p in enumerate(self.plan.parameterized):
-            ctx = self.contexts[i]
-            if p and ctx.n_grads:
-                opt = self.plan.optimizers[i]
-                assert opt is not None
-                opt.step(ctx.params, ctx.grads, ctx.opt_state, 1.0 / len(ctx.grad_keys))
+        for name in self._parameterized():
+            ctx = self._by_name[name]
+            if ctx.n_grads:
+                self.optimizers[name].step(ctx.params, ctx.grads, ctx.opt_state, 1.0 / len(ctx.grad_keys))
                 ctx.reset_grads()
                 ctx.version += 1
 
-    def train(
-        self, dataset: Dataset, epochs: int = 1, seed: int = 0, shuffle: bool = True, validate: bool = True
-    ) -> list[dict[str, Any]]:
-        """Synchronous SGD, one key at a time in the runtime's ``sync`` order; returns per-epoch reports."""
-        controller = Controller(dataset, "sync", 1, epochs, seed, shuffle, validate)
-        actions = controller.start()
-        epoch_reports: list[dict[str, Any]] = []
-        current: list[dict[str, Any]] = []
-        while actions:
-            action = actions.pop(0)
-            if isinstance(action, Admit):
-                info = action.info
-                for r in self.run_key(info.batch, key=info.key, train=info.train):
-                    current.append({**r, "train": info.train, "epoch": info.epoch})
-                actions += controller.on_complete(info.key)
-            elif isinstance(action, Flush):
-                self.update()
-                actions += controller.on_complete(action.flush_id)
-            elif isinstance(action, EpochEnd):
-                self.average_replicas()
-                end_epoch_optimizers(self.plan)
-                epoch_reports.append({"epoch": action.epoch, "reports": current})
-                current = []
-                actions += controller.on_epoch_end()
-            elif isinstance(action, Finish):
-                break
-        return epoch_reports
-
     def average_replicas(self) -> None:
-        average_replicas(self.plan, self.contexts)
+        """Set every replica group's parameters to their exact mean (epoch-end work)."""
+        for group in self.graph.replica_groups:
+            average_parameters([self._by_name[name] for name in group])
+
+    def end_epoch(self) -> None:
+        """Epoch-end work: replicas averaged, each optimizer's per-epoch schedule applied once."""
+        self.average_replicas()
+        end_epoch(self.optimizers.values())
+
+    def _parameterized(self) -> list[str]:
+        return [name for name in self.names if name in self.parameterized]

@@ -91,9 +91,12 @@ class Message:
 
     ``node`` is the node's index in the placed graph, ``port`` the input port name (forward) or output
     port name (backward). ``train`` is False for validation keys, which run forward only and cache nothing.
+    ``key`` is the state's key, read once here because every step of the runtime needs it (priority,
+    credit counting, trace); an update message of a flush has no key and takes ``-1 - flush id``, so trace
+    rows tell flushes apart from keys and from each other.
     """
 
-    __slots__ = ("direction", "node", "payload", "port", "state", "train")
+    __slots__ = ("direction", "key", "node", "payload", "port", "state", "train")
 
     def __init__(self, node: int, port: str, direction: int, payload: Any, state: State, train: bool = True) -> None:
         self.node = node
@@ -102,6 +105,8 @@ class Message:
         self.payload = payload
         self.state = state
         self.train = train
+        fields = state._fields
+        self.key: int = fields["key"] if "key" in fields else -1 - fields.get("flush", 0)  # type: ignore[assignment,operator]
 
     def __repr__(self) -> str:
         return (

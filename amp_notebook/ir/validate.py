@@ -176,7 +176,7 @@ def infer_widths(graph: Graph, strict: bool) -> tuple[dict[tuple[str, str], Widt
 
 
 def _check_attrs(graph: Graph) -> list[Problem]:
-    from amp_notebook.runtime.optim import OptimizerError, make_optimizer
+    from amp_notebook.optim import OptimizerError, make_optimizer
 
     problems = []
     for node in graph.nodes.values():

@@ -14,7 +14,7 @@ asks the simulated backend, which runs the same session, controller and workers 
    core's measured FLOP/s plus its measured per-message overhead. A node cost is one time per message
    whatever the payload's shape: right for keys of one bucket size, a typical value otherwise.
 2. **Workload.** ``keys`` training keys (the first ones, repeated if the dataset is smaller), the run's
-   mode, max_active_keys, min_update_frequency, priority, optimizer, dtype and initial parameters;
+   mode, max_active_keys, min_update_frequency, inbox priority and order, optimizer, dtype and initial parameters;
    no validation, no trace. Every candidate runs exactly this workload, so the ranking is fair; the
    predicted throughput is training instances per virtual second over it (its fill and drain included).
 3. **Candidates.** ``round_robin`` (the paper's default), ``balanced`` (contiguous stages), then a local
@@ -146,6 +146,7 @@ def autoplace(
     max_active_keys: int = 4,
     min_update_frequency: int = 1,
     priority: str = "backward_first",
+    order: str = "oldest_key",
     optimizer: Any = "sgd",
     params: dict[str, dict[str, np.ndarray]] | None = None,
     dtype: str = "float32",
@@ -183,7 +184,7 @@ def autoplace(
     pinned = {n for n in heavy if graph.nodes[n].worker is not None}
     movable = [n for n in heavy if n not in pinned]
     settings = {"workers": workers, "mode": mode, "max_active_keys": max_active_keys,
-                "min_update_frequency": min_update_frequency, "priority": priority}  # fmt: skip
+                "min_update_frequency": min_update_frequency, "priority": priority, "order": order}  # fmt: skip
     cache: dict[tuple[int, ...], float] = {}
 
     def predict(assignment: dict[str, int]) -> float:

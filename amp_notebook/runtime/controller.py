@@ -1,8 +1,10 @@
 """Admission, flushes and epochs: the controller as a pure state machine.
 
-The backend tells the controller when a key (or a flush) has completed; the controller answers with
-actions: admit these keys, flush (update every parameterized node), the epoch has ended, the run is
-finished. It never looks at messages. *Completion* is detected by the backend by credit counting: each
+The backend tells the controller, in explicit events, when a key has completed (``on_key_complete``) or a
+flush has completed (``on_flush_complete``); the controller answers with actions: admit these keys, flush
+(update every parameterized node), the epoch has ended, the run is finished. It never looks at messages.
+:func:`carry_out` is the one loop that hands actions to whoever executes them (a backend's session, the
+reference trainer), follow-up actions first. *Completion* is detected by the backend by credit counting: each
 key's count starts at the number of messages injected for it, each handled message adds the number it
 emits minus one, and the key is done when the count reaches zero: no message of it remains anywhere,
 so no model needs hand-written termination logic (ARCHITECTURE.md, invariant 5).
@@ -23,6 +25,8 @@ admission can be paused (``pause``/``resume``: keys in flight go on, none is adm
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -92,7 +96,7 @@ class Controller:
         self.active: set[int] = set()
         self.pending: list[KeyInfo] = []
         self.next_key = 0
-        self.next_flush = -1
+        self.next_flush = 0
         self.flushing = False
         self.group_admitted = 0
         self.group_trains = False
@@ -112,10 +116,10 @@ class Controller:
     def start(self) -> list[Action]:
         return self._next_epoch()
 
-    def on_complete(self, key: int) -> list[Action]:
-        if key < 0:
-            self.flushing = False
-            return self._fill()
+    def on_key_complete(self, key: int) -> list[Action]:
+        """No message of ``key`` remains anywhere (credit counting): admit, flush or end the epoch."""
+        if key not in self.keys:
+            raise ValueError(f"on_key_complete: key {key} is not in flight (in flight: {sorted(self.active)[:10]})")
         self.active.discard(key)
         info = self.keys.pop(key)
         actions: list[Action] = []
@@ -127,6 +131,13 @@ class Controller:
             self.group_admitted = 0
             self.group_trains = False
         return actions + self._fill()
+
+    def on_flush_complete(self, flush_id: int) -> list[Action]:
+        """Every update of flush ``flush_id`` has been applied: admission goes on."""
+        if not self.flushing or flush_id != self.next_flush - 1:
+            raise ValueError(f"on_flush_complete: flush {flush_id} is not the flush in progress")
+        self.flushing = False
+        return self._fill()
 
     def on_epoch_end(self) -> list[Action]:
         """Called by the backend once it has finished its epoch-end work (replica averaging, metrics)."""
@@ -162,7 +173,7 @@ class Controller:
     def _flush(self) -> Flush:
         self.flushing = True
         fid = self.next_flush
-        self.next_flush -= 1
+        self.next_flush += 1
         return Flush(fid)
 
     def _fill(self) -> list[Action]:
@@ -205,3 +216,32 @@ class Controller:
         info = KeyInfo(self.next_key, self.epoch, train, batch)
         self.next_key += 1
         return info
+
+
+@dataclass(frozen=True)
+class Handlers:
+    """What an executor does with each kind of action; each returns the follow-up actions (often none)."""
+
+    admit: Callable[[KeyInfo], list[Action]]
+    flush: Callable[[int], list[Action]]
+    end_epoch: Callable[[int], list[Action]]
+
+
+def carry_out(actions: list[Action], handlers: Handlers) -> bool:
+    """Hand ``actions`` to ``handlers`` in order; the follow-up actions an action returns run before the
+    actions after it. Returns True once a :class:`Finish` has been carried out."""
+    pending = deque(actions)
+    finished = False
+    while pending:
+        action = pending.popleft()
+        if isinstance(action, Admit):
+            follow = handlers.admit(action.info)
+        elif isinstance(action, Flush):
+            follow = handlers.flush(action.flush_id)
+        elif isinstance(action, EpochEnd):
+            follow = handlers.end_epoch(action.epoch)
+        else:
+            finished = True
+            follow = []
+        pending.extendleft(reversed(follow))
+    return finished

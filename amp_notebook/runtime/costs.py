@@ -280,7 +280,7 @@ class CostTable:
             self.seconds_per_bit[a][b] = 1.0 / link.bandwidth_bits_per_s
         self.fixed: list[NodeCost | None] = [model.nodes.get(n) for n in plan.names]
         self.update_s: list[float] = [self._update_seconds(i) for i in range(len(plan.names))]
-        self._cache: dict[tuple[int, int, tuple[int, ...], Any], tuple[float, int]] = {}
+        self._cache: dict[tuple[int, int, tuple[int, ...], Any], tuple[float, float, int]] = {}
 
     def _update_seconds(self, node: int) -> float:
         fixed = self.fixed[node]
@@ -293,6 +293,30 @@ class CostTable:
 
     def message(self, node: int, direction: int, payload: Any) -> tuple[float, int]:
         """(handling seconds, bytes on a link) of a message with this payload; cached by shape and dtype."""
+        overhead, work, nbytes = self._lookup(node, direction, payload)
+        return overhead + work, nbytes
+
+    def message_bytes(self, node: int, direction: int, payload: Any) -> int:
+        """Bytes a message with this payload puts on a link."""
+        return self._lookup(node, direction, payload)[2]
+
+    def bundle(self, bundle: Sequence[Any]) -> float:
+        """Handling seconds of a bundle (messages for one node, direction and port run as one call): the
+        per-message overhead once, plus the work (FLOPs at the device's rate) of every payload."""
+        first = bundle[0]
+        if len(bundle) == 1:
+            overhead, work, _ = self._lookup(first.node, first.direction, first.payload)
+            return overhead + work
+        node, direction = first.node, first.direction
+        seconds = 0.0
+        overhead = 0.0
+        for m in bundle:
+            o, work, _ = self._lookup(node, direction, m.payload)
+            seconds += work
+            overhead = max(overhead, o)
+        return overhead + seconds
+
+    def _lookup(self, node: int, direction: int, payload: Any) -> tuple[float, float, int]:
         shape = getattr(payload, "shape", ())
         dtype = getattr(payload, "dtype", None)
         key = (node, direction, shape, dtype)
@@ -301,7 +325,9 @@ class CostTable:
             hit = self._cache[key] = self._compute(node, direction, shape, dtype)
         return hit
 
-    def _compute(self, node: int, direction: int, shape: tuple[int, ...], dtype: Any) -> tuple[float, int]:
+    def _compute(self, node: int, direction: int, shape: tuple[int, ...], dtype: Any) -> tuple[float, float, int]:
+        """(per-call overhead seconds, work seconds, bytes) of one message; a node's fixed cost or an update's
+        cost counts as work (it is charged per message, also inside a bundle)."""
         plan = self.plan
         fixed = self.fixed[node]
         seconds: float | None = None
@@ -309,10 +335,12 @@ class CostTable:
             seconds = self.update_s[node]
         elif fixed is not None:
             seconds = fixed.fwd_s if direction == FWD else fixed.bwd_s
-        if seconds is None:
+        if seconds is not None:
+            overhead = 0.0
+        else:
             grad_input = bool(plan.grad_inputs[node])
             flops = message_flops(plan.ops[node], direction, tuple(shape), grad_input)
-            seconds = self.overhead + flops / self.flops[plan.owner[node]]
+            overhead, seconds = self.overhead, flops / self.flops[plan.owner[node]]
         size = math.prod(shape) if shape else 1
         if dtype is not None and np.dtype(dtype).kind == "f":
             nbytes = size * self.wire_bytes
@@ -320,7 +348,7 @@ class CostTable:
             nbytes = size * np.dtype(dtype).itemsize
         else:
             nbytes = 0
-        return seconds, nbytes + self.model.header_bytes
+        return overhead, seconds, nbytes + self.model.header_bytes
 
 
 # --------------------------------------------------------------------- calibration

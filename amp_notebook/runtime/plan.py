@@ -1,11 +1,7 @@
-"""A graph compiled for execution: integer node ids, routing tables, and which edges carry gradients.
+"""A graph compiled for execution: integer node ids, routing tables, owners and update policies.
 
-Gradient flow is decided statically. An output *requires grad* when its node has parameters or one of
-its differentiable inputs is fed by an output that requires grad (a fixed point, so loops settle). An
-edge carries a backward message when its source output requires grad and its destination port is
-differentiable (a loss's ``target`` and an Embedding's ids are not). A node caches for backward only
-when a backward will come back to it; otherwise (token streams, validation keys) it caches nothing, so
-memory stays bounded by what is in flight.
+Which edges carry gradients comes from the graph's own analysis (``ir/analysis.py``); this module turns
+it, with a placement, into the integer-indexed tables the workers read per message.
 """
 
 from __future__ import annotations
@@ -13,12 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from amp_notebook.ir import ops as O
+from amp_notebook.ir.analysis import carries_gradient, requires_grad
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.ops.base import Op
-from amp_notebook.runtime.optim import Optimizer, make_optimizer
+from amp_notebook.optim import Optimizer, average_parameters, end_epoch, make_optimizer
 
 
 @dataclass
@@ -40,30 +35,10 @@ class Plan:
     optimizers: list[Optimizer | None]
     replica_groups: list[list[int]]
     workers: int
+    max_bundle: list[int]  # per node: messages one call may take together (1: no bundling); changed live
 
     def describe(self, node: int) -> str:
         return f"{type(self.ops[node]).__name__} {self.names[node]!r}"
-
-
-def requires_grad(graph: Graph) -> set[tuple[str, str]]:
-    """The output ports whose values depend on parameters."""
-    needs: set[tuple[str, str]] = set()
-    incoming = {n: graph.incoming(n) for n in graph.nodes}
-    changed = True
-    while changed:
-        changed = False
-        for name, node in graph.nodes.items():
-            op = node.op
-            live = node.kind in O.PARAMETERIZED or any(
-                (e.src, e.src_port) in needs for port, e in incoming[name].items() if port not in op.nondiff_inputs
-            )
-            if not live:
-                continue
-            for port in op.output_ports():
-                if (name, port) not in needs:
-                    needs.add((name, port))
-                    changed = True
-    return needs
 
 
 def compile_plan(
@@ -84,7 +59,7 @@ def compile_plan(
     for e in graph.edges:
         s, d = index[e.src], index[e.dst]
         fwd_route[s][e.src_port] = (d, e.dst_port)
-        if (e.src, e.src_port) in needs and e.dst_port not in ops[d].nondiff_inputs:
+        if carries_gradient(graph, e, needs):
             bwd_route[d][e.dst_port] = (s, e.src_port)
             grad_in[d].add(e.dst_port)
             grad_out[s].add(e.src_port)
@@ -119,6 +94,7 @@ def compile_plan(
         optimizers=optimizers,
         replica_groups=[[index[n] for n in group] for group in graph.replica_groups],
         workers=workers,
+        max_bundle=[1] * len(names),
     )
 
 
@@ -126,14 +102,9 @@ def average_replicas(plan: Plan, contexts: Sequence[O.NodeContext]) -> None:
     """Set every replica in each group to the exact mean of the group's parameters (epoch-end work,
     while no message is in flight)."""
     for group in plan.replica_groups:
-        ctxs = [contexts[i] for i in group]
-        for name in ctxs[0].params:
-            mean = np.mean([c.params[name] for c in ctxs], axis=0)
-            for c in ctxs:
-                c.params[name][...] = mean
+        average_parameters([contexts[i] for i in group])
 
 
 def end_epoch_optimizers(plan: Plan) -> None:
     """Let each distinct optimizer apply its per-epoch schedule (``lr_decay``) once."""
-    for opt in {id(o): o for o in plan.optimizers if o is not None}.values():
-        opt.end_epoch()
+    end_epoch(o for o in plan.optimizers if o is not None)

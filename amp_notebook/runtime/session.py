@@ -1,15 +1,18 @@
 """What every backend shares: the compiled plan, node contexts, workers, controller and epoch metrics.
 
 A backend only moves messages and keeps time; the session turns controller actions into messages
-(injecting a key's payloads into its Input nodes, sending update messages for a flush), does the
-epoch-end work (replica averaging, metrics) and collects the losses that loss nodes report.
+(injecting a key's payloads into its Input nodes, sending update messages for a flush) and registers
+their credits, turns completed keys and flushes into controller events, does the epoch-end work
+(replica averaging, metrics) and collects the losses that loss nodes report. A backend gives the session
+two things (:class:`Backend`): ``inject(messages)``, which puts messages from the controller into their
+workers' inboxes, and ``now()``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -17,19 +20,24 @@ from amp_notebook.data.batch import Batch, Dataset
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.message import FWD, UPDATE, Message, State
 from amp_notebook.ir.ops import NodeContext
-from amp_notebook.runtime.controller import Action, Admit, Controller, EpochEnd, Finish, Flush, KeyInfo
-from amp_notebook.runtime.optim import Optimizer
+from amp_notebook.optim import Optimizer
+from amp_notebook.runtime.controller import Action, Controller, Handlers, KeyInfo, carry_out
+from amp_notebook.runtime.credits import Credits
+from amp_notebook.runtime.inbox import ORDERS, PRIORITIES
 from amp_notebook.runtime.placement import place
 from amp_notebook.runtime.plan import Plan, average_replicas, compile_plan, end_epoch_optimizers
 from amp_notebook.runtime.worker import Worker
 from amp_notebook.trace.buffers import DEFAULT_CAPACITY, WorkerBuffer
 
-PRIORITIES = ("backward_first", "fifo")
 RECENT_DECAY = 0.95  # weight of the past in the moving averages of the training loss and accuracy
-"""How a worker orders its inbox: backward (and update) messages before forward ones, as in the paper's
-appendix A (less staleness, fewer cached activations), or plain arrival order. With several nodes per
-worker, strict backward-first can make the workers take turns: one drains its backward work while the
-other starves of forward work; arrival order keeps both fed (``amp-notebook bench speedup`` shows both)."""
+
+
+class Backend(Protocol):
+    def inject(self, msgs: list[Message]) -> None:
+        """Put messages from the controller into their workers' inboxes (their credits are registered)."""
+        ...
+
+    def now(self) -> float: ...
 
 
 class DataError(ValueError):
@@ -52,6 +60,7 @@ class RunConfig:
     trace_capacity: int | None = DEFAULT_CAPACITY  # trace rows kept per worker; None keeps every row
     placement_strategy: str = "round_robin"
     priority: str = "backward_first"
+    order: str = "oldest_key"
 
 
 @dataclass
@@ -110,6 +119,8 @@ class Session:
         self.dtype = np.dtype(config.dtype)
         if config.priority not in PRIORITIES:
             raise ValueError(f"priority: expected one of {PRIORITIES}, got {config.priority!r}")
+        if config.order not in ORDERS:
+            raise ValueError(f"order: expected one of {ORDERS}, got {config.order!r}")
         placement = place(graph, config.workers, config.placement, config.placement_strategy)
         self.plan: Plan = compile_plan(graph, placement, config.workers, config.min_update_frequency, optimizer)
         check_dataset(self.plan, dataset)
@@ -134,10 +145,11 @@ class Session:
             Worker(
                 w, self.plan,
                 {i: self.contexts[i] for i in range(len(self.plan.names)) if self.plan.owner[i] == w},
-                local_updates=config.mode == "amp", buffer=self.buffers[w], clock=clock,
+                local_updates=config.mode == "amp", buffer=self.buffers[w], clock=clock, tracing=config.trace,
             )
             for w in range(config.workers)
         ]  # fmt: skip
+        self.credits = Credits()
         self.key_epoch: dict[int, tuple[int, bool]] = {}
         self.history: list[EpochStats] = []
         self.current = EpochStats(0)
@@ -166,36 +178,47 @@ class Session:
             out.append(Message(node, "in", FWD, payload, state, info.train))
         return out
 
-    def apply(
-        self, actions: list[Action], send: Callable[[int, list[Message]], None], now: Callable[[], float]
-    ) -> bool:
-        """Carry out controller actions: admitted keys and flushes become messages handed to
-        ``send(key, messages)`` (the backend counts their credits and delivers them), an epoch end runs
-        its work at time ``now()``. Actions that follow from these run first, in order. Returns True once
-        the controller says the run is finished."""
+    def begin(self, backend: Backend) -> bool:
+        """Start the run: the controller's first actions. Returns True if the run is already finished."""
+        return self.carry_out(self.controller.start(), backend)
+
+    def completed(self, keys: list[int], flushes: list[int], backend: Backend) -> bool:
+        """Keys and flushes whose credits reached zero: bookkeeping, then the controller's events and the
+        actions that follow, in order. Returns True once the run is finished."""
         finished = False
-        pending = list(actions)
-        while pending:
-            action = pending.pop(0)
-            follow: list[Action] = []
-            if isinstance(action, Admit):
-                send(action.info.key, self.inject(action.info))
-            elif isinstance(action, Flush):
-                msgs = self.flush_messages(action.flush_id)
-                if msgs:
-                    send(action.flush_id, msgs)
-                else:  # nothing to update: the flush is complete at once
-                    follow = self.controller.on_complete(action.flush_id)
-            elif isinstance(action, EpochEnd):
-                self.end_epoch(action.epoch, now())
-                follow = self.controller.on_epoch_end()
-            elif isinstance(action, Finish):
-                finished = True
-            pending[0:0] = follow
+        for key in keys:
+            self.key_done(key)
+            finished |= self.carry_out(self.controller.on_key_complete(key), backend)
+        for flush_id in flushes:
+            finished |= self.carry_out(self.controller.on_flush_complete(flush_id), backend)
         return finished
 
+    def carry_out(self, actions: list[Action], backend: Backend) -> bool:
+        """Carry out controller actions: admitted keys and flushes become messages (credits registered,
+        then injected), an epoch end runs its work at ``backend.now()``. Returns True once finished."""
+
+        def admit(info: KeyInfo) -> list[Action]:
+            msgs = self.inject(info)
+            self.credits.inject_key(info.key, len(msgs))
+            backend.inject(msgs)
+            return []
+
+        def flush(flush_id: int) -> list[Action]:
+            msgs = self.flush_messages(flush_id)
+            if not msgs:  # nothing to update: the flush is complete at once
+                return self.controller.on_flush_complete(flush_id)
+            self.credits.inject_flush(flush_id, len(msgs))
+            backend.inject(msgs)
+            return []
+
+        def end_epoch(epoch: int) -> list[Action]:
+            self.end_epoch(epoch, backend.now())
+            return self.controller.on_epoch_end()
+
+        return carry_out(actions, Handlers(admit, flush, end_epoch))
+
     def flush_messages(self, flush_id: int) -> list[Message]:
-        state = State(key=flush_id)
+        state = State(flush=flush_id)
         return [Message(i, "", UPDATE, None, state) for i, p in enumerate(self.plan.parameterized) if p]
 
     # ---------------------------------------------------------------- bookkeeping
@@ -281,4 +304,4 @@ def check_dataset(plan: Plan, dataset: Dataset) -> None:
                 )
 
 
-__all__ = ["DataError", "EpochStats", "RunConfig", "Session", "check_dataset"]
+__all__ = ["Backend", "DataError", "EpochStats", "RunConfig", "Session", "check_dataset"]

@@ -17,8 +17,8 @@ import numpy as np
 from amp_notebook.data.batch import Dataset
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.serialize import save_params
+from amp_notebook.optim import Optimizer, make_optimizer
 from amp_notebook.runtime.costs import CostModel
-from amp_notebook.runtime.optim import Optimizer, make_optimizer
 from amp_notebook.runtime.session import EpochStats, RunConfig, Session
 from amp_notebook.trace.buffers import DEFAULT_CAPACITY
 from amp_notebook.trace.metrics import staleness_summary, utilization
@@ -131,6 +131,7 @@ def train(
     params: dict[str, dict[str, np.ndarray]] | None = None,
     placement: dict[str, int] | str | None = None,
     priority: str = "backward_first",
+    order: str = "oldest_key",
     backend: str = "threads",
     costs: Any = None,
     on_key_done: Callable[[Any], None] | None = None,
@@ -146,7 +147,8 @@ def train(
     parameters (``graph.init_params(seed)`` otherwise). ``placement`` is a strategy (``"round_robin"``, the
     default, ``"balanced"``: contiguous cost-balanced stages, or ``"auto"``: the fastest of several candidates
     on the simulator, see :mod:`~amp_notebook.runtime.autoplace`) or a dict of node -> worker overrides.
-    ``priority`` orders each worker's inbox: ``"backward_first"`` (the paper) or ``"fifo"``.
+    ``priority`` orders each worker's inbox across directions: ``"backward_first"`` (the paper) or ``"fifo"``;
+    ``order`` within a direction: ``"oldest_key"`` (the key admitted earliest first) or ``"arrival"``.
     ``on_epoch(stats)`` is called after each epoch; returning True stops the run there.
     ``backend="simulated"`` runs on simulated hardware described by ``costs`` (a
     :class:`~amp_notebook.runtime.costs.CostModel`, default the paper's 1 TFLOPS device) in virtual time:
@@ -168,8 +170,8 @@ def train(
 
         auto = autoplace(
             graph, dataset, workers=workers, mode=mode, max_active_keys=max_active_keys,
-            min_update_frequency=min_update_frequency, priority=priority, optimizer=opt.spec(), params=params,
-            dtype=dtype, seed=seed, costs=(costs or CostModel()) if backend == "simulated" else None,
+            min_update_frequency=min_update_frequency, priority=priority, order=order, optimizer=opt.spec(),
+            params=params, dtype=dtype, seed=seed, costs=(costs or CostModel()) if backend == "simulated" else None,
         )  # fmt: skip
         placement = auto.placement
     config = RunConfig(
@@ -177,6 +179,7 @@ def train(
         epochs=epochs, seed=seed, dtype=dtype, trace=trace, validate=validate, shuffle=shuffle,
         placement=dict(placement) if isinstance(placement, dict) else {},
         placement_strategy=placement if isinstance(placement, str) else "round_robin", priority=priority,
+        order=order,
     )  # fmt: skip
     config.trace_capacity = trace_capacity
     session = Session(graph, dataset, config, opt, params)

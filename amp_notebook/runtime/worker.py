@@ -1,4 +1,4 @@
-"""The worker as a pure state machine: ``handle(message) -> outgoing messages``.
+"""The worker as a pure state machine: ``handle(message) -> outgoing messages``, and the worker *step*.
 
 A worker owns the contexts of the nodes placed on it and nothing else; threads, queues and clocks
 belong to the backend that drives it (the threaded backend, the simulator, the reference tests), so the
@@ -11,18 +11,49 @@ same logic runs everywhere. For each message it:
   on parameterized nodes, counts it toward ``min_update_frequency`` and, in ``amp`` mode, marks the
   node due for an update once it holds enough; routes gradients only along edges that carry them;
 * update (a flush in ``sync``/``pipeline`` mode): applies the node's optimizer to what it holds.
+
+:meth:`Worker.step` is everything that follows, written once for every backend: handle a bundle (the
+messages the inbox gave together), write its trace row, and if the handling made local updates due, send
+the outgoing messages on *first* and then update (the previous stage need not wait for our optimizer
+step; the bundle keeps its credits until the update is done, so its keys cannot complete mid-update),
+then release the credits. What differs between backends is passed in: a :class:`Timer` (measured time on
+threads, virtual time in the simulator), the shared :class:`~amp_notebook.runtime.credits.Credits`, and
+``deliver(messages, at)``, which hands outgoing messages to their workers.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
-from amp_notebook.ir.message import BWD, DIRECTION_NAMES, FWD, Message, State
+from amp_notebook.ir.message import BWD, DIRECTION_NAMES, FWD, UPDATE, Message, State
 from amp_notebook.ir.ops import LOSS_PORT, NodeContext
+from amp_notebook.runtime.credits import Credits
 from amp_notebook.runtime.plan import Plan
-from amp_notebook.trace.buffers import WorkerBuffer
+from amp_notebook.trace.buffers import PHASE_UPDATE, WorkerBuffer
+
+Deliver = Callable[[list[Message], float], None]
+
+
+class Timer(Protocol):
+    """The clock of a step: measured (threads) or computed from a cost model (the simulator)."""
+
+    def start(self) -> float:
+        """When the handling of a bundle starts."""
+        ...
+
+    def handled(self, start: float, bundle: Sequence[Message]) -> float:
+        """When the handling of ``bundle`` (begun at ``start``) ends."""
+        ...
+
+    def update_start(self, previous_end: float) -> float:
+        """When a local update that follows the work ending at ``previous_end`` starts."""
+        ...
+
+    def updated(self, start: float, node: int) -> float:
+        """When ``node``'s update (begun at ``start``) ends."""
+        ...
 
 
 class NodeError(RuntimeError):
@@ -45,6 +76,7 @@ class Worker:
         local_updates: bool,
         buffer: WorkerBuffer | None = None,
         clock: Callable[[], float] | None = None,
+        tracing: bool = True,
     ) -> None:
         self.index = index
         self.plan = plan
@@ -52,6 +84,7 @@ class Worker:
         self.local_updates = local_updates
         self.buffer = buffer if buffer is not None else WorkerBuffer()
         self.clock = clock or (lambda: 0.0)
+        self.tracing = tracing
         self.due_updates: list[int] = []
         self.reports: deque[tuple[int, dict[str, Any]]] = deque()
         # bound once: the hot path reads these per message
@@ -61,12 +94,53 @@ class Worker:
         self._receives = plan.receives_backward
         self._parameterized = plan.parameterized
 
+    def step(
+        self, bundle: list[Message], depth: int, timer: Timer, credits: Credits, deliver: Deliver
+    ) -> tuple[list[int], list[int], float]:
+        """Handle ``bundle`` and do what follows (module docstring); returns the keys and flushes that
+        completed and when the step ended (after any local updates)."""
+        t0 = timer.start()
+        outs = self.handle_bundle(bundle)
+        t1 = timer.handled(t0, bundle)
+        first = bundle[0]
+        if self.tracing:
+            self.buffer.record(first.node, first.direction, first.key, t0, t1, depth)
+        end = t1
+        due = self.due_updates
+        if due:
+            if outs:
+                credits.add(outs)
+                deliver(outs, t1)
+                outs = []
+            record = self.buffer.record
+            for node in due:
+                u0 = timer.update_start(end)
+                self.apply_update(node)
+                end = timer.updated(u0, node)
+                if self.tracing:
+                    record(node, PHASE_UPDATE, first.key, u0, end, depth)
+            due.clear()
+        done, flushed = credits.release(bundle, outs)
+        if outs:
+            deliver(outs, t1)
+        return done, flushed, end
+
+    def handle_bundle(self, bundle: list[Message]) -> list[Message]:
+        """Handle the messages of one bundle (same node, direction and port); their outgoing messages."""
+        if len(bundle) == 1:
+            return self.handle(bundle[0])
+        outs: list[Message] = []
+        for msg in bundle:
+            outs.extend(self.handle(msg))
+        return outs
+
     def handle(self, msg: Message) -> list[Message]:
         try:
             if msg.direction == FWD:
                 return self._forward(msg)
             if msg.direction == BWD:
                 return self._backward(msg)
+            assert msg.direction == UPDATE
             self.apply_update(msg.node)
             return []
         except NodeError:
@@ -109,7 +183,7 @@ class Worker:
         ctx = self.contexts[node]
         emitted = self._ops[node].backward(ctx, msg.port, msg.payload, msg.state)  # before n_grads += 1
         if self._parameterized[node]:
-            key = msg.state["key"]
+            key = msg.key
             staleness = ctx.version - ctx.fwd_version.pop(msg.state)
             self.buffer.record_staleness(node, key, staleness, self.clock())
             ctx.n_grads += 1

@@ -425,7 +425,7 @@ def _position(pos: Any) -> Position:
 
 def _optimizer(value: Any, where: str) -> dict[str, Any] | None:
     """An optimizer spec from a dict, a name (``adam``), JSON text, or empty for the run's default."""
-    from amp_notebook.runtime.optim import OptimizerError, make_optimizer
+    from amp_notebook.optim import OptimizerError, make_optimizer
 
     if isinstance(value, str):
         text = value.strip()

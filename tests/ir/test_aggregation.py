@@ -544,7 +544,7 @@ def test_one_message_passing_step_through_the_interpreter(babi: Any) -> None:
 
 
 def _fd(interp: Interpreter, batch: Batch, node: str, name: str) -> np.ndarray:
-    p = interp.contexts[interp.plan.index[node]].params[name]
+    p = interp.context(node).params[name]
     numeric = np.zeros_like(p)
     for idx in np.ndindex(p.shape):
         old = p[idx]

@@ -29,6 +29,7 @@ from amp_notebook.data.trees import Tree, Vocab, tree_batch
 from amp_notebook.ir.interpret import Interpreter
 from amp_notebook.models import ggsnn, tree_lstm
 from amp_notebook.models.tree_lstm import predict_nodes, root_accuracy
+from amp_notebook.runtime.reference import train_reference
 from amp_notebook.runtime.train import TrainResult, train
 
 Params = dict[str, dict[str, np.ndarray]]
@@ -118,7 +119,7 @@ def test_tree_lstm_gradients_equal_torch_on_whole_trees() -> None:
 def train_both(graph: Any, dataset: Any, epochs: int = 1, seed: int = 4) -> tuple[Params, TrainResult]:
     start = graph.init_params(seed, np.float64)
     interp = Interpreter(graph, params=start, dtype=np.float64, optimizer={"name": "sgd", "lr": 0.1})
-    interp.train(dataset, epochs=epochs, seed=seed)
+    train_reference(interp, dataset, epochs=epochs, seed=seed)
     result = train(
         graph, dataset, workers=2, mode="sync", epochs=epochs, seed=seed, dtype="float64", params=start,
         optimizer={"name": "sgd", "lr": 0.1},

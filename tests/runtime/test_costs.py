@@ -9,7 +9,7 @@ import pytest
 
 from amp_notebook import models
 from amp_notebook.ir.graph import Graph
-from amp_notebook.ir.message import BWD, FWD, UPDATE
+from amp_notebook.ir.message import BWD, FWD, UPDATE, Message, State
 from amp_notebook.runtime.costs import CostModel, CostModelError, Link, NodeCost, calibrate_cpu, message_flops
 from amp_notebook.runtime.placement import place
 from amp_notebook.runtime.plan import compile_plan
@@ -76,9 +76,22 @@ def test_costs_are_cached_by_shape():
     table = CostModel().compile(plan)
     i1 = plan.index["linear1"]
     first = table.message(i1, FWD, np.zeros((10, 16), np.float32))
-    assert table.message(i1, FWD, np.ones((10, 16), np.float32)) is first  # same shape: one evaluation
+    assert table.message(i1, FWD, np.ones((10, 16), np.float32)) == first
+    assert len(table._cache) == 1  # same shape and dtype: one evaluation
     assert table.message(i1, FWD, np.zeros((20, 16), np.float32)) != first
     assert len(table._cache) == 2
+
+
+def test_a_bundle_pays_the_message_overhead_once_and_the_work_of_every_payload():
+    plan = mlp_plan()
+    model = CostModel(flops=1e9, message_overhead_s=5e-6)
+    table = model.compile(plan)
+    i1 = plan.index["linear1"]
+    payloads = [np.zeros((n, 16), np.float32) for n in (1, 3, 10)]
+    bundle = [Message(i1, "in", FWD, x, State(key=k)) for k, x in enumerate(payloads)]
+    work = sum(2 * len(x) * 16 * 32 / 1e9 for x in payloads)
+    assert table.bundle(bundle) == pytest.approx(5e-6 + work)
+    assert table.bundle(bundle[:1]) == pytest.approx(table.message(i1, FWD, payloads[0])[0])
 
 
 def test_link_matrices_and_overrides():

@@ -17,8 +17,9 @@ from amp_notebook import models
 from amp_notebook.data import Batch, Dataset
 from amp_notebook.ir.interpret import Interpreter
 from amp_notebook.ir.ops import Cond
+from amp_notebook.optim import make_optimizer
 from amp_notebook.runtime.backends import threads as threads_backend
-from amp_notebook.runtime.optim import make_optimizer
+from amp_notebook.runtime.reference import train_reference
 from amp_notebook.runtime.session import DataError, RunConfig, Session
 from amp_notebook.runtime.train import train
 from amp_notebook.runtime.worker import NodeError
@@ -88,7 +89,7 @@ def test_sync_runtime_equals_interpreter(digits, lists, model, workers):
     start = graph.init_params(seed, np.float64)
 
     interp = Interpreter(graph, params=start, dtype=np.float64)
-    interp.train(dataset, epochs=2, seed=seed)
+    train_reference(interp, dataset, epochs=2, seed=seed)
     expected = interp.params()
 
     result = train(

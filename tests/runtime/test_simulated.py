@@ -36,6 +36,7 @@ from amp_notebook.data import Batch, Dataset
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.interpret import Interpreter
 from amp_notebook.runtime.costs import CostModel, NodeCost
+from amp_notebook.runtime.reference import train_reference
 from amp_notebook.runtime.train import train
 
 S = 3  # heavy stages of the pipeline chain
@@ -73,7 +74,7 @@ def test_simulated_sync_equals_interpreter(digits, lists, model):
     seed = 3
     start = graph.init_params(seed, np.float64)
     interp = Interpreter(graph, params=start, dtype=np.float64)
-    interp.train(data, epochs=2, seed=seed)
+    train_reference(interp, data, epochs=2, seed=seed)
     result = train(graph, data, workers=2, mode="sync", epochs=2, seed=seed, dtype="float64", params=start,
                    backend="simulated", costs=CostModel.this_cpu())  # fmt: skip
     assert_params_close(result.params, interp.params(), rtol=1e-12)

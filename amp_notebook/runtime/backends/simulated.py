@@ -8,8 +8,10 @@ and transfer time. The numpy math still runs (training converges exactly as it w
 virtual, so a run is exact, fast and reproducible: the same graph, data, seed and cost model give the
 same trace and the same parameters, bit for bit.
 
-State per worker: two FIFO queues, ``bwd`` (backward messages and flush updates) and ``fwd``, taken
-backward first, as the threaded backend does (paper, appendix A); and whether it is busy. One event heap
+State per worker: an :class:`~amp_notebook.runtime.inbox.Inbox` (the same priority rules and bundles as
+the threaded backend: backward first, the key admitted earliest first); and whether it is busy. Each
+handled bundle runs the step every backend shares (:meth:`~amp_notebook.runtime.worker.Worker.step`)
+with a :class:`VirtualTime` clock that reads the cost model instead of a watch. One event heap
 orders everything by ``(virtual time, kind, sequence number)``: at one instant, arrivals come first, then
 key completions (whose admissions inject messages), then workers picking their next message, so a worker
 that frees up at t sees everything that reached it at t; the sequence number breaks the remaining ties in
@@ -39,15 +41,37 @@ the trace's time base.
 from __future__ import annotations
 
 import heapq
-from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
-from amp_notebook.ir.message import FWD, Message
+from amp_notebook.ir.message import Message
 from amp_notebook.runtime.blas import single_threaded_blas
 from amp_notebook.runtime.costs import CostModel, CostTable
+from amp_notebook.runtime.inbox import Inbox
 from amp_notebook.runtime.session import Session
 
 ARRIVE, COMPLETE, FREE = 0, 1, 2  # at equal times: arrivals, then completions, then free workers
+
+
+class VirtualTime:
+    """The step's clock in the simulator: the virtual now, advanced by what the cost model charges."""
+
+    def __init__(self, backend: SimulatedBackend) -> None:
+        self.backend = backend
+        self.bundle_seconds = backend.table.bundle
+        self.update_s = backend.table.update_s
+
+    def start(self) -> float:
+        return self.backend.virtual_now
+
+    def handled(self, start: float, bundle: Sequence[Message]) -> float:
+        return start + self.bundle_seconds(bundle)
+
+    def update_start(self, previous_end: float) -> float:
+        return previous_end
+
+    def updated(self, start: float, node: int) -> float:
+        return start + self.update_s[node]
 
 
 class SimulatedBackend:
@@ -57,138 +81,105 @@ class SimulatedBackend:
         self.session = session
         self.costs = costs if costs is not None else CostModel()
         self.table: CostTable = self.costs.compile(session.plan)
-        workers = session.config.workers
-        self.now = 0.0
+        config = session.config
+        workers = config.workers
+        self.virtual_now = 0.0
         for worker in session.workers:
-            worker.clock = self._clock
-        self.bwd: list[deque[Message]] = [deque() for _ in range(workers)]
-        fifo = session.config.priority == "fifo"  # arrival order: one inbox for both directions
-        self.fwd: list[deque[Message]] = self.bwd if fifo else [deque() for _ in range(workers)]
+            worker.clock = self.now
+        self.inboxes = [Inbox(session.plan.max_bundle, config.priority, config.order) for _ in range(workers)]
         self.busy = [False] * workers
-        self.counts: dict[int, int] = {}
         self.heap: list[tuple[float, int, int, int, Any]] = []  # (time, kind, seq, worker, payload)
         self.seq = 0
         self.finished = False
         self.origin = 0.0
         self.wall_s = 0.0
         self.messages = 0
+        self.bundles = 0
         self.link_bytes = [[0] * workers for _ in range(workers)]
         self.link_messages = [[0] * workers for _ in range(workers)]
-
-    def _clock(self) -> float:
-        return self.now
+        self._sender = 0  # the worker whose step is delivering messages now
+        self._timer = VirtualTime(self)
 
     # ------------------------------------------------------------------ driver
     def run(self) -> None:
         """Process events until the controller finishes the run (BLAS on one thread: one simulator thread,
         and the same reduction order every run)."""
         with single_threaded_blas():
-            self._apply(self.session.controller.start())
+            self.finished = self.session.begin(self)
             self._loop()
-        self.wall_s = self.now
+        self.wall_s = self.virtual_now
 
     def _loop(self) -> None:
         session = self.session
         heap = self.heap
         pop, push = heapq.heappop, heapq.heappush
-        workers = session.workers
-        owner = session.plan.owner
-        fwdqs, bwdqs, busy, counts = self.fwd, self.bwd, self.busy, self.counts
-        cost = self.table.message
-        latency, seconds_per_bit = self.table.latency, self.table.seconds_per_bit
-        update_s = self.table.update_s
-        link_bytes, link_messages = self.link_bytes, self.link_messages
-        tracing = session.config.trace
-        handled = 0
+        workers, inboxes, busy = session.workers, self.inboxes, self.busy
+        credits, timer, deliver = session.credits, self._timer, self.deliver
         while heap and not self.finished:
             t, kind, _, w, obj = pop(heap)
-            self.now = t
+            self.virtual_now = t
             if kind == FREE:
-                bwdq, fwdq = bwdqs[w], fwdqs[w]
-                if bwdq:
-                    msg = bwdq.popleft()
-                elif fwdq:
-                    msg = fwdq.popleft()
-                else:
+                inbox = inboxes[w]
+                bundle = inbox.take()
+                if bundle is None:
                     busy[w] = False
                     continue
-                worker = workers[w]
-                depth = len(bwdq) + len(fwdq)
-                node = msg.node
-                seconds, _ = cost(node, msg.direction, msg.payload)
-                outs = worker.handle(msg)
-                handled += 1
-                end = t + seconds
-                key = msg.state["key"]
-                record = worker.buffer.record
-                if tracing:
-                    record(node, msg.direction, key, t, end, depth)
-                sent = end  # outgoing messages leave before the node's own update runs (as in the threaded backend)
-                due = worker.due_updates
-                if due:
-                    for u in due:
-                        worker.apply_update(u)
-                        u_end = end + update_s[u]
-                        if tracing:
-                            record(u, 2, key, end, u_end, depth)
-                        end = u_end
-                    due.clear()
-                left = counts[key] + len(outs) - 1
-                if left:
-                    counts[key] = left
-                else:
-                    del counts[key]
+                self._sender = w
+                done, flushed, end = workers[w].step(bundle, len(inbox), timer, credits, deliver)
+                self.messages += len(bundle)
+                self.bundles += 1
+                if done or flushed:
                     self.seq += 1
-                    push(heap, (end, COMPLETE, self.seq, 0, key))
-                for m in outs:
-                    dst = owner[m.node]
-                    if dst == w:
-                        (fwdq if m.direction == FWD else bwdq).append(m)
-                    else:
-                        _, nbytes = cost(m.node, m.direction, m.payload)
-                        link_bytes[w][dst] += nbytes
-                        link_messages[w][dst] += 1
-                        self.seq += 1
-                        push(heap, (sent + latency[w][dst] + 8 * nbytes * seconds_per_bit[w][dst], ARRIVE, self.seq,
-                                    dst, m))  # fmt: skip
+                    push(heap, (end, COMPLETE, self.seq, 0, (done, flushed)))
                 self.seq += 1
                 push(heap, (end, FREE, self.seq, w, None))
             elif kind == ARRIVE:
-                (fwdqs[w] if obj.direction == FWD else bwdqs[w]).append(obj)
+                inboxes[w].push(obj)
                 if not busy[w]:
                     busy[w] = True
                     self.seq += 1
                     push(heap, (t, FREE, self.seq, w, None))
             else:
-                self.messages += handled
-                handled = 0
-                if obj >= 0:
-                    session.key_done(obj)
-                self._apply(session.controller.on_complete(obj))
-        self.messages += handled
+                self.finished = session.completed(obj[0], obj[1], self)
         if not self.finished:
-            stuck = dict(list(counts.items())[:5])
+            stuck = dict(list(session.credits.outstanding().items())[:5])
             raise RuntimeError(
-                f"simulation of graph {session.graph.name!r} ran out of events at virtual time {self.now:.6g}s "
+                f"simulation of graph {session.graph.name!r} ran out of events at virtual time {self.virtual_now:.6g}s "
                 f"with keys still holding messages {stuck} and the controller not finished; a message was lost "
                 "(report this as a bug with the graph)"
             )
 
-    def _apply(self, actions: list[Any]) -> None:
-        if self.session.apply(actions, self._inject, lambda: self.now):
-            self.finished = True
+    def deliver(self, msgs: list[Message], at: float) -> None:
+        """Messages a step emitted at virtual time ``at``: into the sender's own inbox at once (only it can
+        see them, after its step), to another worker after the link's latency and transfer time."""
+        w = self._sender
+        owner = self.session.plan.owner
+        table = self.table
+        latency, seconds_per_bit = table.latency[w], table.seconds_per_bit[w]
+        for m in msgs:
+            dst = owner[m.node]
+            if dst == w:
+                self.inboxes[w].push(m)
+                continue
+            nbytes = table.message_bytes(m.node, m.direction, m.payload)
+            self.link_bytes[w][dst] += nbytes
+            self.link_messages[w][dst] += 1
+            self.seq += 1
+            heapq.heappush(self.heap, (at + latency[dst] + 8 * nbytes * seconds_per_bit[dst], ARRIVE, self.seq, dst, m))
 
-    def _inject(self, key: int, msgs: list[Message]) -> None:
-        """Messages from the controller land in their workers' queues now, with no link cost."""
-        self.counts[key] = self.counts.get(key, 0) + len(msgs)
+    def inject(self, msgs: list[Message]) -> None:
+        """Messages from the controller land in their workers' inboxes now, with no link cost."""
         owner = self.session.plan.owner
         for m in msgs:
             w = owner[m.node]
-            (self.fwd[w] if m.direction == FWD else self.bwd[w]).append(m)
+            self.inboxes[w].push(m)
             if not self.busy[w]:
                 self.busy[w] = True
                 self.seq += 1
-                heapq.heappush(self.heap, (self.now, FREE, self.seq, w, None))
+                heapq.heappush(self.heap, (self.virtual_now, FREE, self.seq, w, None))
+
+    def now(self) -> float:
+        return self.virtual_now
 
     # ------------------------------------------------------------------ results
     def stats(self) -> dict[str, Any]:
@@ -204,6 +195,7 @@ class SimulatedBackend:
         }
         return {
             "messages": self.messages,
+            "bundles": self.bundles,
             "bytes_sent": total,
             "bandwidth_bits_per_s": 8 * total / makespan if makespan > 0 else 0.0,
             "busiest_link_bits_per_s": 8 * max(map(max, self.link_bytes)) / makespan if makespan > 0 else 0.0,

@@ -1,16 +1,18 @@
-"""The threaded backend: one OS thread per worker, messages moved through lock-free deques.
+"""The threaded backend: one OS thread per worker, messages moved through lock-free mailboxes.
 
-Each worker thread owns two inboxes, ``bwd`` and ``fwd`` (``collections.deque``: appends and pops are
-atomic, so many producers need no lock). It always takes from ``bwd`` first: backward messages (and
-flush updates) run before forward ones, the paper's priority rule (appendix A) as a two-level priority
-queue. An idle worker sleeps on an Event that senders set only when it is asleep, so a busy pipeline pays
-no wake-up cost.
+Each worker thread owns a *mailbox* (a ``collections.deque``: appends and pops are atomic, so many
+producers need no lock) and an :class:`~amp_notebook.runtime.inbox.Inbox`, its private priority queue.
+Before each step the thread drains its mailbox into the inbox; the inbox picks the next bundle (backward
+first, the key admitted earliest first, as configured) and the thread runs
+:meth:`~amp_notebook.runtime.worker.Worker.step` on it: the step shared by every backend (trace row,
+messages sent on before a local update, credits). Outgoing messages go straight into their workers'
+mailboxes. An idle worker sleeps on an Event that senders set only when it is asleep, so a busy pipeline
+pays no wake-up cost.
 
-Credit counting: a key's count starts at the number of messages injected for it; after handling a
-message the worker adds ``len(outgoing) - 1`` *before* routing the outgoing messages (so another worker
-cannot consume them and drive the count to zero early). When it reaches zero the key is complete and the
-driver thread is told. numpy kernels release the GIL, so workers overlap their matrix work; BLAS is
-pinned to one thread per worker so they do not fight over the cores.
+The driver thread (``run``) owns the session and the controller: it starts the run, hears of completed
+keys and flushes through a queue, and turns them into controller events and actions. numpy kernels release
+the GIL, so workers overlap their matrix work; BLAS is pinned to one thread per worker so they do not fight
+over the cores.
 
 Errors raised in a node stop every worker; the driver joins all threads and re-raises the error, which
 names the node, direction, port and message state.
@@ -22,22 +24,43 @@ import queue
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
-from amp_notebook.ir.message import FWD, Message
+from amp_notebook.ir.message import Message
 from amp_notebook.runtime.blas import single_threaded_blas
+from amp_notebook.runtime.inbox import Inbox
 from amp_notebook.runtime.session import Session
+
+
+class MeasuredTime:
+    """The step's clock on threads: ``time.perf_counter``, read when things happen."""
+
+    @staticmethod
+    def start() -> float:
+        return time.perf_counter()
+
+    @staticmethod
+    def handled(start: float, bundle: Sequence[Message]) -> float:
+        return time.perf_counter()
+
+    @staticmethod
+    def update_start(previous_end: float) -> float:
+        return time.perf_counter()
+
+    @staticmethod
+    def updated(start: float, node: int) -> float:
+        return time.perf_counter()
 
 
 class _WorkerThread:
     def __init__(self, index: int, backend: ThreadedBackend) -> None:
         self.index = index
         self.backend = backend
+        config = backend.session.config
         self.worker = backend.session.workers[index]
-        self.bwd: deque[Message] = deque()
-        self.fifo = backend.session.config.priority == "fifo"
-        # arrival order: one inbox for both directions; otherwise backward (and updates) first
-        self.fwd: deque[Message] = self.bwd if self.fifo else deque()
+        self.mailbox: deque[Message] = deque()
+        self.inbox = Inbox(backend.session.plan.max_bundle, config.priority, config.order)
         self.wake = threading.Event()
         self.sleeping = False
         self.thread = threading.Thread(target=self.run, name=f"amp-worker-{index}", daemon=True)
@@ -50,70 +73,27 @@ class _WorkerThread:
 
     def _loop(self) -> None:
         backend = self.backend
-        worker = self.worker
-        handle = worker.handle
-        record = worker.buffer.record
-        due = worker.due_updates
-        apply_update = worker.apply_update
-        fwdq, bwdq = self.fwd, self.bwd
+        step = self.worker.step
+        mailbox, inbox = self.mailbox, self.inbox
+        push, pop, take = inbox.push, mailbox.popleft, inbox.take
+        timer = MeasuredTime()
+        credits = backend.session.credits
         deliver = backend.deliver
-        counts = backend.counts
-        lock = backend.count_lock
-        done = backend.events.put
-        perf = time.perf_counter
-        tracing = backend.session.config.trace
+        report = backend.events.put
         paused = backend.paused
-        fifo = self.fifo
         while not backend.stopped:
-            if bwdq:
-                if fifo and bwdq[0].direction == FWD and paused.is_set():
-                    self._idle()
-                    continue
-                msg = bwdq.popleft()
-            elif fwdq and not paused.is_set():
-                msg = fwdq.popleft()
-            else:
+            while mailbox:
+                push(pop())
+            bundle = take(not paused.is_set())
+            if bundle is None:
                 self._idle()
                 continue
-            depth = len(bwdq) + len(fwdq)
-            t0 = perf()
-            outs = handle(msg)
-            t1 = perf()
-            key = msg.state["key"]
-            if tracing:
-                record(msg.node, msg.direction, key, t0, t1, depth)
-            if due:
-                # Send the gradients on first, then update: the previous stage need not wait for our
-                # optimizer step. The handled message keeps its credit until the update is done, so
-                # the key cannot complete (and an epoch end cannot average replicas) mid-update.
-                if outs:
-                    with lock:
-                        counts[key] += len(outs)
-                    for m in outs:
-                        deliver(m)
-                    outs = ()
-                for node in due:
-                    u0 = perf()
-                    apply_update(node)
-                    if tracing:
-                        record(node, 2, key, u0, perf(), depth)
-                due.clear()
-            with lock:
-                left = counts[key] + len(outs) - 1
-                if left:
-                    counts[key] = left
-                else:
-                    del counts[key]
-            if not left:
-                done(("done", key))
-            for m in outs:
-                deliver(m)
+            done, flushed, _ = step(bundle, len(inbox) + len(mailbox), timer, credits, deliver)
+            if done or flushed:
+                report(("done", done, flushed))
 
     def _has_work(self) -> bool:
-        paused = self.backend.paused.is_set()
-        if self.fifo:
-            return bool(self.bwd) and not (paused and self.bwd[0].direction == FWD)
-        return bool(self.bwd) or (bool(self.fwd) and not paused)
+        return bool(self.mailbox) or self.inbox.has_work(not self.backend.paused.is_set())
 
     def _idle(self) -> None:
         self.sleeping = True
@@ -130,9 +110,7 @@ class ThreadedBackend:
         self.session = session
         for worker in session.workers:  # staleness rows must share the clock of the trace rows (perf_counter)
             worker.clock = time.perf_counter
-        self.counts: dict[int, int] = {}
-        self.count_lock = threading.Lock()
-        self.events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self.events: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self.stopped = False
         self.paused = threading.Event()  # set: workers take no new forward messages
         self.started = threading.Event()  # set once `origin` is fixed (a background Run waits for it)
@@ -141,14 +119,18 @@ class ThreadedBackend:
         self.finished = False
         self.origin = 0.0
         self.wall_s = 0.0
-        self._error: BaseException | None = None
 
     # ------------------------------------------------------------ called by workers
-    def deliver(self, msg: Message) -> None:
-        t = self.threads[self._owner[msg.node]]
-        (t.fwd if msg.direction == FWD else t.bwd).append(msg)
-        if t.sleeping:
-            t.wake.set()
+    def deliver(self, msgs: list[Message], at: float = 0.0) -> None:
+        """Put messages into their workers' mailboxes (their credits are counted already)."""
+        threads, owner = self.threads, self._owner
+        for msg in msgs:
+            t = threads[owner[msg.node]]
+            t.mailbox.append(msg)
+            if t.sleeping:
+                t.wake.set()
+
+    inject = deliver  # messages from the controller travel the same way
 
     def fail(self, exc: BaseException) -> None:
         self.stopped = True
@@ -167,17 +149,16 @@ class ThreadedBackend:
             for t in self.threads:
                 t.thread.start()
             try:
-                self._apply(session.controller.start())
+                self.finished = session.begin(self)
                 while not self.finished:
-                    kind, value = self.events.get()
+                    event = self.events.get()
+                    kind = event[0]
                     if kind == "error":
-                        raise value
+                        raise event[1]
                     if kind == "done":
-                        if value >= 0:
-                            session.key_done(value)
-                        self._apply(session.controller.on_complete(value))
+                        self.finished = session.completed(event[1], event[2], self)
                     elif kind == "call":
-                        self._apply(value())
+                        self.finished = session.carry_out(event[1](), self)
             finally:
                 self.wall_s = time.perf_counter() - self.origin
                 self.shutdown()
@@ -194,15 +175,5 @@ class ThreadedBackend:
             if t.thread.is_alive():
                 t.thread.join()
 
-    def _apply(self, actions: list[Any]) -> None:
-        if self.session.apply(actions, self._send, self.now):
-            self.finished = True
 
-    def _send(self, key: int, msgs: list[Message]) -> None:
-        with self.count_lock:
-            self.counts[key] = self.counts.get(key, 0) + len(msgs)
-        for m in msgs:
-            self.deliver(m)
-
-
-__all__ = ["ThreadedBackend"]
+__all__ = ["MeasuredTime", "ThreadedBackend"]

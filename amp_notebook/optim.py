@@ -9,7 +9,7 @@ are averaged. With one key per update this is plain SGD on the key's loss.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -157,3 +157,17 @@ def make_optimizer(spec: Optimizer | Mapping[str, Any] | str) -> Optimizer:
         return OPTIMIZERS[name](**settings)
     except TypeError as exc:
         raise OptimizerError(f"{name}: {exc}") from None
+
+
+def average_parameters(contexts: Sequence[Any]) -> None:
+    """Set the parameters of every node context in ``contexts`` (replicas of one node) to their exact mean."""
+    for name in contexts[0].params:
+        mean = np.mean([c.params[name] for c in contexts], axis=0)
+        for c in contexts:
+            c.params[name][...] = mean
+
+
+def end_epoch(optimizers: Iterable[Optimizer]) -> None:
+    """Let each distinct optimizer apply its per-epoch schedule (``lr_decay``) once."""
+    for opt in {id(o): o for o in optimizers}.values():
+        opt.end_epoch()
