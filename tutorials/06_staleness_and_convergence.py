@@ -135,17 +135,19 @@ heatmap("staleness_mean", "mean staleness (updates between a key's forward and i
 #
 # * **Down a column** (more keys in flight at a fixed update frequency) staleness grows about in
 #   proportion to max_active_keys / min_update_frequency. An epoch gets shorter only until the 4 devices
-#   are busy (compare `epoch_ms`); past that point, more keys buy nothing but staleness.
-# * **Along the row of max_active_keys 16**: with min_update_frequency 1 every gradient triggers an
-#   update and gradients are many versions stale; training diverges or stalls. With 4 the staleness is
-#   a couple of versions and the run reaches the target. With 16 an epoch holds only a few dozen updates,
-#   so it needs more epochs than the cap allows. That is the paper's "neither too large nor too small":
-#   the update frequency must grow with the number of keys in flight, but not so far that updates become
-#   rare.
+#   are busy (compare `epoch_ms`): from 4 keys to 16 it barely shrinks, so past that point more keys buy
+#   nothing but staleness.
+# * **Along a row** the update frequency trades update count against staleness. With 16 keys in flight
+#   and min_update_frequency 1, every gradient triggers an update, gradients arrive several versions
+#   stale, and training diverges. With 4 the staleness drops to about one version and the run reaches the
+#   target in the fewest epochs of its row; with 16 an epoch holds only a few dozen updates and the run
+#   needs more epochs again. The rows of 4 keys show the same valley, less deep. That is the paper's
+#   "neither too large nor too small": the update frequency must grow with the keys in flight, but not so
+#   far that updates become rare.
 # * **Time to target** is epochs times epoch length. Asynchrony pays where the shorter epochs outweigh
-#   the extra epochs: here 4 keys in flight reach the target sooner than 1 (with min_update_frequency 1),
-#   while 16 keys do not pay at any update frequency. On 4 devices, 4 keys already keep every device busy;
-#   the paper's 16 cores and deeper pipelines move that point further out.
+#   the extra epochs: 4 keys in flight with min_update_frequency 4 reach the target sooner than plain SGD
+#   with one key, while 16 keys pay at no update frequency, because on 4 devices 4 keys already keep every
+#   device busy. The paper's 16 cores and deeper pipelines move that point further out.
 #
 # The full figure, on the paper's model, is `amp-notebook reproduce fig5` (its HTML report draws the same
 # heatmaps); tutorial 07 shows what replicas change.

@@ -48,7 +48,7 @@ REPLICAS, DEVICES, TARGET = 8, 16, 0.96
 THRESHOLDS = (0.6, 0.7, 0.8, TARGET)  # epochs and time to each, from the same curves
 MAX_ACTIVE_KEYS = (4, 16, 64)
 MIN_UPDATE_FREQUENCY = (1, 10, 50)
-MAX_EPOCHS = 40
+MAX_EPOCHS = 20
 N_TRAIN, N_VAL = 20_000, 1_000
 OPTIMIZER: dict[str, Any] = {"name": "adam", "lr": 3e-3, "clip_norm": 5.0}
 # one core of this project's 2-vCPU machine, measured with calibrate_cpu() (median of 5 calls) and frozen
