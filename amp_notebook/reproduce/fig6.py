@@ -45,18 +45,21 @@ def run(quick: bool = False, seed: int = 0, models: Sequence[str] = MODELS) -> d
             continue
         epochs = QUICK_EPOCHS if quick else EPOCHS[name]
         params = w.graph.init_params(seed, np.dtype("float32"))
+        settings = {**SETTINGS, "placement": "balanced"} if quick else SETTINGS  # --quick: no placement search
         curves[name] = {
             "target": w.target,
             "layout": w.layout,
             "epochs": epochs,
-            "sync": _curve(w, "sync", 1, epochs, params, seed),
-            "amp": _curve(w, "amp", AMP_KEYS[name], epochs, params, seed),
+            "sync": _curve(w, "sync", 1, epochs, params, seed, settings),
+            "amp": _curve(w, "amp", AMP_KEYS[name], epochs, params, seed, settings),
         }
     return {"curves": curves, "settings": {**SETTINGS, "amp_max_active_keys": AMP_KEYS}, "notes": notes,
             "quick": quick}  # fmt: skip
 
 
-def _curve(w: Workload, mode: str, keys: int, epochs: int, params: Any, seed: int) -> dict[str, Any]:
+def _curve(
+    w: Workload, mode: str, keys: int, epochs: int, params: Any, seed: int, settings: dict[str, Any]
+) -> dict[str, Any]:
     points: list[EpochStats] = []
 
     def on_epoch(stats: EpochStats) -> None:
@@ -68,7 +71,7 @@ def _curve(w: Workload, mode: str, keys: int, epochs: int, params: Any, seed: in
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         r = train(w.graph, w.data, mode=mode, max_active_keys=keys, epochs=epochs, seed=seed, optimizer=w.optimizer,
-                  params=params, trace=True, on_epoch=on_epoch, **{**w.settings, **SETTINGS})  # fmt: skip
+                  params=params, trace=True, on_epoch=on_epoch, **{**w.settings, **settings})  # fmt: skip
     assert isinstance(r, TrainResult)
     time_s = [p.end_s for p in points]
     accuracy = [p.val_accuracy for p in points]
