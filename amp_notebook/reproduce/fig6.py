@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from amp_notebook.reproduce.workloads import MODELS, MissingModelError, Workload, workload
+from amp_notebook.reproduce.workloads import MODELS, Workload, available
 from amp_notebook.runtime.session import EpochStats
 from amp_notebook.runtime.train import TrainResult, train
 
@@ -37,12 +37,8 @@ def run(quick: bool = False, seed: int = 0, models: Sequence[str] = MODELS) -> d
     """Sync and AMP curves for every model; ``quick``: a few keys and 2 epochs (a smoke test)."""
     curves: dict[str, dict[str, Any]] = {}
     notes: dict[str, str] = {}
-    for name in models:
-        try:
-            w = workload(name, quick=quick, seed=seed)
-        except MissingModelError as exc:
-            notes[name] = str(exc)
-            continue
+    for w in available(models, quick, seed, notes):
+        name = w.name
         epochs = QUICK_EPOCHS if quick else EPOCHS[name]
         params = w.graph.init_params(seed, np.dtype("float32"))
         settings = {**SETTINGS, "placement": "balanced"} if quick else SETTINGS  # --quick: no placement search

@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from amp_notebook.bench.common import interleaved_medians
-from amp_notebook.reproduce.workloads import MODELS, MissingModelError, Workload, workload
+from amp_notebook.reproduce.workloads import MODELS, Workload, available
 from amp_notebook.runtime.autoplace import autoplace, measure_costs
 from amp_notebook.runtime.costs import CostModel
 from amp_notebook.runtime.train import TrainResult, train
@@ -62,14 +62,8 @@ def run(quick: bool = False, repeats: int = 3, seed: int = 0, models: Sequence[s
     rows: list[dict[str, Any]] = []
     notes: dict[str, str] = {}
     calibration: dict[str, Any] = {}
-    for name in models:
-        try:
-            w = workload(name, quick=quick, seed=seed)
-        except MissingModelError as exc:
-            notes[name] = str(exc)
-            rows += [_row(name, backend, k, None, None, None) for backend in ("threads", "simulated")
-                     for k in MAX_ACTIVE_KEYS]  # fmt: skip
-            continue
+    for w in available(models, quick, seed, notes):
+        name = w.name
         _progress(f"table2: {name} ({w.layout}), {len(w.data.train)} keys")
         costs = measure_costs(w.graph, w.data, optimizer=w.optimizer, seed=seed)
         calibration[name] = {n: {k: v for k, v in c.__dict__.items() if v is not None} for n, c in costs.nodes.items()}
@@ -77,6 +71,10 @@ def run(quick: bool = False, repeats: int = 3, seed: int = 0, models: Sequence[s
         rows += simulated_rows(w, costs, seed)
         if w.peer is None:
             notes[name] = f"{name}: no PyTorch peer in this checkout yet"
+    for name in [m for m in models if m in notes and not any(r["model"] == m for r in rows)]:  # missing models
+        rows += [
+            _row(name, backend, k, None, None, None) for backend in ("threads", "simulated") for k in MAX_ACTIVE_KEYS
+        ]
     return {
         "rows": rows,
         "max_active_keys": list(MAX_ACTIVE_KEYS),

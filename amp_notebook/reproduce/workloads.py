@@ -21,7 +21,7 @@ The BiLSTM tagger is looked up at run time (``amp_notebook.models.bilstm_tagger`
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +61,15 @@ def workload(name: str, quick: bool = False, seed: int = 0) -> Workload:
     if name not in builders:
         raise ValueError(f"reproduce: unknown model {name!r}; expected one of {MODELS}")
     return builders[name](quick, seed)
+
+
+def available(models: Sequence[str], quick: bool, seed: int, notes: dict[str, str]) -> Iterator[Workload]:
+    """The workloads of ``models`` that this checkout has, in order; a missing one is noted in ``notes``."""
+    for name in models:
+        try:
+            yield workload(name, quick=quick, seed=seed)
+        except MissingModelError as exc:
+            notes[name] = str(exc)
 
 
 def _mlp(quick: bool, seed: int) -> Workload:
@@ -193,4 +202,4 @@ def _tagger_sizes(data: Dataset) -> dict[str, Any]:
     return {k: data.meta[k] for k in keys if k in data.meta}
 
 
-__all__ = ["MODELS", "MissingModelError", "Workload", "workload"]
+__all__ = ["MODELS", "MissingModelError", "Workload", "available", "workload"]

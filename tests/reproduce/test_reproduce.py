@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from amp_notebook.cli import main
-from amp_notebook.reproduce import table2
+from amp_notebook.reproduce import table2, workloads
 from amp_notebook.reproduce.report import json_ready, write_report
 from amp_notebook.reproduce.workloads import MODELS, MissingModelError, workload
 
@@ -87,7 +87,7 @@ def test_missing_tagger_rows_are_null_and_say_why(monkeypatch: pytest.MonkeyPatc
     def missing(name: str, quick: bool = False, seed: int = 0) -> None:
         raise MissingModelError(f"{name}: not in this checkout")
 
-    monkeypatch.setattr(table2, "workload", missing)
+    monkeypatch.setattr(workloads, "workload", missing)
     result = table2.run(quick=True, models=("bilstm-tagger",))
     assert len(result["rows"]) == 8
     assert all(r["ours_per_s"] is None and r["ours_ratio"] is None for r in result["rows"])
