@@ -146,7 +146,8 @@ def train(
     ``pipeline`` (fill ``max_active_keys`` keys, drain, update all). ``params`` starts from given
     parameters (``graph.init_params(seed)`` otherwise). ``placement`` is a strategy (``"round_robin"``, the
     default, ``"balanced"``: contiguous cost-balanced stages, or ``"auto"``: the fastest of several candidates
-    on the simulator, see :mod:`~amp_notebook.runtime.autoplace`) or a dict of node -> worker overrides.
+    on the simulator, see :mod:`~amp_notebook.runtime.autoplace`; its search takes seconds before the run
+    starts, background runs included) or a dict of node -> worker overrides.
     ``priority`` orders each worker's inbox across directions: ``"backward_first"`` (the paper) or ``"fifo"``;
     ``order`` within a direction: ``"oldest_key"`` (the key admitted earliest first) or ``"arrival"``.
     ``on_epoch(stats)`` is called after each epoch; returning True stops the run there.
