@@ -10,8 +10,8 @@ nothing).
 
 Every peer is PyTorch 2 on this machine with 2 intra-op threads (the same 2 cores), on the same data,
 reusing the benchmark modules' peers (``bench/rnn_vs_torch``, ``bench/tree_vs_torch``,
-``bench/ggsnn_vs_torch``; the MLP's is ``bench/peers.py``); each returns training instances per second of
-one epoch. torch is imported only when a peer runs.
+``bench/ggsnn_vs_torch``, ``bench/tagger_vs_torch`` where it exists; the MLP's is ``bench/peers.py``);
+each returns training instances per second of one epoch. torch is imported only when a peer runs.
 
 The BiLSTM tagger is looked up at run time (``amp_notebook.models.bilstm_tagger`` and
 ``amp_notebook.data.ner.synthetic_ner_dataset``): where it is missing, :func:`workload` raises
@@ -190,9 +190,22 @@ def _tagger(quick: bool, seed: int) -> Workload:
     data = dataset(n_train=n_train, n_val=n_val, seed=seed)
     graph = build(**_tagger_sizes(data))
 
+    peer, optimizer = None, {"name": "adam", "lr": 3e-3, "clip_norm": 5.0}
+    try:  # the tagger's own benchmark holds its PyTorch peer (same model, same weights policy)
+        bench = importlib.import_module("amp_notebook.bench.tagger_vs_torch")
+    except ImportError:
+        bench = None
+    if bench is not None and hasattr(bench, "torch_side"):
+        optimizer = dict(getattr(bench, "OPTIMIZER", optimizer))
+
+        def peer() -> float:
+            small_val = Dataset(data.name, data.train, data.val[:1], data.num_classes, data.meta)
+            return float(bench.torch_side(small_val, 1, seed, batched=False)["instances_per_s"])
+
     return Workload(
-        "bilstm-tagger", graph, data, {"name": "adam", "lr": 3e-3}, {"min_update_frequency": 1},
-        "one sentence per key (Distribute by word frequency, Collect per sentence)", None, "", target=0.9,
+        "bilstm-tagger", graph, data, optimizer, {"min_update_frequency": 1},
+        "one sentence per key (Distribute by word frequency, Collect per sentence)", peer,
+        "PyTorch eager, one sentence at a time" if peer else "", target=0.9,
     )  # fmt: skip
 
 
