@@ -138,7 +138,7 @@ tagger_here = hasattr(amp.models, "bilstm_tagger")
 if tagger_here:
     from amp_notebook.data.ner import synthetic_ner_dataset
 
-    ner = synthetic_ner_dataset(n_train=300, n_val=60, seed=0)
+    ner = synthetic_ner_dataset(n_train=120, n_val=30, seed=0)
     tagger = amp.models.bilstm_tagger(ner.meta["vocab_size"], ner.meta["char_vocab_size"], ner.meta["num_tags"])
     print("Distribute:", tagger.nodes["by_frequency"].op.config())
     print("Collect:", tagger.nodes["sentence"].op.config())
