@@ -37,7 +37,8 @@ def write_report(results: dict[str, dict[str, Any]], path: str | Path, machine: 
         embedded["done"] = True
         return text
 
-    parts = [f"<h1>amp_notebook: the AMPNet paper reproduced</h1><p class='note'>{_esc(machine)}</p>"]
+    where = ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in machine.items())
+    parts = [f"<h1>amp_notebook: the AMPNet paper reproduced</h1><p class='note'>{html.escape(where)}</p>"]
     for name, result in results.items():
         parts.append(f"<h2>{TITLES.get(name, name)}</h2>")
         parts.append(SECTIONS[name](result, figure))
@@ -119,13 +120,21 @@ def fig5_section(result: dict[str, Any], figure: Any) -> str:
     ks, ms = result["max_active_keys"], result["min_update_frequency"]
     cell = {(p["max_active_keys"], p["min_update_frequency"]): p for p in result["grid"]}
 
-    thresholds = [f"{t:g}" for t in result.get("thresholds", [result["target"]])]
-
     def matrix(threshold: str, field: str) -> list[list[Any]]:
         return [[cell[(k, m)]["to_threshold"][threshold][field] for m in ms] for k in ks]
 
+    every = [f"{t:g}" for t in result.get("thresholds", [result["target"]])]
+    thresholds = [t for t in every if any(v is not None for line in matrix(t, "epochs") for v in line)]
+    missed = [f"{float(t):.0%}" for t in every if t not in thresholds]
+    note = (f"<p class='note'>No grid point reached {', '.join(missed)} validation accuracy within "
+            f"{result['max_epochs']} epochs.</p>" if missed else "")  # fmt: skip
+    if not thresholds:
+        return note + f"<p class='note'>{_esc(result['settings'])}</p>"
+
     titles = [f"{what} to {float(t):.0%}" for t in thresholds for what in ("epochs", "simulated seconds")]
-    fig = make_subplots(rows=len(thresholds), cols=2, subplot_titles=titles, vertical_spacing=0.08)
+    fig = make_subplots(
+        rows=len(thresholds), cols=2, subplot_titles=titles, vertical_spacing=0.5 / (1 + len(thresholds))
+    )
     for row, threshold in enumerate(thresholds, start=1):
         for col, field in ((1, "epochs"), (2, "time_s")):
             z = matrix(threshold, field)
@@ -134,7 +143,7 @@ def fig5_section(result: dict[str, Any], figure: Any) -> str:
                                      text=text, texttemplate="%{text}", showscale=False), row=row, col=col)  # fmt: skip
             fig.update_xaxes(title_text="min_update_frequency", type="category", row=row, col=col)
             fig.update_yaxes(title_text="max_active_keys", type="category", row=row, col=col)
-    fig.update_layout(height=300 * len(thresholds), margin={"t": 40})
+    fig.update_layout(height=340 * len(thresholds), margin={"t": 40})
     curves = go.Figure()
     for p in result["grid"]:
         curves.add_scatter(x=p["curve"]["time_s"], y=p["curve"]["val_accuracy"], mode="lines+markers",
@@ -149,7 +158,7 @@ def fig5_section(result: dict[str, Any], figure: Any) -> str:
           _num(p["final_val_accuracy"], 3), _num(p["staleness"]["mean"], 2), _num(p["staleness"]["p95"]),
           _num(p["train_instances_per_s"])] for p in result["grid"]],
     )  # fmt: skip
-    return figure(fig) + figure(curves) + table + f"<p class='note'>{_esc(result['settings'])}</p>"
+    return figure(fig) + note + figure(curves) + table + f"<p class='note'>{_esc(result['settings'])}</p>"
 
 
 def fig6_section(result: dict[str, Any], figure: Any) -> str:
