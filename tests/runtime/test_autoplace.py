@@ -143,3 +143,19 @@ def test_cli_train_placement_auto(capsys: pytest.CaptureFixture[str]) -> None:
 def test_autoplace_refuses_an_empty_dataset() -> None:
     with pytest.raises(ValueError, match="has no training keys"):
         autoplace(mlp(64, 16), Dataset("empty", [], []), costs=paper_mlp_costs())
+
+
+@pytest.mark.slow
+def test_auto_gains_over_round_robin_on_the_paper_mlp_in_virtual_time() -> None:
+    # two simulated cores at the frozen per-core speed of this project's machine (FLOP model, no load)
+    from amp_notebook.reproduce.fig5 import COSTS
+
+    data = repeat_epochs(digits_dataset(), 4)
+
+    def gain(placement: str) -> float:
+        rates = {mode: train(mlp(64, 784), data, workers=2, mode=mode, max_active_keys=4, validate=False,
+                             placement=placement, backend="simulated", costs=COSTS, trace=False).train_instances_per_s
+                 for mode in ("amp", "sync")}  # fmt: skip
+        return rates["amp"] / rates["sync"]
+
+    assert gain("auto") >= 1.8 > 1.6 > gain("round_robin")
