@@ -11,10 +11,13 @@ and a trace of every message.
 """
 
 from amp_notebook import data, models, trace
+from amp_notebook.compiler import CompileError, compile, nn
+from amp_notebook.errors import AmpError
+from amp_notebook.interop import from_torch
 from amp_notebook.ir.graph import Graph, GraphError, Ref
 from amp_notebook.ir.interpret import Interpreter
 from amp_notebook.ir.message import State
-from amp_notebook.ir.serialize import load_graph, load_params, save_graph, save_params
+from amp_notebook.ir.serialize import GraphFileError, load_graph, load_params, save_graph, save_params
 from amp_notebook.ir.validate import ValidationError
 from amp_notebook.runtime.costs import CostModel, NodeCost
 from amp_notebook.runtime.run import Run
@@ -25,7 +28,7 @@ from amp_notebook.runtime.worker import NodeError
 __version__ = "0.1.0"
 
 __all__ = [
-    "CostModel", "Graph", "GraphError", "Interpreter", "NodeCost", "NodeError", "Ref", "Run", "State", "TrainResult",
-    "ValidationError", "data", "load_graph", "load_params", "models", "save_graph", "save_params", "sweep", "trace",
-    "train", "whatif",
+    "AmpError", "CompileError", "CostModel", "Graph", "GraphError", "GraphFileError", "Interpreter", "NodeCost",
+    "NodeError", "Ref", "Run", "State", "TrainResult", "ValidationError", "compile", "data", "from_torch", "load_graph",
+    "load_params", "models", "nn", "save_graph", "save_params", "sweep", "trace", "train", "whatif",
 ]  # fmt: skip

@@ -4,6 +4,7 @@
     amp-notebook demo
     amp-notebook bench speedup --json
     amp-notebook simulate --model mlp --devices 4 --flops 1T --bandwidth 10G --max-active-keys 4 --json
+    amp-notebook validate graph.json
 
 With ``--json`` the last line on stdout is one JSON object; progress goes to stderr.
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from amp_notebook.bench.registry import BENCHMARKS, run_benchmark
+from amp_notebook.cli_validate import add_validate_parser, cmd_validate
 from amp_notebook.data.batch import Dataset
 from amp_notebook.data.digits import load_digits_dataset
 from amp_notebook.data.forest import forest_dataset
@@ -93,6 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="oldest_key",
         help="worker inbox order within a direction: the key admitted earliest first, or arrival order",
     )
+    t.add_argument(
+        "--max-bundle",
+        type=positive_int,
+        default=1,
+        help="messages of different keys a node may run as one call (1: none; try 16 with one tree per key)",
+    )
     t.add_argument("--epochs", type=positive_int, default=3)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--optimizer", choices=("sgd", "momentum", "adam"), default=None)
@@ -141,6 +149,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar=("START_S", "END_S"),
         help="only export slices starting in this window of seconds",
     )
+    t.add_argument(
+        "--backend",
+        choices=("threads", "ray"),
+        default="threads",
+        help="worker threads in this process (default), or one Ray actor per worker (pip install '.[ray]')",
+    )
+    t.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="HOST:PORT",
+        help="with --backend ray: the cluster to run on (from `ray start --head`); default: start a local Ray",
+    )
     t.add_argument("--json", action="store_true", help="print one JSON summary as the last stdout line")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.add_argument("--target", type=float, default=None, help="stop once validation accuracy reaches this")
@@ -152,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--json", action="store_true")
 
     add_simulate_parser(sub)
+    add_validate_parser(sub)
     add_reproduce_parser(sub)
 
     b = sub.add_parser("bench", help="run a benchmark (figures against a peer, same run)")
@@ -249,11 +270,19 @@ def run_training(
             graph, data, workers=args.workers, mode=args.mode, max_active_keys=args.max_active_keys,
             min_update_frequency=muf, optimizer=optimizer, epochs=args.epochs, seed=args.seed,
             placement=getattr(args, "placement", "round_robin"), priority=getattr(args, "priority", "backward_first"),
-            order=getattr(args, "order", "oldest_key"), on_key_done=on_key, on_epoch=on_epoch,
+            order=getattr(args, "order", "oldest_key"), max_bundle=getattr(args, "max_bundle", 1),
+            on_key_done=on_key, on_epoch=on_epoch, **backend_options(args),
         )  # fmt: skip
     finally:
         if bar is not None:
             bar.close()
+
+
+def backend_options(args: argparse.Namespace) -> dict[str, Any]:
+    backend, address = getattr(args, "backend", "threads"), getattr(args, "ray_address", None)
+    if address is not None and backend != "ray":
+        raise SystemExit("amp-notebook: --ray-address needs --backend ray")
+    return {"backend": backend, "address": address} if backend == "ray" else {}
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -264,7 +293,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.model == "rnn":
         optimizer.update(clip_norm=5.0, lr_decay=0.85)
     result = run_training(args, graph, data, muf, optimizer)
-    summary = result.summary(model=args.model, replicas=args.replicas)
+    summary = result.summary(model=args.model, replicas=args.replicas, backend=getattr(args, "backend", "threads"))
+    if result.backend_stats.get("backend") == "ray":
+        summary["ray"] = result.backend_stats
     per_node = {
         n: graph.nodes[n].min_update_frequency for n in graph.parameterized() if graph.nodes[n].min_update_frequency
     }
@@ -423,6 +454,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     commands = {"train": cmd_train, "demo": cmd_demo, "bench": cmd_bench, "simulate": cmd_simulate,
+                "validate": cmd_validate,
                 "reproduce": cmd_reproduce}  # fmt: skip
     return commands[args.command](args)
 

@@ -14,8 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from amp_notebook.errors import AmpError
 
-class OptimizerError(ValueError):
+
+class OptimizerError(AmpError, ValueError):
     pass
 
 
@@ -117,15 +119,24 @@ class Adam(Optimizer):
         if m is None:
             m = state[name + ".m"] = np.zeros_like(p)
             state[name + ".v"] = np.zeros_like(p)
-        v = state[name + ".v"]
-        g = scale * g
+            state[name + ".scratch"] = np.empty_like(p)
+        v, tmp = state[name + ".v"], state[name + ".scratch"]
+        # in place, with g (the caller's scratch) and one buffer of our own; the same operations in the same
+        # order as m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; p -= lr_t m / (sqrt(v) + eps)
+        g *= scale
         m *= self.beta1
-        m += (1 - self.beta1) * g
+        m += np.multiply(g, 1 - self.beta1, out=tmp)
         v *= self.beta2
-        v += (1 - self.beta2) * (g * g)
+        g *= g
+        g *= 1 - self.beta2
+        v += g
         t = state["t"]
         lr = self.lr * np.sqrt(1 - self.beta2**t) / (1 - self.beta1**t)
-        p -= lr * m / (np.sqrt(v) + self.eps)
+        np.sqrt(v, out=g)
+        g += self.eps
+        np.multiply(m, lr, out=tmp)
+        tmp /= g
+        p -= tmp
 
     def spec(self) -> dict[str, Any]:
         return {

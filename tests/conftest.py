@@ -9,6 +9,10 @@ Threads. Every test must end with no run, worker, driver or feed thread of its o
 ``no_leaked_threads`` guard waits a moment for threads started during the test to finish (a run that was
 stopped joins its threads), then fails the test and names the threads that are left.
 
+Ray. ``ray_cluster`` starts a 2-raylet Ray cluster on this machine once per session for the Ray backend's
+tests (worker 0 and worker 1 sit on different Ray nodes, so messages cross nodes). Without the ``[ray]``
+extra those tests are skipped, except under CI (``CI`` set), where a missing Ray fails them.
+
 Tiers. ``pytest -m "not slow"`` is the fast tier (seconds); the browser tests, the executed tutorials and
 the long training tests carry the ``slow`` marker (the browser tests and notebooks get it here).
 """
@@ -16,8 +20,11 @@ the long training tests carry the ``slow`` marker (the browser tests and noteboo
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -49,6 +56,35 @@ def digits() -> Dataset:
 @pytest.fixture(scope="session")
 def lists() -> Dataset:
     return lists_dataset()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[Any]:
+    try:
+        import ray
+        from ray.cluster_utils import Cluster
+    except ImportError:
+        if os.environ.get("CI"):
+            pytest.fail("ray is not installed (pip install -e '.[ray]'); CI must run the Ray tests")
+        pytest.skip("ray is not installed (pip install -e '.[ray]')")
+    from ray._common.utils import get_default_ray_temp_dir
+
+    from amp_notebook.runtime.backends import ray_cluster as rc
+
+    if ray.is_initialized():
+        ray.shutdown()
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.makedirs(get_default_ray_temp_dir(), exist_ok=True)  # the Cluster writes its address there
+    with rc.ray_process_environment():
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
+        cluster.add_node(num_cpus=2)
+    ray.init(address=cluster.address, configure_logging=False, log_to_driver=False)
+    try:
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
 
 
 def _runtime_threads() -> set[threading.Thread]:

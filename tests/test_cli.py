@@ -67,6 +67,8 @@ def test_bad_arguments_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
         main(["bench", "no-such-benchmark"])
     with pytest.raises(SystemExit, match="--per-key applies to --model tree-lstm and ggsnn only"):
         main(["train", "--model", "mlp", "--per-key", "4", "--quiet"])
+    with pytest.raises(SystemExit, match="--ray-address needs --backend ray"):
+        main(["train", "--model", "mlp", "--ray-address", "127.0.0.1:6379", "--quiet"])
 
 
 @pytest.mark.parametrize(
@@ -90,8 +92,34 @@ def test_train_several_instances_per_key(model: str, extra: list[str], capsys: p
         ("speedup", {"amp_per_s", "sync_per_s", "ratio", "auto_ratio"}),
         ("trace-overhead", {"ratio"}),
         ("rnn-vs-torch", {"ours", "torch", "throughput_ratio"}),
-        ("tree-vs-torch", {"ours", "torch_eager", "torch_batched", "ratio_vs_eager", "ratio_vs_batched"}),
-        ("ggsnn-vs-torch", {"ours", "torch_dense", "torch_scatter", "ratio_vs_dense", "ratio_vs_scatter"}),
+        (
+            "tree-vs-torch",
+            {
+                "ours",
+                "ours_per_tree",
+                "torch_eager",
+                "torch_batched",
+                "ratio_vs_eager",
+                "ratio_vs_batched",
+                "ratio_per_tree_vs_eager",
+                "ratio_per_tree_unbundled_vs_eager",
+            },
+        ),
+        (
+            "ggsnn-vs-torch",
+            {
+                "ours",
+                "ours_per_graph",
+                "torch_dense",
+                "torch_scatter",
+                "ratio_vs_dense",
+                "ratio_vs_scatter",
+                "ratio_per_graph_vs_dense",
+                "ratio_per_graph_vs_scatter",
+            },
+        ),
+        ("bundling", {"tree", "ggsnn", "tree_messages_per_s", "ggsnn_messages_per_s"}),
+        ("message-cost", {"tree", "tree_bundled", "ggsnn", "ggsnn_bundled"}),
     ],
 )
 @pytest.mark.slow
@@ -104,8 +132,8 @@ def test_bench_quick_json_contract(name: str, keys: set[str], capsys: pytest.Cap
         for side in ("ours", "torch"):
             assert {"instances_per_s", "time_to_target_s", "epochs_to_target", "final_val_accuracy"} <= out[side].keys()
             assert out[side]["instances_per_s"] > 0
-    sides = {"tree-vs-torch": ("ours", "torch_eager", "torch_batched"),
-             "ggsnn-vs-torch": ("ours", "torch_dense", "torch_scatter")}.get(name, ())  # fmt: skip
+    sides = {"tree-vs-torch": ("ours", "ours_per_tree", "torch_eager", "torch_batched"),
+             "ggsnn-vs-torch": ("ours", "ours_per_graph", "torch_dense", "torch_scatter")}.get(name, ())  # fmt: skip
     for side in sides:
         assert {"instances_per_s", "final_metric", "settings"} <= out[side].keys()
         assert out[side]["instances_per_s"] > 0 and 0.0 <= out[side]["final_metric"] <= 1.0

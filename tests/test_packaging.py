@@ -25,10 +25,19 @@ def test_environment_yml() -> None:
     deps = env["dependencies"]
     names = [d for d in deps if isinstance(d, str)]
     assert "python=3.11" in names
-    for package in ("numpy", "networkx", "threadpoolctl", "tqdm", "scikit-learn", "nodejs>=18", "pip"):
+    for package in (
+        "numpy",
+        "networkx",
+        "threadpoolctl",
+        "tqdm",
+        "scikit-learn",
+        "jsonschema>=4.18",
+        "nodejs>=18",
+        "pip",
+    ):
         assert package in names, f"environment.yml: expected {package!r} in dependencies, found {names}"
     pip_sections = [d["pip"] for d in deps if isinstance(d, dict) and "pip" in d]
-    assert pip_sections == [["-e .[notebook]"]]
+    assert pip_sections == [["-e .[notebook,ray]"]]  # ray from PyPI: conda-forge lags its releases
 
 
 def test_pyproject() -> None:
@@ -43,7 +52,7 @@ def test_pyproject() -> None:
     assert "torch==2.13.0" in meta["optional-dependencies"]["dev"]
     assert set(meta["optional-dependencies"]) >= {"dev", "notebook"}
     runtime = {re.split(r"[<>=!~ \[]", dep, maxsplit=1)[0] for dep in meta["dependencies"]}
-    assert runtime == {"numpy", "networkx", "threadpoolctl", "tqdm", "scikit-learn"}
+    assert runtime == {"numpy", "networkx", "threadpoolctl", "tqdm", "scikit-learn", "jsonschema"}
 
 
 def test_widget_bundles_are_built_at_install_and_never_committed() -> None:

@@ -14,6 +14,9 @@ BENCHMARKS: dict[str, str] = {
     "trace-overhead": "amp_notebook.bench.trace_overhead",
     "simulator": "amp_notebook.bench.simulator",
     "dashboard": "amp_notebook.bench.dashboard",
+    "bundling": "amp_notebook.bench.bundling",
+    "message-cost": "amp_notebook.bench.message_cost",
+    "ray": "amp_notebook.bench.ray",
 }
 
 

@@ -13,8 +13,12 @@ math, checked against our interpreter in ``tests/bench/test_bench_dynamic.py``).
   are bucketed once before training (``bucketing_s``, counted in ``overall_instances_per_s``); the key
   order is shuffled every epoch, the buckets stay.
 - ours_per_tree: the paper's layout, one tree per key walked node by node with Collect (``models.tree_lstm``,
-  fused cells), ``max_active_keys`` 8, the paper's per-node update frequencies (embedding 1000 gradients,
-  other nodes 50); reported for reference (``ratio_per_tree_vs_eager``).
+  fused cells), the paper's per-node update frequencies (embedding 1000 gradients, other nodes 50), with
+  message bundling: ``max_active_keys`` 64 trees in flight, each node running up to ``max_bundle`` 64 of
+  the messages waiting for it as one call, the inbox serving the node with the most messages waiting
+  (``order="largest_bundle"``); ``ratio_per_tree_vs_eager``.
+- ours_per_tree_unbundled: the same layout without bundling (``max_active_keys`` 8, one message per call,
+  the default inbox order), as before bundling existed; ``ratio_per_tree_unbundled_vs_eager``.
 - torch_eager: one tree at a time, a Python loop over its nodes (``eager_tree_losses``); gradients of a
   minibatch of 25 trees accumulate before each Adam step.
 - torch_batched: minibatches of 25 trees run level by level (``batched_tree_losses``), one branch cell per
@@ -50,14 +54,16 @@ EMBED, HIDDEN, CLASSES = 64, 64, 5
 OPTIMIZER: dict[str, Any] = {"name": "adam", "lr": 3e-3}
 OURS: dict[str, Any] = {"mode": "amp", "workers": 2, "max_active_keys": 3, "min_update_frequency": 1, "trace": False}
 TREES_PER_KEY = 25  # = TORCH_BATCH: a forest key holds as many trees as a torch minibatch
-OURS_PER_TREE: dict[str, Any] = {"mode": "amp", "workers": 2, "max_active_keys": 8, "trace": False}
+OURS_PER_TREE: dict[str, Any] = {"mode": "amp", "workers": 2, "max_active_keys": 64, "trace": False,
+                                 "max_bundle": 64, "order": "largest_bundle"}  # fmt: skip
+OURS_PER_TREE_UNBUNDLED: dict[str, Any] = {"mode": "amp", "workers": 2, "max_active_keys": 8, "trace": False}
 TORCH_THREADS, TORCH_BATCH, EVAL_BATCH = 2, 25, 250
 
 
-def ours(data: Dataset, epochs: int, seed: int, per_tree: bool = False) -> dict[str, Any]:
+def ours(data: Dataset, epochs: int, seed: int, per_tree: bool = False, bundled: bool = True) -> dict[str, Any]:
     """Our side: forest keys (``TREES_PER_KEY`` trees each, level by level), or with ``per_tree`` the paper's
-    layout (one tree per key, node by node, the paper's update frequencies). Starts from the torch sides'
-    initial weights."""
+    layout (one tree per key, node by node, the paper's update frequencies; ``bundled``: with message
+    bundling). Starts from the torch sides' initial weights."""
     from amp_notebook.bench.torch_baselines import TorchTreeLSTM
     from amp_notebook.data.forest import forest_dataset
     from amp_notebook.models.tree_lstm import (
@@ -73,9 +79,9 @@ def ours(data: Dataset, epochs: int, seed: int, per_tree: bool = False) -> dict[
     start_from = TorchTreeLSTM(vocab, EMBED, HIDDEN, CLASSES, seed=seed).export()
     bucketing_s = 0.0
     if per_tree:
-        graph, keys, settings = tree_lstm(vocab, EMBED, HIDDEN, CLASSES), data, dict(OURS_PER_TREE)
+        run_settings = OURS_PER_TREE if bundled else OURS_PER_TREE_UNBUNDLED
+        graph, keys, settings = tree_lstm(vocab, EMBED, HIDDEN, CLASSES), data, dict(run_settings)
         settings["min_update_frequency"] = {"embed": PAPER_EMBED_UPDATE_FREQUENCY, "others": PAPER_UPDATE_FREQUENCY}
-        run_settings = OURS_PER_TREE
     else:
         t0 = time.perf_counter()
         keys = forest_dataset(data, TREES_PER_KEY, val_trees_per_key=EVAL_BATCH)
@@ -205,14 +211,22 @@ def run(
         {
             "ours": lambda: ours(data, epochs, seed),
             "ours_per_tree": lambda: ours(data, epochs, seed, per_tree=True),
+            "ours_per_tree_unbundled": lambda: ours(data, epochs, seed, per_tree=True, bundled=False),
             "torch_eager": lambda: torch_side(data, epochs, seed, batched=False),
             "torch_batched": lambda: torch_side(data, epochs, seed, batched=True),
         },
     )
-    a, per_tree, eager, batched = (median_run(runs[name]) for name in runs)
+    a, per_tree, unbundled, eager, batched = (median_run(runs[name]) for name in runs)
     result = {
-        "ours": a, "ours_per_tree": per_tree, "torch_eager": eager, "torch_batched": batched,
+        "ours": a, "ours_per_tree": per_tree, "ours_per_tree_unbundled": unbundled, "torch_eager": eager,
+        "torch_batched": batched,
         "ratio_per_tree_vs_eager": per_tree["instances_per_s"] / eager["instances_per_s"],
+        "ratio_per_tree_unbundled_vs_eager": unbundled["instances_per_s"] / eager["instances_per_s"],
+        "ratio_per_tree_vs_batched": per_tree["instances_per_s"] / batched["instances_per_s"],
+        "ratio_per_tree_vs_eager_per_round": [
+            o["instances_per_s"] / e["instances_per_s"]
+            for o, e in zip(runs["ours_per_tree"], runs["torch_eager"], strict=True)
+        ],
         "ratio_vs_eager": a["instances_per_s"] / eager["instances_per_s"],
         "ratio_vs_batched": a["instances_per_s"] / batched["instances_per_s"],
         "ratio_vs_eager_per_round": [
@@ -223,7 +237,8 @@ def run(
         "load_average_1min": {"before": load_before[0], "after": os.getloadavg()[0], "cpus": os.cpu_count()},
     }  # fmt: skip
     rows: list[tuple[str, Any]] = [("", "trees/s (median epoch)   val node acc   val root acc")]
-    sides = (("ours (amp, 2 workers, forests)", a), ("ours, one tree per key", per_tree), ("torch eager", eager),
+    sides = (("ours (amp, 2 workers, forests)", a), ("ours, one tree per key, bundled", per_tree),
+             ("ours, one tree per key, unbundled", unbundled), ("torch eager", eager),
              ("torch level-batched", batched))  # fmt: skip
     for name, side in sides:
         rows.append((name, f"{side['instances_per_s']:>10.0f}   {side['final_metric']:>20.4f}"
@@ -231,6 +246,9 @@ def run(
     rows += [("ours / torch eager", f"{result['ratio_vs_eager']:.2f} (rounds: "
               f"{', '.join(f'{r:.2f}' for r in result['ratio_vs_eager_per_round'])})"),
              ("ours / torch batched", f"{result['ratio_vs_batched']:.2f}"),
+             ("ours one tree per key, bundled / torch eager", f"{result['ratio_per_tree_vs_eager']:.2f} (rounds: "
+              f"{', '.join(f'{r:.2f}' for r in result['ratio_per_tree_vs_eager_per_round'])})"),
+             ("  unbundled / torch eager", f"{result['ratio_per_tree_unbundled_vs_eager']:.2f}"),
              ("runs per side", f"{repeats}, interleaved; medians shown")]  # fmt: skip
     print(report(rows))
     return result

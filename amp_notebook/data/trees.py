@@ -40,6 +40,7 @@ from typing import TypedDict
 import numpy as np
 
 from amp_notebook.data.batch import Batch, Dataset
+from amp_notebook.errors import AmpError
 
 NUM_CLASSES = 5
 NEUTRAL = 2
@@ -115,7 +116,7 @@ class Tree:
 _TOKEN = re.compile(r"\(|\)|[^\s()]+")
 
 
-class TreeFormatError(ValueError):
+class TreeFormatError(AmpError, ValueError):
     """A malformed PTB tree; the message names the source, line and column (1-based)."""
 
     def __init__(self, source: str, line: int, column: int, message: str) -> None:

@@ -22,11 +22,12 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
+from amp_notebook.errors import AmpError
 from amp_notebook.ir import ops as O
 from amp_notebook.ir.ops.base import Op, OpError, Width
 
 
-class GraphError(ValueError):
+class GraphError(AmpError, ValueError):
     """A structural problem found while building or validating a graph."""
 
 
@@ -79,6 +80,9 @@ class Graph:
         self.nodes: dict[str, Node] = {}
         self.edges: list[Edge] = []
         self.replica_groups: list[list[str]] = []
+        # what amp.compile records about the Python function this graph came from (amp_notebook.compiler.pyform),
+        # so GraphBuilder.to_python can write that form back; None for graphs built otherwise. Not serialized.
+        self.compiled_from: Any = None
         self._counters: dict[str, int] = {}
 
     # ----------------------------------------------------------------- structure
@@ -363,6 +367,11 @@ class Graph:
     def discard(self, x: Ref, name: str | None = None) -> str:
         """A sink for a value nobody reads (no gradient flows back from it); returns the node's name."""
         return self._add(O.Discard(), [x], name, {}).name
+
+    def sink(self, x: Ref, name: str | None = None) -> str:
+        """A sink that answers with a zero gradient, for a value nobody reads that went through control flow (a
+        Cond branch, a loop exit); returns the node's name."""
+        return self._add(O.Sink(), [x], name, {}).name
 
     def flatmap(self, x: Ref, field: str = "pos", keep_2d: bool = True, name: str | None = None) -> Ref:
         """One message per row of a matrix (n, 1 + k): column 0 becomes state field ``field``, the rest the

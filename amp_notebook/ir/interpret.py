@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from amp_notebook.data.batch import Batch
+from amp_notebook.errors import AmpError
 from amp_notebook.ir import ops as O
 from amp_notebook.ir.analysis import carries_gradient, requires_grad
 from amp_notebook.ir.graph import Graph
@@ -31,7 +32,7 @@ from amp_notebook.ir.ops import LOSS_PORT, NodeContext
 from amp_notebook.optim import Optimizer, average_parameters, end_epoch, make_optimizer
 
 
-class InvariantError(AssertionError):
+class InvariantError(AmpError, AssertionError):
     """The graph or an op broke one of the IR's invariants."""
 
 

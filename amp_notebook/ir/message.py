@@ -17,6 +17,15 @@ UPDATE = 2
 DIRECTION_NAMES = ("fwd", "bwd", "update")
 
 StateValue = int | float | str | bool | tuple
+_PLAIN = frozenset({int, float, str, bool, tuple})  # exact types checked first: the common, fast case
+
+
+def _check_value(name: str, value: object) -> None:
+    if type(value) not in _PLAIN and not isinstance(value, (int, float, str, bool, tuple)):
+        raise TypeError(
+            f"State field {name!r}: expected a small hashable value (int, float, str, bool or tuple), "
+            f"got {type(value).__name__}; payload data belongs in the message payload, not the state"
+        )
 
 
 class State(Mapping[str, StateValue]):
@@ -33,14 +42,20 @@ class State(Mapping[str, StateValue]):
         merged = dict(_fields) if _fields else {}
         merged.update(fields)
         for name, value in merged.items():
-            if not isinstance(value, (int, float, str, bool, tuple)):
-                raise TypeError(
-                    f"State field {name!r}: expected a small hashable value (int, float, str, bool or tuple), "
-                    f"got {type(value).__name__}; payload data belongs in the message payload, not the state"
-                )
+            _check_value(name, value)
         self._fields = merged
         self._items = tuple(sorted(merged.items()))
         self._hash = hash(self._items)
+
+    @classmethod
+    def _of_checked(cls, fields: dict[str, StateValue]) -> State:
+        """A State over ``fields``, whose values are known to be valid (the runtime's hot path)."""
+        state = object.__new__(cls)
+        state._fields = fields
+        items = tuple(sorted(fields.items()))
+        state._items = items
+        state._hash = hash(items)
+        return state
 
     def __getitem__(self, name: str) -> StateValue:
         return self._fields[name]
@@ -63,6 +78,10 @@ class State(Mapping[str, StateValue]):
         inner = ", ".join(f"{k}={v!r}" for k, v in self._items)
         return f"State({inner})"
 
+    def __reduce__(self) -> tuple[type[State], tuple[dict[str, StateValue]]]:
+        """Rebuilt from its fields where it lands: the cached hash of a str field differs between processes."""
+        return (State, (self._fields,))
+
     @property
     def key(self) -> int:
         return self._fields["key"]  # type: ignore[return-value]
@@ -72,13 +91,14 @@ class State(Mapping[str, StateValue]):
 
     def replace(self, **changes: StateValue | None) -> State:
         """A copy with fields changed; a value of ``None`` removes the field."""
-        fields = dict(self._fields)
+        fields = self._fields.copy()
         for name, value in changes.items():
             if value is None:
                 fields.pop(name, None)
             else:
+                _check_value(name, value)
                 fields[name] = value
-        return State(fields)
+        return State._of_checked(fields)
 
     def project(self, names: tuple[str, ...]) -> tuple:
         """The values of ``names`` (missing ones as None), used to match messages at joins."""

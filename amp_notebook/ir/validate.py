@@ -9,17 +9,21 @@ way to fix it, and all problems are reported together. The rules:
   maps each group to a new state such as pos -> pos // 2), so each pass has a fresh state;
 * widths (last payload dimensions) agree along every edge, inferred to a fixed point around loops;
 * per-node attributes are well formed (min_update_frequency, worker, optimizer);
+* no node asks for more than ``MAX_NODE_PARAMETERS`` parameters (a width typed with three zeros too many
+  would otherwise fail with ``MemoryError`` when the run allocates them);
 * replica groups name existing parameterized nodes of equal shapes;
 * for training, the graph has a loss.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import networkx as nx
 
+from amp_notebook.errors import AmpError
 from amp_notebook.ir import ops as O
 from amp_notebook.ir.ops.base import OpError, Width
 
@@ -37,7 +41,7 @@ class Problem:
         return self.message
 
 
-class ValidationError(ValueError):
+class ValidationError(AmpError, ValueError):
     """All problems found in a graph; ``problems`` lists them with their node and port."""
 
     def __init__(self, graph_name: str, problems: list[Problem]) -> None:
@@ -59,10 +63,11 @@ def check(graph: Graph, require_loss: bool = False) -> list[Problem]:
     problems += _check_cycles(graph)
     problems += infer_widths(graph, strict=True)[1]
     problems += _check_attrs(graph)
+    problems += _check_sizes(graph)
     problems += _check_replicas(graph)
     if not any(n.kind in O.INPUTS for n in graph.nodes.values()):
         problems.append(Problem(None, None, "the graph has no Input node; add one with g.input(name, width)"))
-    if require_loss and not any(n.kind in O.LOSSES for n in graph.nodes.values()):
+    if require_loss and not any(n.kind in O.TRAINING_LOSSES for n in graph.nodes.values()):
         problems.append(
             Problem(
                 None, None, "the graph has no loss, so it cannot train; add g.softmax_cross_entropy(...) or g.mse(...)"
@@ -193,6 +198,26 @@ def _check_attrs(graph: Graph) -> list[Problem]:
                 make_optimizer(node.optimizer)
             except OptimizerError as exc:
                 problems.append(Problem(node.name, None, f"{node.describe()} optimizer: {exc}"))
+    return problems
+
+
+MAX_NODE_PARAMETERS = 2**28  # 1 GiB of float32 in one node: an embedding of 1M words x 256 fits
+
+
+def _check_sizes(graph: Graph) -> list[Problem]:
+    problems = []
+    for node in graph.nodes.values():
+        shapes = node.op.param_shapes()
+        count = sum(math.prod(shape) for shape in shapes.values())
+        if count > MAX_NODE_PARAMETERS:
+            listed = ", ".join(f"{k} {' x '.join(map(str, v))}" for k, v in shapes.items())
+            problems.append(
+                Problem(
+                    node.name, None,
+                    f"{node.describe()} has {count:,} parameters ({listed}), more than {MAX_NODE_PARAMETERS:,} "
+                    f"({MAX_NODE_PARAMETERS * 4 // 2**30} GiB of float32); check its sizes for a typo, or split it",
+                )
+            )  # fmt: skip
     return problems
 
 

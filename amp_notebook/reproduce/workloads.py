@@ -26,13 +26,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from amp_notebook.data.batch import Dataset
+from amp_notebook.errors import AmpError
 from amp_notebook.ir.graph import Graph
 
 MODELS = ("mlp", "rnn", "rnn-2-replicas", "tree-lstm", "ggsnn", "bilstm-tagger")
 PEER_THREADS = 2
 
 
-class MissingModelError(LookupError):
+class MissingModelError(AmpError, LookupError):
     """A model of the paper that this checkout does not have yet."""
 
 

@@ -12,9 +12,12 @@ asks the simulated backend, which runs the same session, controller and workers 
    nodes' matrix work and the light nodes' Python glue alike). A node the sample never reached (a replica
    no sampled key was routed to) falls back to :meth:`CostModel.this_cpu`'s formula: FLOPs over this
    core's measured FLOP/s plus its measured per-message overhead. A node cost is one time per message
-   whatever the payload's shape: right for keys of one bucket size, a typical value otherwise.
+   whatever the payload's shape: right for keys of one bucket size, a typical value otherwise. A fixed
+   node cost is charged for every message of a bundle (``max_bundle`` > 1), so the predictions leave out
+   what bundling saves; the search only ranks placements by them.
 2. **Workload.** ``keys`` training keys (the first ones, repeated if the dataset is smaller), the run's
-   mode, max_active_keys, min_update_frequency, inbox priority and order, optimizer, dtype and initial parameters;
+   mode, max_active_keys, min_update_frequency, inbox priority and order, max_bundle, optimizer, dtype and
+   initial parameters;
    no validation, no trace. Every candidate runs exactly this workload, so the ranking is fair; the
    predicted throughput is training instances per virtual second over it (its fill and drain included).
 3. **Candidates.** ``round_robin`` (the paper's default), ``balanced`` (contiguous stages), then a local
@@ -48,7 +51,7 @@ from amp_notebook.data.batch import Dataset
 from amp_notebook.ir import ops as O
 from amp_notebook.ir.graph import Graph
 from amp_notebook.runtime.costs import CostModel, NodeCost
-from amp_notebook.runtime.placement import place
+from amp_notebook.runtime.placement import PlacementError, place
 
 PHASE_FIELDS = ("fwd_s", "bwd_s", "update_s")  # trace phases 0, 1, 2
 DEFAULT_MAX_EVALUATIONS = 24
@@ -147,6 +150,7 @@ def autoplace(
     min_update_frequency: int = 1,
     priority: str = "backward_first",
     order: str = "oldest_key",
+    max_bundle: int | dict[str, int] = 1,
     optimizer: Any = "sgd",
     params: dict[str, dict[str, np.ndarray]] | None = None,
     dtype: str = "float32",
@@ -165,11 +169,14 @@ def autoplace(
     candidate needs over the best so far.
     """
     if max_evaluations < 2:
-        raise ValueError(
+        raise PlacementError(
             f"autoplace max_evaluations: expected at least 2 (round robin and balanced), got {max_evaluations}"
         )
     if not dataset.train:
-        raise ValueError(f"autoplace: dataset {dataset.name!r} has no training keys to simulate")
+        raise PlacementError(
+            f"placement auto: dataset {dataset.name!r} has no training keys to simulate; give it training keys "
+            "or choose a placement strategy"
+        )
     began = time.perf_counter()
     initial = params if params is not None else graph.init_params(seed, np.dtype(dtype))
     spec = optimizer.spec() if hasattr(optimizer, "spec") else optimizer  # a fresh optimizer for every run
@@ -184,7 +191,8 @@ def autoplace(
     pinned = {n for n in heavy if graph.nodes[n].worker is not None}
     movable = [n for n in heavy if n not in pinned]
     settings = {"workers": workers, "mode": mode, "max_active_keys": max_active_keys,
-                "min_update_frequency": min_update_frequency, "priority": priority, "order": order}  # fmt: skip
+                "min_update_frequency": min_update_frequency, "priority": priority, "order": order,
+                "max_bundle": max_bundle}  # fmt: skip
     cache: dict[tuple[int, ...], float] = {}
 
     def predict(assignment: dict[str, int]) -> float:

@@ -18,9 +18,10 @@ with the FLOP counts of the paper's appendix C for the heavy ops, ``k`` rows of 
 * update ``update_flops_per_param`` (default 1) FLOPs per parameter, about ``d_in d_out`` (a node that
   updates pays ``update_overhead_s`` on top).
 
-Embedding lookups and their scatter-add cost one FLOP per element moved; elementwise ops one per element
-each way; softmax cross-entropy five per element forward and one backward (MSE three and one); control
-flow, aggregation and inputs cost no FLOPs, only the per-message overhead. A join op is charged per
+Every op states its own count (``Op.flops``, ``Op.element_flops``: a test keeps the list complete):
+Embedding lookups and their scatter-add cost one FLOP per element moved; elementwise ops one or two per
+element each way; softmax cross-entropy five per element forward and one backward (MSE three and one);
+control flow, aggregation and inputs cost no FLOPs, only the per-message overhead. A join op is charged per
 arriving message from that message's own payload. Per-node overrides (:class:`NodeCost`) replace the
 computed time of a node outright, for ops the formulas do not describe well or for "what if this layer
 were twice as slow" questions.
@@ -55,30 +56,14 @@ from typing import Any
 
 import numpy as np
 
+from amp_notebook.errors import AmpError
 from amp_notebook.ir.message import BWD, FWD
 from amp_notebook.runtime.plan import Plan
 
 WIRE_BYTES: dict[str, int] = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
 
-# FLOPs per payload element (forward, backward) of the light ops; heavy ops have their own formulas
-ELEMENT_FLOPS: dict[str, tuple[float, float]] = {
-    "relu": (1.0, 1.0),
-    "tanh": (1.0, 2.0),
-    "sigmoid": (1.0, 2.0),
-    "add": (1.0, 0.0),
-    "mul": (1.0, 2.0),
-    "softmax_cross_entropy": (5.0, 1.0),
-    "segment_softmax_cross_entropy": (5.0, 1.0),
-    "mse": (3.0, 1.0),
-    # fused cells, per element of each message (gate pre-activations and c forward, [h; c] or h' backward):
-    # a sigmoid or tanh and a few products per gate element
-    "tree_lstm_leaf": (4.0, 8.0),
-    "tree_lstm_branch": (4.0, 10.0),
-    "gru_update": (4.0, 12.0),
-}
 
-
-class CostModelError(ValueError):
+class CostModelError(AmpError, ValueError):
     """A cost model that cannot describe hardware: names the field, what was expected and what was found."""
 
 
@@ -227,23 +212,9 @@ def _non_negative(where: str, value: Any) -> None:
 
 
 def message_flops(op: Any, direction: int, shape: tuple[int, ...], grad_input: bool) -> float:
-    """FLOPs to handle one message with a payload of ``shape`` at an op (appendix C for the heavy ops)."""
-    kind = op.kind
-    if not shape:
-        return 0.0
-    width = shape[-1]
-    rows = math.prod(shape[:-1])
-    if kind == "linear":
-        mac = 2.0 * rows * op.in_features * op.out_features
-        if direction == FWD:
-            return mac
-        return 2.0 * mac if grad_input else mac
-    if kind == "embedding":
-        return float(math.prod(shape) * op.embedding_dim) if direction == FWD else float(rows * width)
-    per = ELEMENT_FLOPS.get(kind)
-    if per is None:
-        return 0.0
-    return per[0 if direction == FWD else 1] * math.prod(shape)
+    """FLOPs to handle one message with a payload of ``shape`` at an op: the op's own count (``Op.flops``;
+    appendix C for the heavy ops, a per-element count for the others)."""
+    return float(op.flops(direction == FWD, tuple(shape), grad_input))
 
 
 def parameter_count(op: Any) -> int:
@@ -405,6 +376,6 @@ def _measure_overhead(repeats: int) -> float:
 
 
 __all__ = [
-    "ELEMENT_FLOPS", "WIRE_BYTES", "CostModel", "CostModelError", "CostTable", "Link", "NodeCost", "calibrate_cpu",
+    "WIRE_BYTES", "CostModel", "CostModelError", "CostTable", "Link", "NodeCost", "calibrate_cpu",
     "message_flops", "parameter_count",
 ]  # fmt: skip

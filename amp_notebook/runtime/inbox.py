@@ -13,44 +13,56 @@ mailbox into it). Two rules decide the next message:
   down the pipeline; ``arrival`` takes messages in the order they came.
 
 Bundles. Once the next message is chosen, the messages already waiting for the same node, direction and
-port join it, up to that node's ``max_bundle`` (1: no bundling), in arrival order; the worker runs them
-as one call. A bundle never mixes nodes, directions or ports (replicas are different nodes).
+port join it, up to that node's ``max_bundle`` (1: no bundling) and the worker's further ``limit`` (a
+node that updates locally takes no more gradients than its next update needs), in arrival order; the
+worker runs them as one call. A bundle never mixes nodes, directions or ports (replicas are different
+nodes).
 
-Each direction keeps a heap of ``(rank, seq, message)`` (rank: the key, or the arrival number) and each
-(node, direction, port) group a dict of its waiting messages by arrival number. A message taken as part
-of a bundle leaves its heap entry behind; the entry is skipped when it surfaces (lazy deletion), so
-pushing and taking cost a heap operation and a dict update each.
+Each (node, direction, port) *group* keeps its waiting messages sorted by rank (the key, or the arrival
+number), and each direction a heap of groups ordered by their best rank. A message joins its group's
+list (an append, as ranks mostly arrive in order); a group enters the heap when it gets its first
+message, or again when a message with a better rank arrives (the older entry goes stale and is skipped
+when it surfaces). Taking pops the best group and cuts its first messages off as the bundle. So heap
+work is paid per bundle, not per message.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
-from itertools import islice
+from bisect import insort
+from collections.abc import Callable, Sequence
 
 from amp_notebook.ir.message import FWD, Message
 
 PRIORITIES = ("backward_first", "fifo")
-ORDERS = ("oldest_key", "arrival")
+ORDERS = ("oldest_key", "arrival", "largest_bundle")
 
 Group = tuple[int, int, str]  # (node, direction, port)
 
 
 class Inbox:
-    __slots__ = ("_by_key", "_fifo", "_groups", "_heaps", "_seq", "_size", "_taken", "max_bundle")
+    __slots__ = ("_by_key", "_fifo", "_groups", "_heaps", "_largest", "_live", "_seq", "_size", "limit", "max_bundle")
 
-    def __init__(self, max_bundle: Sequence[int] | list[int], priority: str = "backward_first",
-                 order: str = "oldest_key") -> None:  # fmt: skip
+    def __init__(
+        self,
+        max_bundle: Sequence[int],
+        priority: str = "backward_first",
+        order: str = "oldest_key",
+        limit: Callable[[int, int], int] | None = None,
+    ) -> None:
         if priority not in PRIORITIES:
             raise ValueError(f"priority: expected one of {PRIORITIES}, got {priority!r}")
         if order not in ORDERS:
             raise ValueError(f"order: expected one of {ORDERS}, got {order!r}")
         self.max_bundle = max_bundle  # per node; shared with the plan, so live changes apply at the next take
+        self.limit = limit  # (node, direction) -> the cap for a node whose max_bundle is over 1
         self._fifo = priority == "fifo"
-        self._by_key = order == "oldest_key"
-        self._heaps: tuple[list[tuple[int, int, Message]], list[tuple[int, int, Message]]] = ([], [])  # bwd, fwd
-        self._groups: dict[Group, dict[int, Message]] = {}
-        self._taken: set[int] = set()
+        self._by_key = order != "arrival"
+        self._largest = order == "largest_bundle"
+        # per direction (backward and updates, forward): heap of (rank, entry number, group)
+        self._heaps: tuple[list[tuple[int, int, Group]], list[tuple[int, int, Group]]] = ([], [])
+        self._groups: dict[Group, list[tuple[int, int, Message]]] = {}  # sorted by (rank, arrival)
+        self._live: dict[Group, int] = {}  # group -> the entry number of its live heap entry
         self._seq = 0
         self._size = 0
 
@@ -59,20 +71,26 @@ class Inbox:
 
     def push(self, msg: Message) -> None:
         seq = self._seq = self._seq + 1
-        heapq.heappush(
-            self._heaps[msg.direction == FWD], (msg.key if self._by_key else seq, seq, msg)
-        )  # flush updates have key -1: first
+        rank = msg.key if self._by_key else seq  # flush updates have key -1: first
+        item = (rank, seq, msg)
         group = (msg.node, msg.direction, msg.port)
         waiting = self._groups.get(group)
-        if waiting is None:
-            self._groups[group] = {seq: msg}
-        else:
-            waiting[seq] = msg
         self._size += 1
+        if waiting is None:
+            self._groups[group] = [item]
+        elif rank >= waiting[-1][0]:
+            waiting.append(item)
+            return
+        else:
+            insort(waiting, item)
+            if waiting[0] is not item:
+                return
+        heapq.heappush(self._heaps[msg.direction == FWD], (rank, seq, group))
+        self._live[group] = seq
 
     def has_work(self, allow_forward: bool = True) -> bool:
         """Whether :meth:`take` would return a bundle."""
-        return bool(self._top(self._heaps[0]) or (allow_forward and self._top(self._heaps[1])))
+        return self._top(self._heaps[0]) is not None or (allow_forward and self._top(self._heaps[1]) is not None)
 
     def forward_waiting(self) -> int:
         """Forward messages waiting (held while a run is paused)."""
@@ -82,36 +100,44 @@ class Inbox:
         """The next bundle (one message and those that join it), or None when nothing may be taken."""
         bwd, fwd = self._heaps
         heap = bwd if self._top(bwd) is not None else None
-        if allow_forward:
-            top_fwd = self._top(fwd)
-            if top_fwd is not None and (heap is None or (self._fifo and top_fwd[1] < bwd[0][1])):
-                heap = fwd
+        if allow_forward and self._top(fwd) is not None and (heap is None or (self._fifo and fwd[0][0] < bwd[0][0])):
+            heap = fwd
         if heap is None:
             return None
-        _, seq, msg = heapq.heappop(heap)
-        group = (msg.node, msg.direction, msg.port)
+        if self._largest:
+            direction_fwd = heap is fwd
+            group = max(
+                (g for g in self._groups if (g[1] == FWD) == direction_fwd),
+                key=lambda g: (len(self._groups[g]), -self._groups[g][0][0]),
+            )
+        else:
+            _, _, group = heapq.heappop(heap)
         waiting = self._groups[group]
-        del waiting[seq]
-        bundle = [msg]
-        cap = self.max_bundle[msg.node]
-        if cap > 1 and waiting:
-            joined = list(islice(waiting, cap - 1))
-            for s in joined:
-                bundle.append(waiting.pop(s))
-            self._taken.update(joined)
-        if not waiting:
+        node = group[0]
+        cap = 1
+        if self.max_bundle[node] > 1:
+            cap = self.max_bundle[node] if self.limit is None else self.limit(node, group[1])
+        if len(waiting) <= cap:
             del self._groups[group]
-        self._size -= len(bundle)
+            del self._live[group]
+            self._size -= len(waiting)
+            return [item[2] for item in waiting]
+        bundle = [item[2] for item in waiting[:cap]]
+        del waiting[:cap]
+        self._size -= cap
+        rank = waiting[0][0]
+        seq = self._seq = self._seq + 1
+        heapq.heappush(heap, (rank, seq, group))
+        self._live[group] = seq
         return bundle
 
-    def _top(self, heap: list[tuple[int, int, Message]]) -> tuple[int, int, Message] | None:
-        """The heap's first live entry (entries of messages already taken in a bundle are dropped)."""
-        taken = self._taken
+    def _top(self, heap: list[tuple[int, int, Group]]) -> tuple[int, int, Group] | None:
+        """The heap's first live entry (entries superseded by a better one of the same group are dropped)."""
+        live = self._live
         while heap:
             entry = heap[0]
-            if entry[1] not in taken:
+            if live.get(entry[2]) == entry[1]:
                 return entry
-            taken.discard(entry[1])
             heapq.heappop(heap)
         return None
 

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import warnings
 
+from amp_notebook.errors import AmpError
 from amp_notebook.ir import ops as O
 from amp_notebook.ir.graph import Graph
 
 
-class PlacementError(ValueError):
+class PlacementError(AmpError, ValueError):
     pass
 
 

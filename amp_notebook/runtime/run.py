@@ -24,6 +24,8 @@ effect:
 * ``set_max_active_keys(k)``: the controller's limit; a larger one admits keys at once.
 * ``set_min_update_frequency(node, m)``: the plan's per-node threshold, which workers read at every
   gradient (``amp`` mode); a node that holds more gradients than a lowered threshold updates at its next.
+* ``set_max_bundle(node, m)``: how many waiting messages a node (or every node) runs as one call; each
+  worker's inbox reads it when it forms the next bundle.
 
 Threads never outlive their run: worker threads and the driver are daemon threads; ``backend.run()``
 joins the workers before the driver ends; ``stop()`` and ``wait()`` join the driver. The driver thread
@@ -137,6 +139,7 @@ class Run:
             "min_update_frequency": {
                 plan.names[i]: plan.min_update_frequency[i] for i, p in enumerate(plan.parameterized) if p
             },
+            "max_bundle": max(plan.max_bundle, default=1),
             "recent_loss": session.recent_loss,
             "recent_accuracy": session.recent_accuracy,
             "error": None if error is None else f"{type(error).__name__}: {error}",
@@ -253,6 +256,29 @@ class Run:
         def change() -> list[Action]:
             for i in targets:
                 thresholds[i] = m
+            return []
+
+        self._apply(change)
+
+    def set_max_bundle(self, node: str | None, m: int) -> None:
+        """Messages a node runs as one call (1: no bundling): one node by name, or every node when ``node``
+        is None. Takes effect at the next bundle each worker forms."""
+        plan = self._session.plan
+        if node is None:
+            targets = list(range(len(plan.names)))
+        elif not isinstance(node, str) or node not in plan.index:
+            raise ValueError(f"max_bundle: the graph has no node {node!r}; its nodes: {plan.names}")
+        else:
+            targets = [plan.index[node]]
+        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+            which = "every node" if node is None else f"node {node!r}"
+            raise ValueError(f"max_bundle for {which}: expected an int >= 1 (1: no bundling), got {m!r}")
+        self._require_live("set_max_bundle")
+        caps = plan.max_bundle
+
+        def change() -> list[Action]:
+            for i in targets:
+                caps[i] = m
             return []
 
         self._apply(change)

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from amp_notebook.data.batch import Batch, Dataset
+from amp_notebook.errors import AmpError
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.message import FWD, UPDATE, Message, State
 from amp_notebook.ir.ops import NodeContext
@@ -40,7 +41,7 @@ class Backend(Protocol):
     def now(self) -> float: ...
 
 
-class DataError(ValueError):
+class DataError(AmpError, ValueError):
     """A dataset that does not fit the graph's inputs."""
 
 
@@ -61,6 +62,7 @@ class RunConfig:
     placement_strategy: str = "round_robin"
     priority: str = "backward_first"
     order: str = "oldest_key"
+    max_bundle: int | dict[str, int] = 1  # messages a node runs as one call: for every node, or per node name
 
 
 @dataclass
@@ -124,6 +126,7 @@ class Session:
         placement = place(graph, config.workers, config.placement, config.placement_strategy)
         self.plan: Plan = compile_plan(graph, placement, config.workers, config.min_update_frequency, optimizer)
         check_dataset(self.plan, dataset)
+        self.plan.max_bundle[:] = resolve_max_bundle(self.plan, config.max_bundle)
         initial = params if params is not None else graph.init_params(config.seed, self.dtype)
         self.contexts: list[NodeContext] = []
         for i, name in enumerate(self.plan.names):
@@ -280,6 +283,23 @@ class Session:
         }
 
 
+def resolve_max_bundle(plan: Plan, max_bundle: int | dict[str, int]) -> list[int]:
+    """Per node, the most messages it runs as one call: one int for every node, or {node name: int} for the
+    named nodes (the others 1). Refuses unknown names and values below 1."""
+
+    def check(where: str, value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"max_bundle{where}: expected an int >= 1 (1: no bundling), got {value!r}")
+        return value
+
+    if not isinstance(max_bundle, dict):
+        return [check("", max_bundle)] * len(plan.names)
+    unknown = sorted(set(max_bundle) - set(plan.index))
+    if unknown:
+        raise ValueError(f"max_bundle names node(s) {unknown} that the graph does not have; its nodes: {plan.names}")
+    return [check(f"[{name!r}]", max_bundle[name]) if name in max_bundle else 1 for name in plan.names]
+
+
 def check_dataset(plan: Plan, dataset: Dataset) -> None:
     """Fail before any thread starts if a key lacks a payload some Input node needs."""
     needed = [name for name, i in plan.inputs.items() if plan.ops[i].fill is None]
@@ -304,4 +324,4 @@ def check_dataset(plan: Plan, dataset: Dataset) -> None:
                 )
 
 
-__all__ = ["Backend", "DataError", "EpochStats", "RunConfig", "Session", "check_dataset"]
+__all__ = ["Backend", "DataError", "EpochStats", "RunConfig", "Session", "check_dataset", "resolve_max_bundle"]

@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from amp_notebook.runtime.run import Run
     from amp_notebook.ui.report import Report
 
-BACKENDS = ("threads", "simulated")
+BACKENDS = ("threads", "simulated", "ray")
+BACKGROUND_BACKENDS = ("threads", "ray")
 
 
 @dataclass
@@ -91,6 +92,8 @@ class TrainResult:
             "placement": self.placement,
             "placement_strategy": self.placement_strategy,
             "priority": c.priority,
+            "order": c.order,
+            "max_bundle": c.max_bundle,
             **({"autoplace": {**self.auto_placement.summary(), "measured_per_s": self.train_instances_per_s}}
                if self.auto_placement else {}),
             **({"virtual": True, "bandwidth_bits_per_s": self.backend_stats.get("bandwidth_bits_per_s", 0.0)}
@@ -132,12 +135,14 @@ def train(
     placement: dict[str, int] | str | None = None,
     priority: str = "backward_first",
     order: str = "oldest_key",
+    max_bundle: int | dict[str, int] = 1,
     backend: str = "threads",
     costs: Any = None,
     on_key_done: Callable[[Any], None] | None = None,
     on_epoch: Callable[[EpochStats], bool | None] | None = None,
     trace_capacity: int | None = DEFAULT_CAPACITY,
     background: bool = False,
+    address: str | None = None,
 ) -> TrainResult | Run:
     """Train ``graph`` on ``dataset`` and return a :class:`TrainResult`.
 
@@ -150,6 +155,10 @@ def train(
     starts, background runs included) or a dict of node -> worker overrides.
     ``priority`` orders each worker's inbox across directions: ``"backward_first"`` (the paper) or ``"fifo"``;
     ``order`` within a direction: ``"oldest_key"`` (the key admitted earliest first) or ``"arrival"``.
+    ``max_bundle`` lets a node take up to that many waiting messages (of different keys, same port and
+    direction) and run them as one call: one int for every node or ``{node: int}``; 1 (the default) runs
+    every message alone. Results are those of the messages one by one (to the rounding of a larger matrix
+    product); staleness, credits and caches stay per message.
     ``on_epoch(stats)`` is called after each epoch; returning True stops the run there.
     ``backend="simulated"`` runs on simulated hardware described by ``costs`` (a
     :class:`~amp_notebook.runtime.costs.CostModel`, default the paper's 1 TFLOPS device) in virtual time:
@@ -157,13 +166,20 @@ def train(
     ``trace_capacity`` bounds the trace rows kept per worker (the most recent; None keeps all); metrics
     stay exact over the whole run. ``background=True`` returns a :class:`~amp_notebook.runtime.run.Run`
     at once and trains in background threads: pause, resume, stop or retune it live, ``wait()`` for the result.
+    ``backend="ray"`` runs each worker as a Ray actor (:mod:`amp_notebook.runtime.backends.ray`), on a local
+    Ray started for the purpose or on the cluster at ``address`` (``"host:port"`` of ``ray start --head``).
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
     if costs is not None and backend != "simulated":
         raise ValueError(f"costs= describes simulated hardware; it needs backend='simulated', got {backend!r}")
-    if background and backend != "threads":
-        raise ValueError(f"background=True runs on the threads backend; got backend={backend!r}, drop one of them")
+    if address is not None and backend != "ray":
+        raise ValueError(f"address= names a Ray cluster; it needs backend='ray', got {backend!r}")
+    if background and backend not in BACKGROUND_BACKENDS:
+        raise ValueError(
+            f"background=True runs on the {' or '.join(BACKGROUND_BACKENDS)} backend; got backend={backend!r}, "
+            "drop one of them"
+        )
     opt = make_optimizer(optimizer)
     auto = None
     if placement == "auto":  # resolved to a placement dict before the session is built
@@ -171,8 +187,9 @@ def train(
 
         auto = autoplace(
             graph, dataset, workers=workers, mode=mode, max_active_keys=max_active_keys,
-            min_update_frequency=min_update_frequency, priority=priority, order=order, optimizer=opt.spec(),
-            params=params, dtype=dtype, seed=seed, costs=(costs or CostModel()) if backend == "simulated" else None,
+            min_update_frequency=min_update_frequency, priority=priority, order=order, max_bundle=max_bundle,
+            optimizer=opt.spec(), params=params, dtype=dtype, seed=seed,
+            costs=(costs or CostModel()) if backend == "simulated" else None,
         )  # fmt: skip
         placement = auto.placement
     config = RunConfig(
@@ -180,7 +197,7 @@ def train(
         epochs=epochs, seed=seed, dtype=dtype, trace=trace, validate=validate, shuffle=shuffle,
         placement=dict(placement) if isinstance(placement, dict) else {},
         placement_strategy=placement if isinstance(placement, str) else "round_robin", priority=priority,
-        order=order,
+        order=order, max_bundle=dict(max_bundle) if isinstance(max_bundle, dict) else max_bundle,
     )  # fmt: skip
     config.trace_capacity = trace_capacity
     session = Session(graph, dataset, config, opt, params)
@@ -191,6 +208,10 @@ def train(
         from amp_notebook.runtime.backends.simulated import SimulatedBackend
 
         runner = SimulatedBackend(session, costs)
+    elif backend == "ray":
+        from amp_notebook.runtime.backends.ray import RayBackend
+
+        runner = RayBackend(session, address=address)
     else:
         from amp_notebook.runtime.backends.threads import ThreadedBackend
 
@@ -207,7 +228,7 @@ def train(
             params=session.params(),
             placement={n: session.plan.owner[i] for i, n in enumerate(session.plan.names)},
             virtual=backend == "simulated",
-            backend_stats=runner.stats() if backend == "simulated" else {},
+            backend_stats=runner.stats() if backend in ("simulated", "ray") else {},
             auto_placement=auto,
         )
 

@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from amp_notebook.errors import AmpError
 from amp_notebook.ir.message import BWD, DIRECTION_NAMES, FWD, UPDATE, Message, State
 from amp_notebook.ir.ops import LOSS_PORT, NodeContext
 from amp_notebook.runtime.credits import Credits
@@ -56,7 +57,7 @@ class Timer(Protocol):
         ...
 
 
-class NodeError(RuntimeError):
+class NodeError(AmpError, RuntimeError):
     """An exception raised inside a node, with the node, direction, port and message state."""
 
     def __init__(self, node: str, kind: str, direction: str, port: str, state: Any, cause: BaseException) -> None:
@@ -104,7 +105,10 @@ class Worker:
         t1 = timer.handled(t0, bundle)
         first = bundle[0]
         if self.tracing:
-            self.buffer.record(first.node, first.direction, first.key, t0, t1, depth)
+            if len(bundle) == 1:
+                self.buffer.record(first.node, first.direction, first.key, t0, t1, depth)
+            else:
+                self.buffer.record_bundle(first.node, first.direction, [m.key for m in bundle], t0, t1, depth)
         end = t1
         due = self.due_updates
         if due:
@@ -126,13 +130,107 @@ class Worker:
         return done, flushed, end
 
     def handle_bundle(self, bundle: list[Message]) -> list[Message]:
-        """Handle the messages of one bundle (same node, direction and port); their outgoing messages."""
+        """Handle the messages of one bundle (same node, direction and port) as one call of the op
+        (``forward_bundle``/``backward_bundle``); each message keeps its own state, cache entry, staleness
+        record and credit. Returns the outgoing messages."""
         if len(bundle) == 1:
             return self.handle(bundle[0])
-        outs: list[Message] = []
-        for msg in bundle:
-            outs.extend(self.handle(msg))
-        return outs
+        first = bundle[0]
+        try:
+            if first.direction == FWD:
+                train = first.train
+                if any(m.train is not train for m in bundle):  # training and validation keys: one call each
+                    return [out for flag in (True, False) for out in self._forward_bundle([m for m in bundle
+                            if m.train is flag])]  # fmt: skip
+                return self._forward_bundle(bundle)
+            if first.direction == BWD:
+                return self._backward_bundle(bundle)
+            for msg in bundle:
+                self.apply_update(msg.node)
+            return []
+        except NodeError:
+            raise
+        except Exception as exc:
+            node = first.node
+            keys = sorted({m.key for m in bundle})
+            raise NodeError(
+                self.plan.names[node], type(self._ops[node]).__name__, DIRECTION_NAMES[first.direction], first.port,
+                f"{first.state} (in a bundle of {len(bundle)} messages, keys {keys})", exc,
+            ) from exc  # fmt: skip
+
+    def _forward_bundle(self, bundle: list[Message]) -> list[Message]:
+        if not bundle:
+            return []
+        first = bundle[0]
+        node = first.node
+        ctx = self.contexts[node]
+        op = self._ops[node]
+        train = first.train and self._receives[node]
+        ctx.train = train
+        states = [m.state for m in bundle]
+        emitted = op.forward_bundle(ctx, first.port, [m.payload for m in bundle], states)
+        if train and self._parameterized[node]:
+            version, fwd_version = ctx.version, ctx.fwd_version
+            for s in states:
+                fwd_version[s] = version
+        return self._route_forward(node, ctx, emitted, first.train, train)
+
+    def _backward_bundle(self, bundle: list[Message]) -> list[Message]:
+        first = bundle[0]
+        node = first.node
+        ctx = self.contexts[node]
+        emitted = self._ops[node].backward_bundle(ctx, first.port, [m.payload for m in bundle],
+                                                  [m.state for m in bundle])  # fmt: skip
+        if self._parameterized[node]:  # after the op, which saw n_grads before these gradients
+            self._count_gradients(node, ctx, bundle)
+        return self._route_back(node, emitted)
+
+    def _route_forward(
+        self, node: int, ctx: NodeContext, emitted: list[tuple[str, Any, State]], key_trains: bool, train: bool
+    ) -> list[Message]:
+        """Messages for the outputs along their edges; a loss's outputs start the backward pass at once (for
+        training keys); the loss reports collected."""
+        route = self._fwd_route[node]
+        out: list[Message] = []
+        losses: list[State] = []
+        for port, y, s in emitted:
+            dst = route.get(port)
+            if dst is not None:
+                out.append(Message(dst[0], dst[1], FWD, y, s, key_trains))
+            elif port == LOSS_PORT:
+                if train:
+                    losses.append(s)
+            else:
+                raise RuntimeError(f"output {port!r} is not connected (the graph was not validated?)")
+        if losses:
+            op = self._ops[node]
+            out.extend(self._route_back(node, op.backward_bundle(ctx, LOSS_PORT, [1.0] * len(losses), losses)))
+        if ctx.reports:
+            for r in ctx.reports:
+                self.reports.append((node, r))
+            ctx.reports.clear()
+        return out
+
+    def _count_gradients(self, node: int, ctx: NodeContext, msgs: list[Message]) -> None:
+        """Each gradient's staleness row (version now - version at its forward), and the count toward the
+        node's next update."""
+        record, now, fwd_version, version = self.buffer.record_staleness, self.clock(), ctx.fwd_version, ctx.version
+        for m in msgs:
+            record(node, m.key, version - fwd_version.pop(m.state), now)
+            ctx.grad_keys.add(m.key)
+        ctx.n_grads += len(msgs)
+        if self.local_updates and ctx.n_grads >= self.plan.min_update_frequency[node]:
+            self.due_updates.append(node)
+
+    def bundle_cap(self, node: int, direction: int) -> int:
+        """How many messages the inbox may give this node at once: its ``max_bundle``, and for the gradients
+        of a node that updates locally no more than it still needs before its next update, so updates fall
+        after the same gradients as without bundling (``min_update_frequency`` keeps its meaning)."""
+        cap = self.plan.max_bundle[node]
+        if cap > 1 and direction == BWD and self.local_updates and self._parameterized[node]:
+            ctx = self.contexts[node]
+            cap = min(cap, max(1, self.plan.min_update_frequency[node] - ctx.n_grads))
+        return cap
 
     def handle(self, msg: Message) -> list[Message]:
         try:
@@ -155,41 +253,19 @@ class Worker:
     def _forward(self, msg: Message) -> list[Message]:
         node = msg.node
         ctx = self.contexts[node]
-        op = self._ops[node]
         train = msg.train and self._receives[node]
         ctx.train = train
-        emitted = op.forward(ctx, msg.port, msg.payload, msg.state)
+        emitted = self._ops[node].forward(ctx, msg.port, msg.payload, msg.state)
         if train and self._parameterized[node]:
             ctx.fwd_version[msg.state] = ctx.version
-        route = self._fwd_route[node]
-        out: list[Message] = []
-        for port, y, s in emitted:
-            dst = route.get(port)
-            if dst is not None:
-                out.append(Message(dst[0], dst[1], FWD, y, s, msg.train))
-            elif port == LOSS_PORT:
-                if train:
-                    out.extend(self._route_back(node, op.backward(ctx, LOSS_PORT, 1.0, s)))
-            else:
-                raise RuntimeError(f"output {port!r} is not connected (the graph was not validated?)")
-        if ctx.reports:
-            for r in ctx.reports:
-                self.reports.append((node, r))
-            ctx.reports.clear()
-        return out
+        return self._route_forward(node, ctx, emitted, msg.train, train)
 
     def _backward(self, msg: Message) -> list[Message]:
         node = msg.node
         ctx = self.contexts[node]
         emitted = self._ops[node].backward(ctx, msg.port, msg.payload, msg.state)  # before n_grads += 1
         if self._parameterized[node]:
-            key = msg.key
-            staleness = ctx.version - ctx.fwd_version.pop(msg.state)
-            self.buffer.record_staleness(node, key, staleness, self.clock())
-            ctx.n_grads += 1
-            ctx.grad_keys.add(key)
-            if self.local_updates and ctx.n_grads >= self.plan.min_update_frequency[node]:
-                self.due_updates.append(node)
+            self._count_gradients(node, ctx, [msg])
         return self._route_back(node, emitted)
 
     def _route_back(self, node: int, emitted: list[tuple[str, Any, State]]) -> list[Message]:

@@ -1,8 +1,10 @@
 """Per-worker trace buffers: bounded chunked columns, one writer, lock-free readers, exact totals.
 
-Each handled message appends one *event* row (node, phase, key, queue depth, start, end); each gradient
-a parameterized node receives appends one *staleness* row (node, key, staleness, time). Each kind of row
-lives in a :class:`Table` of chunks:
+Each handled message appends one *event* row (node, phase, key, queue depth, start, end, messages); a
+*bundle* (several messages for one node run as one call) appends one row too, with ``key`` its first
+message's key and ``messages`` their number, and one *member* row (event row index, key, time) per
+message, so the keys of a bundle can be listed; each gradient a parameterized node receives appends one
+*staleness* row (node, key, staleness, time). Each kind of row lives in a :class:`Table` of chunks:
 
 * the **current chunk** is one ``array.array`` per column; the writer appends to it (cheap, no lock);
 * when it holds ``chunk_rows`` rows the writer **seals** it: wraps each column as a read-only numpy view
@@ -36,15 +38,18 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from amp_notebook.trace.totals import EventTotals, StalenessTotals
+from amp_notebook.trace.totals import EventTotals, RowCount, StalenessTotals
 
 PHASE_FWD, PHASE_BWD, PHASE_UPDATE = 0, 1, 2
 PHASES = ("fwd", "bwd", "update")
 DEFAULT_CAPACITY = 1_000_000  # rows per worker and kind: ~33 MB of event columns
 MAX_CHUNK_ROWS = 65_536
 
-EVENT_COLUMNS = (("node", "i"), ("phase", "b"), ("key", "q"), ("depth", "i"), ("start", "d"), ("end", "d"))
+EVENT_COLUMNS = (
+    ("node", "i"), ("phase", "b"), ("key", "q"), ("depth", "i"), ("messages", "i"), ("start", "d"), ("end", "d"),
+)  # fmt: skip
 STALENESS_COLUMNS = (("node", "i"), ("key", "q"), ("value", "i"), ("time", "d"))
+MEMBER_COLUMNS = (("row", "q"), ("key", "q"), ("time", "d"))
 
 Columns = dict[str, np.ndarray]
 
@@ -93,10 +98,12 @@ class Table:
         summarize: Callable[[Columns], Any],
         zero: Any,
         capacity: int | None,
+        numbered: bool = False,
     ) -> None:
         self.columns = columns
         self.last = columns[-1][0]  # the writer appends this column last
         self.span = span  # (column of start times, column of end times)
+        self.numbered = numbered  # readers get a `row` column: each row's absolute index
         self.summarize = summarize
         self.capacity = check_capacity(capacity)
         self.chunk_rows = chunk_rows_for(capacity)
@@ -136,34 +143,51 @@ class Table:
 
     def _join(self, parts: list[Columns]) -> Columns:
         if not parts:
-            return {name: np.zeros(0, dtype=code) for name, code in self.columns}
-        return {name: np.concatenate([p[name] for p in parts]) for name, _ in self.columns}
+            empty = {name: np.zeros(0, dtype=code) for name, code in self.columns}
+            return {"row": np.zeros(0, dtype=np.int64), **empty} if self.numbered else empty
+        return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
 
     def read(self, since: int = 0) -> tuple[Columns, int, int]:
         """Rows with absolute index >= ``since`` still held: (columns, the next index to ask for, rows missed
-        because they were dropped before being read)."""
+        because they were dropped before being read). A numbered table's column ``row`` holds each row's
+        absolute index."""
         view = self.view
         current = self._current_rows(view)
         first_held = view.sealed[0].first if view.sealed else view.current_first
         parts = [
-            {name: col[max(0, since - s.first):] for name, col in s.columns.items()}
+            self._numbered({name: col[max(0, since - s.first):] for name, col in s.columns.items()},
+                           max(since, s.first))
             for s in view.sealed
             if s.first + len(s) > since
         ]  # fmt: skip
-        parts.append({name: col[max(0, since - view.current_first) :] for name, col in current.items()})
+        parts.append(
+            self._numbered(
+                {name: col[max(0, since - view.current_first) :] for name, col in current.items()},
+                max(since, view.current_first),
+            )
+        )
         next_row = view.current_first + len(current[self.last])
         return self._join(parts), max(next_row, since), max(0, first_held - since)
 
     def window(self, lo: float, hi: float) -> Columns:
-        """Rows whose span [start, end] overlaps [lo, hi) (times on the writer's clock)."""
+        """Rows whose span [start, end] overlaps [lo, hi) (times on the writer's clock), with ``row``."""
         view = self.view
         start, end = self.span
         parts = []
-        for cols in [s.columns for s in view.sealed if s.hi >= lo and s.lo < hi] + [self._current_rows(view)]:
+        chunks = [(s.columns, s.first) for s in view.sealed if s.hi >= lo and s.lo < hi]
+        chunks.append((self._current_rows(view), view.current_first))
+        for cols, first in chunks:
             keep = (cols[end] >= lo) & (cols[start] < hi)
             if keep.any():
-                parts.append({name: col[keep] for name, col in cols.items()})
+                parts.append({name: col[keep] for name, col in self._numbered(cols, first).items()})
         return self._join(parts)
+
+    def _numbered(self, cols: Columns, first: int) -> Columns:
+        """``cols`` with a leading ``row`` column (each row's absolute index, from ``first``) if numbered."""
+        if not self.numbered:
+            return cols
+        n = len(cols[self.last])
+        return {"row": np.arange(first, first + n, dtype=np.int64), **cols}
 
     def totals(self) -> Any:
         """Totals over every row ever written, dropped or held."""
@@ -187,16 +211,19 @@ class WorkerBuffer:
     (``None``: every row). The columns of the current chunks are attributes, for the writer's hot path."""
 
     __slots__ = (
-        "_event_chunk_rows", "_staleness_chunk_rows", "depth", "end", "event_table", "key", "node", "phase",
-        "st_key", "st_node", "st_time", "st_value", "staleness_table", "start",
+        "_event_chunk_rows", "_member_chunk_rows", "_staleness_chunk_rows", "depth", "end", "event_table", "key",
+        "member_table", "messages", "node", "phase", "st_key", "st_node", "st_time", "st_value", "staleness_table",
+        "start",
     )  # fmt: skip
 
     def __init__(self, capacity: int | None = DEFAULT_CAPACITY) -> None:
-        self.event_table = Table(EVENT_COLUMNS, ("start", "end"), EventTotals.of, EventTotals(), capacity)
+        self.event_table = Table(EVENT_COLUMNS, ("start", "end"), EventTotals.of, EventTotals(), capacity, True)
         self.staleness_table = Table(STALENESS_COLUMNS, ("time", "time"), StalenessTotals.of, StalenessTotals(),
                                      capacity)  # fmt: skip
+        self.member_table = Table(MEMBER_COLUMNS, ("time", "time"), RowCount.of, RowCount(), capacity)
         self._event_chunk_rows = self.event_table.chunk_rows
         self._staleness_chunk_rows = self.staleness_table.chunk_rows
+        self._member_chunk_rows = self.member_table.chunk_rows
         self._bind_events(self.event_table.view.current)
         self._bind_staleness(self.staleness_table.view.current)
 
@@ -206,7 +233,12 @@ class WorkerBuffer:
 
     def _bind_events(self, chunk: dict[str, array]) -> None:
         self.node, self.phase, self.key = chunk["node"], chunk["phase"], chunk["key"]
-        self.depth, self.start, self.end = chunk["depth"], chunk["start"], chunk["end"]
+        self.depth, self.messages, self.start, self.end = (
+            chunk["depth"],
+            chunk["messages"],
+            chunk["start"],
+            chunk["end"],
+        )
 
     def _bind_staleness(self, chunk: dict[str, array]) -> None:
         self.st_node, self.st_key, self.st_value, self.st_time = (
@@ -214,15 +246,29 @@ class WorkerBuffer:
         )  # fmt: skip
 
     # ------------------------------------------------------------------ writer (one thread)
-    def record(self, node: int, phase: int, key: int, start: float, end: float, depth: int) -> None:
+    def record(self, node: int, phase: int, key: int, start: float, end: float, depth: int, messages: int = 1) -> None:
         if len(self.end) >= self._event_chunk_rows:
             self._bind_events(self.event_table.seal())
         self.node.append(node)
         self.phase.append(phase)
         self.key.append(key)
         self.depth.append(depth)
+        self.messages.append(messages)
         self.start.append(start)
         self.end.append(end)  # last: its length counts complete rows
+
+    def record_bundle(self, node: int, phase: int, keys: list[int], start: float, end: float, depth: int) -> None:
+        """One event row for a bundle of ``len(keys)`` messages, and a member row per message's key."""
+        row = self.event_table.written()
+        self.record(node, phase, keys[0], start, end, depth, len(keys))
+        table = self.member_table
+        chunk = table.view.current
+        for key in keys:
+            if len(chunk["time"]) >= self._member_chunk_rows:
+                chunk = table.seal()
+            chunk["row"].append(row)
+            chunk["key"].append(key)
+            chunk["time"].append(start)  # last
 
     def record_staleness(self, node: int, key: int, staleness: int, time: float) -> None:
         if len(self.st_time) >= self._staleness_chunk_rows:
@@ -236,6 +282,11 @@ class WorkerBuffer:
     def snapshot(self) -> tuple[Columns, Columns]:
         """Copies of the held event and staleness rows, each in time order (the order they were written)."""
         return self.event_table.read()[0], self.staleness_table.read()[0]
+
+    def members(self) -> Columns:
+        """The member rows of the bundles held: event row index (as ``event_table.written()`` counts rows),
+        key, and the bundle's start time."""
+        return self.member_table.read()[0]
 
     def event_totals(self) -> EventTotals:
         return self.event_table.totals()
@@ -254,6 +305,6 @@ class WorkerBuffer:
 
 
 __all__ = [
-    "DEFAULT_CAPACITY", "EVENT_COLUMNS", "PHASES", "PHASE_BWD", "PHASE_FWD", "PHASE_UPDATE", "STALENESS_COLUMNS",
-    "Sealed", "Table", "WorkerBuffer", "check_capacity", "chunk_rows_for",
+    "DEFAULT_CAPACITY", "EVENT_COLUMNS", "MEMBER_COLUMNS", "PHASES", "PHASE_BWD", "PHASE_FWD", "PHASE_UPDATE",
+    "STALENESS_COLUMNS", "Sealed", "Table", "WorkerBuffer", "check_capacity", "chunk_rows_for",
 ]  # fmt: skip

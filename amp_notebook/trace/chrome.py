@@ -1,7 +1,8 @@
 """Chrome trace event format, the JSON that Perfetto and chrome://tracing open.
 
-One ``X`` (complete) slice per handled message on thread ``tid = worker + 1`` of process 1, named after
-the node and phase, with the key and node in ``args``; ``M`` metadata names the process and threads;
+One ``X`` (complete) slice per handled message (or bundle) on thread ``tid = worker + 1`` of process 1,
+named after the node and phase, with the key and node in ``args`` (a bundle adds ``messages`` and the
+``keys`` of its messages); ``M`` metadata names the process and threads;
 ``C`` counters give each worker's queue depth and the staleness of gradients. Times are microseconds.
 Slices on one thread never overlap because a worker handles one message at a time; rounding to
 microseconds could make neighbours touch, so each slice is clipped to end where the next begins.
@@ -34,6 +35,7 @@ def chrome_trace(trace: Trace, counters: bool = True, window: tuple[float, float
         out.append({"ph": "M", "pid": PID, "tid": w + 1, "name": "thread_name", "args": {"name": f"worker {w}"}})
         out.append({"ph": "M", "pid": PID, "tid": w + 1, "name": "thread_sort_index", "args": {"sort_index": w}})
     names = trace.node_names
+    bundle_keys = trace.bundle_keys()
     for w in range(trace.workers):
         mine = np.nonzero(ev["worker"] == w)[0]
         starts = np.round(ev["start"][mine] * 1e6, 3)
@@ -44,11 +46,16 @@ def chrome_trace(trace: Trace, counters: bool = True, window: tuple[float, float
         for j, i in enumerate(mine):
             phase = trace.phases[ev["phase"][i]]
             node = names[ev["node"][i]]
+            args: dict[str, Any] = {"node": node, "key": int(ev["key"][i]), "phase": phase}
+            if ev["messages"][i] > 1:
+                args["messages"] = int(ev["messages"][i])
+                keys = bundle_keys.get((w, int(ev["row"][i])))
+                if keys is not None:
+                    args["keys"] = keys
             out.append(
                 {
                     "ph": "X", "pid": PID, "tid": w + 1, "name": f"{node} {phase}", "cat": phase,
-                    "ts": float(starts[j]), "dur": float(max(ends[j] - starts[j], 0.0)),
-                    "args": {"node": node, "key": int(ev["key"][i]), "phase": phase},
+                    "ts": float(starts[j]), "dur": float(max(ends[j] - starts[j], 0.0)), "args": args,
                 }
             )  # fmt: skip
             depth = int(ev["depth"][i])

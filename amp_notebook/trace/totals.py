@@ -4,7 +4,8 @@ A :class:`~amp_notebook.trace.buffers.WorkerBuffer` keeps only its most recent r
 whole run cannot be computed from the rows it still holds. Instead every chunk of rows is summarized
 once, when it is sealed, and the summaries of dropped chunks are added up:
 
-* :class:`EventTotals`: rows, busy seconds (sum of ``end - start``) and rows per phase;
+* :class:`EventTotals`: rows, messages (a bundle's row counts each of its messages), busy seconds (sum of
+  ``end - start``) and rows per phase;
 * :class:`StalenessTotals`: per parameterized node, a histogram ``staleness -> number of gradients``,
   from which count, sum, mean, max and any percentile follow exactly (staleness is a small integer, so
   the histogram is small however long the run).
@@ -29,16 +30,18 @@ class EventTotals:
     rows: int = 0
     busy_s: float = 0.0
     phase_rows: tuple[int, ...] = (0,) * N_PHASES
+    messages: int = 0
 
     @classmethod
     def of(cls, columns: dict[str, np.ndarray]) -> EventTotals:
-        """The totals of a block of event rows (columns ``phase``, ``start``, ``end``)."""
+        """The totals of a block of event rows (columns ``phase``, ``start``, ``end``, ``messages``)."""
         phase = columns["phase"]
         counts = np.bincount(phase.astype(np.int64), minlength=N_PHASES) if len(phase) else np.zeros(N_PHASES)
         return cls(
             rows=len(phase),
             busy_s=float(np.sum(columns["end"] - columns["start"])),
             phase_rows=tuple(int(c) for c in counts),
+            messages=int(np.sum(columns["messages"], dtype=np.int64)) if "messages" in columns else len(phase),
         )
 
     def __add__(self, other: EventTotals) -> EventTotals:
@@ -46,8 +49,23 @@ class EventTotals:
         a = self.phase_rows + (0,) * (width - len(self.phase_rows))
         b = other.phase_rows + (0,) * (width - len(other.phase_rows))
         return EventTotals(
-            self.rows + other.rows, self.busy_s + other.busy_s, tuple(x + y for x, y in zip(a, b, strict=True))
-        )
+            self.rows + other.rows, self.busy_s + other.busy_s, tuple(x + y for x, y in zip(a, b, strict=True)),
+            self.messages + other.messages,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RowCount:
+    """The totals of a table that needs no more than its row count (a bundle's member keys)."""
+
+    rows: int = 0
+
+    @classmethod
+    def of(cls, columns: dict[str, np.ndarray]) -> RowCount:
+        return cls(len(next(iter(columns.values()))))
+
+    def __add__(self, other: RowCount) -> RowCount:
+        return RowCount(self.rows + other.rows)
 
 
 @dataclass(frozen=True)
@@ -125,4 +143,4 @@ def sum_totals(parts: Iterable[T], start: T) -> T:
     return total
 
 
-__all__ = ["EventTotals", "StalenessTotals", "quantile_from_counts", "sum_totals"]
+__all__ = ["EventTotals", "RowCount", "StalenessTotals", "quantile_from_counts", "sum_totals"]

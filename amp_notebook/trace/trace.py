@@ -34,12 +34,29 @@ class Trace:
         return len(self.buffers)
 
     def events(self) -> dict[str, np.ndarray]:
-        """One row per handled message (and per update): worker, node, phase, key, start, end, depth,
-        sorted by start time."""
+        """One row per handled message, bundle or update: worker, row (per worker, from the run's start),
+        node, phase, key (a bundle's first), start, end, depth, messages (1, or a bundle's size), sorted by
+        start time."""
         if not self.buffers:
-            return {n: np.zeros(0) for n in ("worker", "node", "phase", "key", "start", "end", "depth")}
+            return {
+                n: np.zeros(0) for n in ("worker", "row", "node", "phase", "key", "start", "end", "depth", "messages")
+            }
         parts = [_with_worker(buf.snapshot()[0], w, "end") for w, buf in enumerate(self.buffers)]
         return _merge(parts, self.origin, ("start", "end"), "start")
+
+    def members(self) -> dict[str, np.ndarray]:
+        """The keys of every bundle held: worker, row (the bundle's event ``row``), key; one row per message."""
+        parts = [_with_worker(buf.members(), w, "time") for w, buf in enumerate(self.buffers)]
+        cols = _merge(parts, self.origin, ("time",), "time") if parts else {}
+        return {name: cols[name] for name in ("worker", "row", "key")} if cols else {}
+
+    def bundle_keys(self) -> dict[tuple[int, int], list[int]]:
+        """(worker, event row) of each bundle held -> the keys of its messages, in the order it ran them."""
+        cols = self.members()
+        out: dict[tuple[int, int], list[int]] = {}
+        for w, row, key in zip(*(cols[n].tolist() for n in ("worker", "row", "key")), strict=True) if cols else ():
+            out.setdefault((w, row), []).append(key)
+        return out
 
     def staleness(self) -> dict[str, np.ndarray]:
         """One row per gradient received by a parameterized node: worker, node, key, value (staleness), time."""

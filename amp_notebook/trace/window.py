@@ -7,7 +7,7 @@ grows. Two reads keep the cost proportional to what is drawn:
   since the run began). Each worker's sealed chunks know the span of times they cover, so only the chunks
   that overlap are looked at, plus the current chunk.
 * :func:`since` gives the rows written after a :class:`Cursor`, and the cursor to pass next time. A cursor
-  holds, per worker, the absolute index of the next event row and of the next staleness row to read
+  holds, per worker, the absolute index of the next event row, staleness row and bundle member row to read
   (rows are numbered from the start of the run and never renumbered, so dropping old rows does not move
   it). If a reader falls so far behind that rows it had not read were dropped, ``missed`` counts them.
 
@@ -18,7 +18,7 @@ increments of one worker gives exactly that worker's rows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -31,23 +31,25 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Cursor:
-    """Per worker: the absolute index of the next event row and of the next staleness row to read."""
+    """Per worker: the absolute index of the next event row, staleness row and member row to read."""
 
     events: tuple[int, ...]
     staleness: tuple[int, ...]
+    members: tuple[int, ...] = ()
 
     @classmethod
     def start(cls, workers: int) -> Cursor:
-        return cls((0,) * workers, (0,) * workers)
+        return cls((0,) * workers, (0,) * workers, (0,) * workers)
 
 
 @dataclass(frozen=True)
 class Increment:
     """What :func:`since` returns: the new rows, the cursor for the next call, and rows missed."""
 
-    events: Columns  # worker, node, phase, key, start, end, depth; seconds since the run began
+    events: Columns  # worker, row, node, phase, key, start, end, depth, messages; seconds since the run began
     staleness: Columns  # worker, node, key, value, time
     cursor: Cursor
+    members: Columns = field(default_factory=dict)  # worker, row (the bundle's event row), key
     missed_events: int = 0
     missed_staleness: int = 0
 
@@ -85,10 +87,15 @@ def since(trace: Trace, cursor: Cursor | None = None) -> Increment:
             f"since: the cursor is for {len(cursor.events)} workers but the trace has {trace.workers}; "
             "pass a cursor returned by this trace's since(), or None to start over"
         )
-    events, stale = [], []
-    next_events, next_stale = [], []
+    events, stale, members = [], [], []
+    next_events, next_stale, next_members = [], [], []
     missed_events = missed_stale = 0
+    member_cursor = cursor.members or (0,) * trace.workers
     for w, buf in enumerate(trace.buffers):
+        # members first: every member read then has its bundle's event row written before it
+        rows, nxt, _ = buf.member_table.read(member_cursor[w])
+        members.append(_with_worker(rows, w, "time"))
+        next_members.append(nxt)
         rows, nxt, missed = buf.event_table.read(cursor.events[w])
         events.append(_with_worker(rows, w, "end"))
         next_events.append(nxt)
@@ -100,9 +107,12 @@ def since(trace: Trace, cursor: Cursor | None = None) -> Increment:
     return Increment(
         events=_merge(events, trace.origin, ("start", "end"), "start") if events else {},
         staleness=_merge(stale, trace.origin, ("time",), "time") if stale else {},
-        cursor=Cursor(tuple(next_events), tuple(next_stale)),
+        cursor=Cursor(tuple(next_events), tuple(next_stale), tuple(next_members)),
         missed_events=missed_events,
         missed_staleness=missed_stale,
+        members={name: np.concatenate([m[name] for m in members]) for name in ("worker", "row", "key")}
+        if members
+        else {},
     )
 
 

@@ -28,11 +28,13 @@ import anywidget
 import ipywidgets
 import traitlets as t
 
+from amp_notebook.errors import AmpError
 from amp_notebook.ir.codegen import graph_to_python
 from amp_notebook.ir.graph import Graph
-from amp_notebook.ir.serialize import graph_from_dict, graph_to_dict
+from amp_notebook.ir.serialize import graph_from_dict, graph_to_dict, parse_graph_json
 from amp_notebook.ui import builder_schema as S
 from amp_notebook.ui.builder_model import ZOO_MODELS, BuilderError, BuilderModel
+from amp_notebook.ui.messages import refusal
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -61,7 +63,7 @@ class GraphBuilder(anywidget.AnyWidget):
     export = t.Dict().tag(sync=True)  # the last export asked for from the canvas: {"seq", "format", "text"}
     run_status = t.Unicode("").tag(sync=True)
     perf = t.Dict().tag(sync=True)  # set by the browser: {"nodes", "layout_ms", "render_ms"} of the last layout
-    height = t.Int(620).tag(sync=True)
+    height = t.Int(0).tag(sync=True)  # canvas height in px; 0: fits the graph (builder/fit.js)
 
     def __init__(self, graph: Graph | None = None, workers: int = 2, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -131,15 +133,20 @@ class GraphBuilder(anywidget.AnyWidget):
     def load(self, graph: Graph | dict[str, Any] | str) -> None:
         """Load a Graph, its JSON dict or JSON text (data only: loading never runs code)."""
         if isinstance(graph, str):
-            graph = json.loads(graph)
+            try:
+                graph = parse_graph_json(graph, "load")
+            except AmpError as exc:
+                self._notify("error", str(exc))
+                raise BuilderError(str(exc)) from None
         self._do(self.model.load, graph)
 
     def load_model(self, name: str) -> None:
         """Load a model-zoo graph: one of ``ZOO_MODELS`` (mlp, rnn, rnn_x2, tree_lstm, ggsnn, ...)."""
         self._do(self.model.load_model, name)
 
-    def auto_layout(self) -> None:
-        self._do(self.model.auto_layout)
+    def auto_layout(self, direction: str | None = None) -> None:
+        """Lay the graph out again: ``"TB"`` top to bottom, ``"LR"`` left to right, None: by its shape."""
+        self._do(self.model.auto_layout, direction)
 
     def auto_place(self, strategy: str = "round_robin") -> dict[str, int]:
         return self._do(self.model.auto_place, strategy)
@@ -175,8 +182,18 @@ class GraphBuilder(anywidget.AnyWidget):
     def to_json(self) -> str:
         return json.dumps(graph_to_dict(self.graph), indent=1)
 
-    def to_python(self) -> str:
-        """Python builder code that recreates the graph (generated from data; see amp_notebook/ir/codegen.py)."""
+    def to_python(self, form: str = "builder") -> str:
+        """Python code that recreates the graph. ``form="builder"``: builder calls, generated from data (see
+        amp_notebook/ir/codegen.py). ``form="source"``: for a graph made by ``amp.compile``, the model function
+        it was compiled from and the compile call, as long as its structure is unchanged (attributes changed
+        since, such as a pinned worker, follow as assignments); otherwise builder calls under a comment that
+        says why (see amp_notebook/compiler/pyform.py)."""
+        if form == "source":
+            from amp_notebook.compiler.pyform import python_form
+
+            return python_form(self.graph)
+        if form != "builder":
+            raise ValueError(f"to_python form: expected 'builder' or 'source', got {form!r}")
         return graph_to_python(self.graph)
 
     # ------------------------------------------------------------- training
@@ -226,9 +243,11 @@ class GraphBuilder(anywidget.AnyWidget):
         self.view = self.model.view()
 
     def _on_msg(self, _widget: Any, content: dict[str, Any], _buffers: Any) -> None:
-        if not isinstance(content, dict):
+        problem = refusal("builder message", content)  # junk is refused before anything acts on it
+        if problem is not None:
+            self._notify("error", problem)
             return
-        kind = content.get("type")
+        kind = content["type"]
         try:
             if kind == "intent":
                 self.model.apply(content.get("intent"))

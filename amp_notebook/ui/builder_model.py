@@ -2,9 +2,10 @@
 
 Python owns the graph. The browser (or Python code) sends *intents*, plain dicts such as
 ``{"type": "connect", "src": "embed", "src_port": "out", "dst": "cat", "dst_port": "in0"}``;
-:meth:`BuilderModel.apply` applies one to the graph through the builder API (amp_notebook/ir/graph.py), so
-every structural rule of the IR holds, and either succeeds as a whole or raises :class:`BuilderError`
-leaving graph and positions as they were.
+:meth:`BuilderModel.apply` checks one against its JSON Schema (:mod:`amp_notebook.ui.messages`: fields,
+types, ranges, no junk fields), then applies it to the graph through the builder API
+(amp_notebook/ir/graph.py), so every structural rule of the IR holds, and either succeeds as a whole or
+raises :class:`BuilderError` leaving graph, positions, undo history and revision as they were.
 
 Undo and redo keep snapshots: before each successful edit the graph's JSON form
 (:func:`~amp_notebook.ir.serialize.graph_to_dict`) and the positions are pushed on the undo stack; undo
@@ -14,7 +15,10 @@ operations for every intent.
 
 Positions are the canvas coordinates of nodes, kept beside the graph (not in it). A node without one
 (a loaded model, nodes made by Python code) is laid out by the browser, which reports the positions back
-with a ``layout`` message that is not an undo step.
+with a ``layout`` message that is not an undo step. With them comes the layout's ``direction``: ``"TB"``
+(top to bottom; ports on the top and bottom edges of the boxes) or ``"LR"`` (left to right; ports on the
+sides). The browser chooses it by the graph's shape when a whole graph is laid out, unless
+:meth:`BuilderModel.auto_layout` asked for one; ``None`` (positions made by hand) draws left to right.
 
 :meth:`BuilderModel.view` is what the browser draws: nodes with ports, properties, inferred widths,
 effective worker (placement heuristic for unpinned nodes) and the validation problems of each node and
@@ -24,25 +28,31 @@ port; edges with the width they carry; problems that concern no node.
 from __future__ import annotations
 
 import copy
+import math
+import numbers
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
+from amp_notebook.errors import AmpError
 from amp_notebook.ir import cells as C
 from amp_notebook.ir import ops as O
-from amp_notebook.ir.graph import Edge, Graph, GraphError, Ref
-from amp_notebook.ir.serialize import graph_from_dict, graph_to_dict
+from amp_notebook.ir.graph import Edge, Graph, Ref
+from amp_notebook.ir.serialize import graph_from_dict, graph_to_dict, rebuild_graph
 from amp_notebook.ir.validate import check, infer_widths
 from amp_notebook.ui import builder_schema as S
 from amp_notebook.ui.builder_replicas import set_replicas
 from amp_notebook.ui.builder_schema import BuilderError
+from amp_notebook.ui.messages import MAX_WORKERS, refusal
 
 __all__ = ["ZOO_MODELS", "BuilderError", "BuilderModel"]
 
 
 Position = tuple[float, float]
+Snapshot = tuple[dict[str, Any], dict[str, Position], str | None]  # graph JSON, positions, direction
 UNDO_LIMIT = 200
+DIRECTIONS = ("TB", "LR")
 
 
 def _zoo() -> dict[str, Callable[[], Graph]]:
@@ -69,26 +79,22 @@ class BuilderModel:
     def __init__(self, graph: Graph | None = None, workers: int = 2) -> None:
         self.graph = graph if graph is not None else Graph("graph")
         self.positions: dict[str, Position] = {}
+        self.direction: str | None = None  # of the layout the positions came from (module docstring)
         self.workers = workers
         self.revision = 0
         self.on_change: Callable[[], None] | None = None
-        self._undo: list[tuple[dict[str, Any], dict[str, Position]]] = []
-        self._redo: list[tuple[dict[str, Any], dict[str, Position]]] = []
+        self._undo: list[Snapshot] = []
+        self._redo: list[Snapshot] = []
 
     # ------------------------------------------------------------------ intents
     def apply(self, intent: dict[str, Any]) -> Any:
         """Apply one intent dict (see the module docstring); raises BuilderError when it is refused."""
-        if not isinstance(intent, dict) or not isinstance(intent.get("type"), str):
-            raise BuilderError(f"an intent is a dict with a 'type', got {intent!r}")
+        problem = refusal("intent", intent)
+        if problem is not None:
+            raise BuilderError(problem)
         kind = intent["type"]
         args = {k: v for k, v in intent.items() if k != "type"}
-        handler = self._HANDLERS.get(kind)
-        if handler is None:
-            raise BuilderError(f"unknown intent {kind!r}; known: {sorted(self._HANDLERS)}")
-        try:
-            return handler(self, **args)
-        except TypeError as exc:
-            raise BuilderError(f"intent {kind!r}: {exc}") from None
+        return self._HANDLERS[kind](self, **args)
 
     def add_node(
         self, kind: str, name: str | None = None, position: Position | None = None,
@@ -149,13 +155,18 @@ class BuilderModel:
             for name, pos in positions.items():
                 self.positions[name] = _position(pos)
 
-    def layout(self, positions: dict[str, Position]) -> None:
-        """Positions the browser computed for nodes that had none: not an undo step."""
+    def layout(self, positions: dict[str, Position], direction: str | None = None) -> None:
+        """Positions the browser computed for nodes that had none, and the direction of that layout (kept
+        when None): not an undo step."""
+        direction = _direction(direction, "layout")
         changed = False
         for name, pos in positions.items():
             if name in self.graph.nodes:
                 self.positions[name] = _position(pos)
                 changed = True
+        if direction is not None and direction != self.direction:
+            self.direction = direction
+            changed = True
         if changed:
             self._changed()
 
@@ -215,10 +226,14 @@ class BuilderModel:
 
     def load(self, graph: Graph | dict[str, Any]) -> None:
         """Replace the graph (a Graph, or its JSON dict: data only, never code); one undo step."""
-        new = graph_from_dict(graph) if isinstance(graph, dict) else graph
+        if not isinstance(graph, (Graph, dict)):
+            raise BuilderError(f"load: expected a Graph or its JSON dict, got {type(graph).__name__}")
         with self._edit():
+            new = graph_from_dict(graph, "load") if isinstance(graph, dict) else graph
             self._replace_graph(new)
+            self.graph.compiled_from = new.compiled_from  # amp.compile's record (to_python(form="source"))
             self.positions.clear()
+            self.direction = None
 
     def load_model(self, model: str) -> None:
         zoo = _zoo()
@@ -226,10 +241,13 @@ class BuilderModel:
             raise BuilderError(f"unknown model {model!r}; the model zoo has {sorted(zoo)}")
         self.load(zoo[model]())
 
-    def auto_layout(self) -> None:
-        """Forget every position so the browser lays the graph out again (one undo step)."""
+    def auto_layout(self, direction: str | None = None) -> None:
+        """Forget every position so the browser lays the graph out again (one undo step): ``"TB"`` top to
+        bottom, ``"LR"`` left to right, or None to let it choose by the graph's shape."""
+        direction = _direction(direction, "auto_layout")
         with self._edit():
             self.positions.clear()
+            self.direction = direction
 
     def auto_place(self, strategy: str = "round_robin") -> dict[str, int]:
         """Run the placement heuristic on all nodes and pin each node to the worker it chose."""
@@ -266,8 +284,8 @@ class BuilderModel:
 
     def set_workers(self, workers: Any) -> None:
         workers = S.coerce(S.INT, workers, "workers")
-        if workers < 1:
-            raise BuilderError(f"workers: expected at least 1, got {workers}")
+        if not 1 <= workers <= MAX_WORKERS:
+            raise BuilderError(f"workers: expected 1 to {MAX_WORKERS} (one lane each), got {workers}")
         self.workers = workers
         self._changed()
 
@@ -311,9 +329,9 @@ class BuilderModel:
         before = self._snapshot()
         try:
             yield
-        except (GraphError, S.PropertyError, BuilderError, O.OpError) as exc:
+        except AmpError as exc:  # GraphError, OpError, PropertyError, PlacementError, ... as a BuilderError
             self._restore(before, notify=False)
-            raise BuilderError(str(exc)) from None
+            raise (exc if isinstance(exc, BuilderError) else BuilderError(str(exc))) from None
         except Exception:
             self._restore(before, notify=False)
             raise
@@ -327,13 +345,14 @@ class BuilderModel:
         if self.on_change is not None:
             self.on_change()
 
-    def _snapshot(self) -> tuple[dict[str, Any], dict[str, Position]]:
-        return copy.deepcopy(graph_to_dict(self.graph)), dict(self.positions)
+    def _snapshot(self) -> Snapshot:
+        return copy.deepcopy(graph_to_dict(self.graph)), dict(self.positions), self.direction
 
-    def _restore(self, snapshot: tuple[dict[str, Any], dict[str, Position]], notify: bool = True) -> None:
-        data, positions = snapshot
-        self._replace_graph(graph_from_dict(copy.deepcopy(data)))
+    def _restore(self, snapshot: Snapshot, notify: bool = True) -> None:
+        data, positions, direction = snapshot
+        self._replace_graph(rebuild_graph(copy.deepcopy(data)))  # our own snapshot: no schema check
         self.positions = dict(positions)
+        self.direction = direction
         if notify:
             self._changed()
 
@@ -417,10 +436,20 @@ def _position(pos: Any) -> Position:
     if not (
         isinstance(pos, (list, tuple))
         and len(pos) == 2
-        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in pos)
+        and all(isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) for v in pos)
     ):
-        raise BuilderError(f"position: expected [x, y] numbers, got {pos!r}")
+        raise BuilderError(f"position: expected [x, y] finite numbers, got {pos!r}")
     return float(pos[0]), float(pos[1])
+
+
+def _direction(value: Any, where: str) -> str | None:
+    if value is None or value == "":
+        return None
+    if value not in DIRECTIONS:
+        raise BuilderError(
+            f"{where} direction: expected 'TB' (top to bottom), 'LR' (left to right) or None, got {value!r}"
+        )
+    return str(value)
 
 
 def _optimizer(value: Any, where: str) -> dict[str, Any] | None:

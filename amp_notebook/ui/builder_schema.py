@@ -16,16 +16,18 @@ from __future__ import annotations
 
 import inspect
 import json
+import numbers
 import re
 from collections.abc import Mapping
 from typing import Any
 
+from amp_notebook.errors import AmpError
 from amp_notebook.ir import ops as O
 from amp_notebook.ir.expr import Expression, ExpressionError
 from amp_notebook.ir.ops.base import Op, OpError
 
 
-class BuilderError(ValueError):
+class BuilderError(AmpError, ValueError):
     """An intent the graph builder refused; the message says why and how to fix it."""
 
 
@@ -220,8 +222,8 @@ def format_value(ftype: str, value: Any) -> str:
 
 
 def _int(value: Any, text: str | None, where: str) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):  # numpy integers too
+        return int(value)
     if text is not None and re.fullmatch(r"[+-]?\d+", text):
         return int(text)
     found = f"{type(value).__name__} {value!r}" if not isinstance(value, str) else repr(value)

@@ -1,9 +1,18 @@
 """The drawable view of a builder's graph: what Python syncs to the browser after every change.
 
 One JSON-ready dict: nodes (ports, properties as the inspector shows them, output widths, effective
-worker, problems per port), edges (with the width they carry) and the problems that concern no node.
-Effective worker: a node's pinned ``worker``, else what the placement heuristic
-(amp_notebook/runtime/placement.py) would choose for the current worker count.
+worker, problems per port), edges (with the width they carry, and whether they are a loop's back-edge),
+the layout direction, and the problems that concern no node. Effective worker: a node's pinned
+``worker``, else what the placement heuristic (amp_notebook/runtime/placement.py) would choose for the
+current worker count.
+
+Loop back-edges (:func:`loop_back_edges`) are the edges the canvas leaves out of its layered layout and
+draws routed around the side, so that the rest reads in one direction (the paper's Fig. 2). A loop is
+closed by a Phi that merges the loop's entry (from outside the cycle) with the back-edge (from inside):
+within each strongly connected component, the edges into a Phi that also has an input from outside that
+component are back-edges. Removing them and repeating finds the loops nested inside. A Phi whose inputs
+all come from inside the cycle only merges branches (the replicas' Phi inside the RNN's loop), so its
+edges stay in the layout.
 """
 
 from __future__ import annotations
@@ -11,12 +20,38 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING, Any
 
+import networkx as nx
+
 from amp_notebook.ir import ops as O
 from amp_notebook.ui import builder_schema as S
 from amp_notebook.ui.builder_replicas import replicas_of
 
 if TYPE_CHECKING:
+    from amp_notebook.ir.graph import Edge, Graph
     from amp_notebook.ui.builder_model import BuilderModel
+
+
+def loop_back_edges(graph: Graph) -> set[Edge]:
+    """The edges that close loops: into a Phi, from inside a cycle through it, where that Phi also has an
+    input from outside the cycle (see the module docstring)."""
+    back: set[Edge] = set()
+    while True:
+        view = nx.DiGraph()
+        view.add_nodes_from(graph.nodes)
+        view.add_edges_from((e.src, e.dst) for e in graph.edges if e not in back)
+        found: set[Edge] = set()
+        for component in nx.strongly_connected_components(view):
+            if len(component) < 2:
+                continue
+            for name in component:
+                if graph.nodes[name].kind != "phi":
+                    continue
+                ins = [e for e in graph.edges if e.dst == name and e not in back]
+                if any(e.src not in component for e in ins):
+                    found.update(e for e in ins if e.src in component)
+        if not found:
+            return back
+        back |= found
 
 
 def effective_workers(model: BuilderModel) -> dict[str, int | None]:
@@ -96,9 +131,11 @@ def build_view(model: BuilderModel) -> dict[str, Any]:
                 "errors": by_node.get(name, []),
             }
         )
+    loops = loop_back_edges(graph)
     edges = [
         {"id": f"{e.src}:{e.src_port}->{e.dst}:{e.dst_port}", "source": e.src, "sourceHandle": e.src_port,
-         "target": e.dst, "targetHandle": e.dst_port, "width": widths.get((e.src, e.src_port))}
+         "target": e.dst, "targetHandle": e.dst_port, "width": widths.get((e.src, e.src_port)),
+         "loop": e in loops}
         for e in graph.edges
     ]  # fmt: skip
     return {
@@ -106,6 +143,7 @@ def build_view(model: BuilderModel) -> dict[str, Any]:
         "revision": model.revision,
         "nodes": nodes,
         "edges": edges,
+        "direction": model.direction,
         "general_errors": general,
         "n_problems": len(problems),
         "can_undo": model.can_undo,

@@ -4,21 +4,25 @@
 The browser side (``widgets/src/dashboard``, built into ``ui/static/dashboard.js`` at install) draws a
 Gantt chart on a canvas, one lane per worker, boxes coloured by phase as in the paper's Fig. 1 (forward
 orange, backward blue, update yellow), plus queue depths, keys in flight, staleness histograms, loss and
-accuracy, throughput and utilization; it has the controls (pause, resume, stop, ``max_active_keys`` and
-``min_update_frequency`` sliders, follow live or scroll back, zoom and pan, a time slider for replays,
-Perfetto export).
+accuracy, throughput and utilization; it has the controls (pause, resume, stop, ``max_active_keys``,
+``min_update_frequency`` and ``max_bundle`` sliders, follow live or scroll back, zoom and pan, a time slider
+for replays, Perfetto export). A bundle of messages is one box labelled with its message count; its
+tooltip lists the keys.
 
 Python owns the data and the run; the browser only draws and asks. A feed thread sends the rows written
 since its last look (:class:`~amp_notebook.ui.feed.LiveFeed`) as binary columns, ``rate_hz`` times a
 second, until the run ends; the browser keeps at most ``max_boxes`` of them (older ones drop off), so
 neither side grows with the run. The browser's requests (``{"type": "control", ...}``, ``export``,
-``ready``) come back as widget messages and are applied to the run here, where a bad value gets the
-same error as in Python, shown in the widget.
+``ready``) come back as widget messages, are checked against their JSON Schemas
+(:mod:`amp_notebook.ui.messages`: a junk field, a wrong type or an out-of-range value is refused and
+nothing changes) and are applied to the run here, where a bad value gets the same error as in Python,
+shown in the widget.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from pathlib import Path
@@ -27,15 +31,24 @@ from typing import Any
 import anywidget
 import traitlets
 
+from amp_notebook.errors import AmpError
 from amp_notebook.ir.graph import Graph
 from amp_notebook.runtime.run import Run
 from amp_notebook.trace.io import load_trace
 from amp_notebook.trace.trace import Trace
 from amp_notebook.ui.feed import Frame, LiveFeed, static_frames
+from amp_notebook.ui.messages import CONTROL_ACTIONS, refusal
 
 STATIC = Path(__file__).parent / "static"
 MAX_DOWNLOAD_BYTES = 64 * 2**20  # larger exports are written to a file only
-CONTROL_ACTIONS = ("pause", "resume", "stop", "max_active_keys", "min_update_frequency")
+
+
+class ControlError(AmpError, ValueError):
+    """A control request the dashboard refused (unknown action, a value that is not a whole number)."""
+
+
+class NoRunError(AmpError, RuntimeError):
+    """A control request to a dashboard that shows a finished trace: there is no run to control."""
 
 
 def _bundle(name: str) -> Path | str:
@@ -109,6 +122,7 @@ class Dashboard(anywidget.AnyWidget):
                 "mode": run._controller.mode,
                 "max_active_keys": {"min": 1, "max": max(64, run.status["max_active_keys"])},
                 "min_update_frequency": {"min": 1, "max": 1000},
+                "max_bundle": {"min": 1, "max": max(64, run.status["max_bundle"])},
             }
             self._feed = LiveFeed(run)
             self._thread = threading.Thread(target=self._stream, name="amp-dashboard-feed", daemon=True)
@@ -187,12 +201,19 @@ class Dashboard(anywidget.AnyWidget):
         self.send(frame.content, frame.buffers)
 
     def _on_msg(self, _widget: Any, content: dict[str, Any], _buffers: list[Any]) -> None:
-        kind = content.get("type") if isinstance(content, dict) else None
+        problem = refusal("dashboard message", content)
+        if problem is None and content["type"] == "control":
+            problem = refusal("control", content, field="action")
+        if problem is not None:  # junk fields, wrong types, out-of-range values: refused, nothing changes
+            self.errors.append(problem)
+            self.send({"type": "error", "message": problem})
+            return
+        kind = content["type"]
         try:
             if kind == "ready":
                 self._send_all()
             elif kind == "control":
-                self.control(str(content.get("action")), content.get("value"), content.get("node"))
+                self.control(content["action"], content.get("value"), content.get("node"))
             elif kind == "export":
                 self._export(bool(content.get("download", True)))
         except Exception as exc:  # shown in the widget; the kernel and the run go on
@@ -225,8 +246,10 @@ class Dashboard(anywidget.AnyWidget):
             run.set_max_active_keys(_as_int(value, "max_active_keys"))
         elif action == "min_update_frequency":
             run.set_min_update_frequency(node, _as_int(value, "min_update_frequency"))
+        elif action == "max_bundle":
+            run.set_max_bundle(node, _as_int(value, "max_bundle"))
         else:
-            raise ValueError(f"control: unknown action {action!r}; expected one of {CONTROL_ACTIONS}")
+            raise ControlError(f"control: unknown action {action!r}; expected one of {CONTROL_ACTIONS}")
         if self._feed is not None:  # show the change at once, not at the next tick
             with self._lock:
                 self._emit(self._feed.poll())
@@ -248,7 +271,7 @@ class Dashboard(anywidget.AnyWidget):
 
     def _require_run(self, action: str) -> Run:
         if self._run is None:
-            raise RuntimeError(f"{action}: this dashboard shows a finished trace ({self.mode}); there is no run")
+            raise NoRunError(f"{action}: this dashboard shows a finished trace ({self.mode}); there is no run")
         return self._run
 
     # ------------------------------------------------------------------ lifecycle
@@ -274,8 +297,8 @@ class Dashboard(anywidget.AnyWidget):
 
 
 def _as_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
-        raise ValueError(f"{name}: expected a whole number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or int(value) != value:
+        raise ControlError(f"{name}: expected a whole number, got {value!r}")
     return int(value)
 
 
@@ -299,4 +322,4 @@ def _as_trace(source: Any) -> tuple[Trace, list[dict[str, Any]] | None, str | No
     )
 
 
-__all__ = ["Dashboard"]
+__all__ = ["ControlError", "Dashboard", "NoRunError"]

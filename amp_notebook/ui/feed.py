@@ -34,8 +34,10 @@ if TYPE_CHECKING:
 
 # name, wire dtype (little-endian), the typed array the browser makes of it
 EVENT_WIRE = (("start", "<f8"), ("end", "<f8"), ("worker", "<u2"), ("phase", "u1"), ("node", "<i4"),
-              ("key", "<i4"), ("depth", "<i4"))  # fmt: skip
+              ("key", "<i4"), ("depth", "<i4"), ("messages", "<i4"), ("row", "<u4"))  # fmt: skip
 STALENESS_WIRE = (("time", "<f8"), ("worker", "<u2"), ("node", "<i4"), ("value", "<i4"))
+# the keys of bundles: one row per message of a bundle, naming the bundle by its worker and event row
+MEMBER_WIRE = (("worker", "<u2"), ("row", "<u4"), ("key", "<i4"))
 MAX_ROWS_PER_FRAME = 200_000  # a feed that fell further behind sends the newest rows and counts the rest
 STATIC_CHUNK_ROWS = 250_000
 MAX_SERIES_POINTS = 2_000
@@ -52,18 +54,39 @@ class Frame:
 
 
 def pack(
-    events: dict[str, np.ndarray] | None, staleness: dict[str, np.ndarray] | None, run: int = 0
+    events: dict[str, np.ndarray] | None,
+    staleness: dict[str, np.ndarray] | None,
+    run: int = 0,
+    members: dict[str, np.ndarray] | None = None,
 ) -> tuple[dict[str, Any], list[bytes]]:
     """Columns as wire buffers: (the JSON describing them, the buffers). Rows with no data give n = 0."""
     columns: list[dict[str, Any]] = []
     buffers: list[bytes] = []
-    for table, wire, cols in (("events", EVENT_WIRE, events), ("staleness", STALENESS_WIRE, staleness)):
+    tables = (("events", EVENT_WIRE, events), ("staleness", STALENESS_WIRE, staleness),
+              ("members", MEMBER_WIRE, members))  # fmt: skip
+    for table, wire, cols in tables:
         n = 0 if not cols else len(cols[wire[0][0]])
         for name, dtype in wire:
-            data = np.zeros(0, dtype=dtype) if n == 0 or cols is None else np.ascontiguousarray(cols[name], dtype=dtype)
+            if n == 0 or cols is None:
+                data = np.zeros(0, dtype=dtype)
+            elif name in cols:
+                data = np.ascontiguousarray(cols[name], dtype=dtype)
+            else:  # rows from before bundles (a trace file of version 1): one message each, no row index
+                data = np.full(n, 1 if name == "messages" else 0, dtype=dtype)
             columns.append({"table": table, "name": name, "dtype": dtype.lstrip("<"), "n": n})
             buffers.append(data.tobytes())
     return {"run": run, "columns": columns}, buffers
+
+
+def _members_of(trace: Trace, events: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The member rows of the bundles among ``events`` (worker, row, key)."""
+    members = trace.members()
+    if not members or not len(members["key"]) or not len(events.get("row", ())):
+        return {}
+    bundles = events["messages"] > 1
+    wanted = set(zip(events["worker"][bundles].tolist(), events["row"][bundles].tolist(), strict=True))
+    keep = np.array([wr in wanted for wr in zip(members["worker"].tolist(), members["row"].tolist(), strict=True)])
+    return {name: col[keep] for name, col in members.items()}
 
 
 def _newest(cols: dict[str, np.ndarray], limit: int, order_by: str) -> tuple[dict[str, np.ndarray], int]:
@@ -127,7 +150,7 @@ class LiveFeed:
         staleness, _ = _newest(inc.staleness, self.max_rows, "time")
         self.rows_skipped += skipped_e + inc.missed_events
         self.rows_sent += len(events["start"]) if events else 0
-        content, buffers = pack(events, staleness)
+        content, buffers = pack(events, staleness, members=inc.members)
         content.update(type=kind, meta=self.meta())
         self.frames += 1
         self.finished = ended
@@ -144,7 +167,7 @@ class LiveFeed:
         events, _ = _newest(self.trace.window(max(0.0, now - history_s), now + 1.0), self.max_rows, "start")
         stale = self.trace.staleness()
         keep = stale["time"] >= now - history_s
-        content, buffers = pack(events, {k: v[keep] for k, v in stale.items()})
+        content, buffers = pack(events, {k: v[keep] for k, v in stale.items()}, members=_members_of(self.trace, events))
         self.epochs_sent = 0
         content.update(type="reset", meta=self.meta())
         content["meta"]["finished"] = self.run.done()
@@ -213,7 +236,7 @@ def static_frames(
     for lo in range(0, max(n, 1), chunk_rows):
         ev = {k: v[lo : lo + chunk_rows] for k, v in events.items()}
         st = staleness if lo == 0 else None
-        content, buffers = pack(ev, st, run=run)
+        content, buffers = pack(ev, st, run=run, members=_members_of(trace, ev))
         content.update(type="rows", meta=None)
         frames.append(Frame(content, buffers))
     duration = float(events["end"].max()) if n else 0.0
@@ -238,6 +261,7 @@ def static_frames(
 
 __all__ = [
     "EVENT_WIRE",
+    "MEMBER_WIRE",
     "STALENESS_WIRE",
     "Frame",
     "LiveFeed",

@@ -72,6 +72,8 @@ def test_build_fix_and_train_in_jupyterlab(lab: Any, page: Any, tmp_path: Any) -
     builder.wait_for(timeout=WAIT_MS)
     page.wait_for_selector('.amp-builder[data-graph="partial_mlp"][data-nodes="5"]', timeout=WAIT_MS)
     builder.scroll_into_view_if_needed()
+    # the builder opens at a readable zoom, where this wide hand-placed graph does not fit: show all of it
+    builder.locator(".react-flow__controls-fitview").click()
 
     # drag a Linear from the palette onto an empty part of the canvas
     canvas = builder.locator(".amp-canvas")

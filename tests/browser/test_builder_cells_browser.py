@@ -34,6 +34,8 @@ def test_cells_collapse_and_expand(lab: Any, page: Any, tmp_path: Any) -> None:
     assert int(page.get_attribute(root, "data-shown-nodes") or 0) == total - members + 1
     assert page.locator(".react-flow__node").count() == total - members + 1
     assert page.locator(".react-flow__edge").count() > 0  # the box is wired to the rest of the graph
+    # the collapsed view was fitted to the canvas, and its render timed once every box was measured
+    page.wait_for_selector(f"{root}[data-initial-zoom][data-render-ms]", timeout=WAIT_MS)
     page.screenshot(path=str(tmp_path / "builder_cell_collapsed.png"))
 
     # a small box in a fitted view sits under edge paths, so the double-click goes to the node element itself

@@ -1,11 +1,12 @@
 """The dashboard in a real browser: JupyterLab + Chromium (Playwright) run a notebook that trains in the
 background and shows the dashboard; the test reads what the canvas drew from the widget's data attributes.
 
-Checks: boxes drawn for every worker; moving the max_active_keys and min_update_frequency sliders reaches
-the run (the values shown come back from the run's controller, not from the slider); pause stops new boxes
-and resume brings them back; stop ends the run; export writes a Chrome trace; a replay of a 100k-box trace
-draws, and its draw time is measured and reported (written to ``draw_time.json`` beside the screenshots),
-not asserted: timings are figures, not pass/fail conditions.
+Checks: boxes drawn for every worker; moving the max_active_keys, min_update_frequency and max_bundle
+sliders reaches the run (the values shown come back from the run's controller, not from the slider); pause
+stops new boxes and resume brings them back; stop ends the run; export writes a Chrome trace; a replay of a
+100k-box trace draws, and its draw time is measured and reported (written to ``draw_time.json`` beside the
+screenshots), not asserted: timings are figures, not pass/fail conditions; a bundle is one box whose tooltip
+lists its keys.
 """
 
 from __future__ import annotations
@@ -48,6 +49,15 @@ replay = Dashboard.replay(synthetic, label="100k boxes", measure_draw=15)
 replay
 """
 
+BUNDLES = """
+bundle_events = {"worker": np.array([0, 0]), "node": np.array([1, 2]), "phase": np.array([0, 1]),
+                 "key": np.array([3, 9]), "depth": np.array([0, 0]), "messages": np.array([5, 1]),
+                 "start": np.array([0.0, 0.9]), "end": np.array([0.8, 1.0])}
+bundled = from_columns(bundle_events, staleness, ["input", "linear", "relu"], workers=1,
+                       bundles={0: [3, 4, 5, 6, 7]})
+Dashboard.replay(bundled, label="one bundle")
+"""
+
 COMPARE = """
 small = models.mlp(input_width=64, hidden=16)
 results = [train(small, ds, workers=2, mode=m, max_active_keys=4, epochs=1, seed=0, validate=False)
@@ -81,7 +91,7 @@ def move_slider(page: Any, selector: str, value: float) -> None:
 
 
 def test_dashboard_live_controls_and_replay(lab: Any, page: Any, tmp_path: Path) -> None:
-    nb = write_notebook(lab.root / "dashboard_e2e.ipynb", [SETUP, REPLAY, COMPARE])
+    nb = write_notebook(lab.root / "dashboard_e2e.ipynb", [SETUP, REPLAY, BUNDLES, COMPARE])
     open_and_run(page, lab, nb)
     live = '.amp-dashboard[data-mode="live"]'
     replay = '.amp-dashboard[data-mode="replay"]'
@@ -100,6 +110,9 @@ def test_dashboard_live_controls_and_replay(lab: Any, page: Any, tmp_path: Path)
     wait_attr(page, live, "el.dataset.runMaxActiveKeys === '7'")
     move_slider(page, f"{live} .amp-muf", 5)
     wait_attr(page, live, "el.dataset.runMinUpdateFrequency === '5'")
+    assert attr(page, live, "data-run-max-bundle") == "1"
+    move_slider(page, f"{live} .amp-bundle", 8)
+    wait_attr(page, live, "el.dataset.runMaxBundle === '8'")
 
     # pause stops new boxes (once the work in hand has drained and been sent), resume brings them back
     page.click(f"{live} .amp-pause")
@@ -128,24 +141,37 @@ def test_dashboard_live_controls_and_replay(lab: Any, page: Any, tmp_path: Path)
     drawn = int(attr(page, replay, "data-measured-boxes") or 0)
     assert drawn == 100_000, drawn
     median_ms = float(attr(page, replay, "data-draw-ms-median") or "nan")
-    page.locator(replay).scroll_into_view_if_needed()
+    page.locator(replay).first.scroll_into_view_if_needed()
     page.screenshot(path=str(tmp_path / "dashboard_replay.png"), full_page=True)
     report = {"boxes": drawn, "draw_ms_median": median_ms, "screenshots": str(tmp_path)}
     (tmp_path / "draw_time.json").write_text(json.dumps(report))
     print(f"\nreplay of {drawn} boxes: median draw {median_ms:.1f} ms (artifacts in {tmp_path})")
 
     # hover shows a box's details; the time slider replays up to a time; the wheel zooms
-    gantt = page.locator(f"{replay} canvas.amp-gantt")
+    gantt = page.locator(replay).first.locator("canvas.amp-gantt")
     box = gantt.bounding_box()
     assert box is not None
     page.mouse.move(box["x"] + box["width"] / 2, box["y"] + 18 + 26 / 2)  # axis, then the middle of lane 0
-    tip = page.locator(f"{replay} .amp-tip")
+    tip = page.locator(replay).first.locator(".amp-tip")
     tip.wait_for(state="visible", timeout=10_000)
     assert "key" in tip.inner_text() and "worker 0" in tip.inner_text()
-    move_slider(page, f"{replay} .amp-time", 0.5)  # show the run as it was at t = 0.5 s
+    move_slider(page, f"{replay} >> nth=0 >> .amp-time", 0.5)  # show the run as it was at t = 0.5 s
     wait_attr(page, replay, "Number(el.dataset.drawn) < 60000 && Number(el.dataset.drawn) > 40000")
     page.mouse.wheel(0, -600)  # zoom in around the pointer
     wait_attr(page, replay, "Number(el.dataset.drawn) < 40000")
+
+    # a bundle is one box; hovering over it lists the keys of its messages
+    one_bundle = '.amp-dashboard[data-mode="replay"] >> nth=1'
+    bundle_view = page.locator(one_bundle)
+    bundle_view.scroll_into_view_if_needed()
+    canvas = page.locator(f"{one_bundle} >> canvas.amp-gantt")
+    area = canvas.bounding_box()
+    assert area is not None
+    page.mouse.move(area["x"] + 74 + 40, area["y"] + 18 + 26 / 2)  # past the lane labels, in the bundle's box
+    bundle_tip = page.locator(f"{one_bundle} >> .amp-tip")
+    bundle_tip.wait_for(state="visible", timeout=10_000)
+    assert "bundle of 5 messages, keys 3, 4, 5, 6, 7" in bundle_tip.inner_text(), bundle_tip.inner_text()
+    page.screenshot(path=str(tmp_path / "dashboard_bundle.png"), full_page=True)
 
     # two runs, one above the other: every lane of both drew boxes
     compare = '.amp-dashboard[data-mode="compare"]'

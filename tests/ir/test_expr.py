@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -210,3 +212,46 @@ def test_property_agrees_with_python(source: str, fields: dict[str, int]) -> Non
     got = e.evaluate(State(key=0, **fields))
     assert got == expected
     assert type(got) is type(expected)
+
+
+# ------------------------------------------------------------------------------------- size and depth limits
+@pytest.mark.parametrize(
+    ("source", "match"),
+    [
+        ("-" * 100_000 + "1", r"expected at most 1000 characters, found 100001"),
+        ("+".join(["t"] * 200_000), r"expected at most 1000 characters, found 399999"),
+        ("x" * 1001, r"expected at most 1000 characters, found 1001"),
+        ("-" * 900 + "1", r"expected at most 50 levels of nesting, found 902 levels"),
+        ("+".join(["t"] * 60), r"expected at most 50 levels of nesting, found 6\d levels"),
+        ("(" * 300 + "t" + ")" * 300, r"expected at most 50 levels of nesting, found more than 50 nested brackets"),
+        ("[" * 60, r"more than 50 nested brackets"),
+        ("not " * 240 + "t", r"levels of nesting"),
+        ("t < length\x00", r"not a valid expression"),
+        ("\ud800", r"not a valid expression"),
+    ],
+)
+def test_huge_or_deep_expressions_are_expression_errors_never_memory_or_recursion_errors(
+    source: str, match: str
+) -> None:
+    """Python's parser gives up on such input with MemoryError or RecursionError; ours never reaches it."""
+    with pytest.raises(ExpressionError, match=match) as info:
+        Expression(source)
+    assert len(str(info.value)) < 500, "the message quotes a long expression in full"
+
+
+def test_expressions_within_the_limits_still_work() -> None:
+    assert Expression("+".join(["t"] * 45)).evaluate({"t": 2}) == 90
+    assert Expression("-" * 40 + "t").evaluate({"t": 2}) == 2
+    assert Expression(" and ".join(["t"] * 150)).evaluate({"t": 1}) == 1  # and/or chains are flat
+    assert Expression("1" * 999).evaluate({}) == int("1" * 999)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet="t+-*/%()<>=!andornot 0123456789.,[]{}_\x00", max_size=1200))
+def test_any_text_is_an_expression_or_an_expression_error(source: str) -> None:
+    try:
+        expression = Expression(source)
+    except ExpressionError:
+        return
+    with contextlib.suppress(ExpressionError):
+        expression.evaluate({"t": 3})

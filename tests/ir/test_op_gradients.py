@@ -53,6 +53,7 @@ from amp_notebook.ir.ops import (
     SegmentSoftmaxCrossEntropy,
     SelectRows,
     Sigmoid,
+    Sink,
     SoftmaxCrossEntropy,
     Split,
     Sub,
@@ -232,6 +233,8 @@ def _cases() -> list[Case]:
         Case("mse_flat_target", MSE(), [("target", randn(6), s), ("pred", randn(3, 2), s)]),
         Case("sub", Sub(), [("b", randn(3, 4), s), ("a", randn(3, 4), s)]),
         Case("discard", Discard(), [("in", randn(2, 3), s)]),
+        # a zero gradient of the payload's shape: the objective does not depend on what ends here
+        Case("sink", Sink(), [("in", randn(2, 3), st(t=4))]),
         # dynamic (dis)aggregation by state: column 0 of a float table holds the positions (gradient 0 there)
         Case("flatmap", Flatmap("pos"), [("in", np.column_stack([[5.0, 2.0, 7.0, 3.0], randn(4, 3)]), s)]),
         Case(

@@ -325,8 +325,8 @@ def test_mode_specific_settings_are_refused(digits):
             run.set_min_update_frequency(None, 4)
 
 
-def test_background_needs_the_threads_backend(digits):
-    with pytest.raises(ValueError, match="background=True runs on the threads backend"):
+def test_background_needs_a_live_backend(digits):
+    with pytest.raises(ValueError, match="background=True runs on the threads or ray backend"):
         train(models.mlp(input_width=64, hidden=16), digits, background=True, backend="simulated")
     with pytest.raises(ValueError, match="trace_capacity"):
         train(models.mlp(input_width=64, hidden=16), digits, background=True, trace_capacity=0)

@@ -22,7 +22,7 @@ from amp_notebook.trace import (
     utilization,
 )  # fmt: skip
 
-EVENT_COLUMNS = ("worker", "node", "phase", "key", "start", "end", "depth")
+EVENT_COLUMNS = ("worker", "row", "node", "phase", "key", "start", "end", "depth", "messages")
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +148,7 @@ def test_buffer_snapshot_has_whole_rows_only():
     buf.start.append(0.9)
     rows, stale = buf.snapshot()
     assert {k: v.tolist() for k, v in rows.items()} == {
-        "node": [1], "phase": [0], "key": [7], "depth": [3], "start": [0.5], "end": [0.75]
+        "row": [0], "node": [1], "phase": [0], "key": [7], "depth": [3], "messages": [1], "start": [0.5], "end": [0.75]
     }  # fmt: skip
     assert all(len(v) == 0 for v in stale.values())
     assert len(buf) == 1

@@ -189,7 +189,9 @@ def test_since_increments_concatenate_to_the_snapshot():
         stale.append(inc.staleness)
         cursor = inc.cursor
     assert len(trace.since(cursor)) == 0  # nothing new
-    assert cursor == Cursor(tuple(b.total_rows for b in bufs), tuple(b.staleness_table.written() for b in bufs))
+    assert cursor == Cursor(
+        tuple(b.total_rows for b in bufs), tuple(b.staleness_table.written() for b in bufs), (0,) * len(bufs)
+    )
     for w, got in enumerate(per_worker(events, 2, ROW_COLUMNS)):
         rows, _ = bufs[w].snapshot()
         for c in ROW_COLUMNS:

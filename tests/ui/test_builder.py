@@ -42,8 +42,9 @@ def test_view_marks_problems_on_nodes_and_ports_and_widths_on_edges() -> None:
     assert [e["port"] for e in fc["errors"]] == ["out"]
     assert "output 'out' is not connected" in fc["errors"][0]["message"]
     assert view["edges"] == [
-        {"id": "x:out->fc:in", "source": "x", "sourceHandle": "out", "target": "fc", "targetHandle": "in", "width": 8}
-    ]
+        {"id": "x:out->fc:in", "source": "x", "sourceHandle": "out", "target": "fc", "targetHandle": "in", "width": 8,
+         "loop": False}
+    ]  # fmt: skip
     assert fc["config"] == {"in_features": "8", "out_features": "3", "bias": "true"}
     assert next(n for n in view["nodes"] if n["id"] == "y")["position"] is None  # laid out by the browser
     json.dumps(view)  # JSON-ready
@@ -215,6 +216,66 @@ def test_load_every_zoo_model_and_view() -> None:
         assert len(view["nodes"]) == len(m.graph.nodes)
 
 
+@pytest.mark.parametrize(
+    ("model", "loops"),
+    [
+        ("mlp", []),
+        ("rnn", ["more:true -> loop:in1"]),
+        # the replicas' merging Phi sits inside the loop: its edges close cycles too, but only through the
+        # loop's Phi, so they are not back-edges
+        ("rnn_x2", ["more:true -> loop:in1"]),
+        ("tree_lstm", ["branch_cell:out -> nodes:in1"]),
+        ("ggsnn", ["more:true -> loop:in1"]),
+    ],
+)
+def test_view_marks_loop_back_edges(model: str, loops: list[str]) -> None:
+    m = BuilderModel()
+    m.load_model(model)
+    view = m.view()
+    marked = sorted(f"{e['source']}:{e['sourceHandle']} -> {e['target']}:{e['targetHandle']}"
+                    for e in view["edges"] if e["loop"])  # fmt: skip
+    assert marked == loops
+
+
+def test_nested_loops_each_get_their_back_edge() -> None:
+    from amp_notebook.ir.graph import Graph
+    from amp_notebook.ui.builder_view import loop_back_edges
+
+    g = Graph("nested")
+    outer = g.phi(g.input("x", width=4), None, name="outer")
+    inner = g.phi(outer, None, name="inner")
+    h = g.relu(inner, name="body")
+    again, out = g.cond(h, "t < 3", name="inner_more")
+    g.connect(again, "inner", "in1")
+    again2, _done = g.cond(out, "s < 2", name="outer_more")
+    g.connect(again2, "outer", "in1")
+    assert sorted(map(str, loop_back_edges(g))) == ["inner_more:true -> inner:in1", "outer_more:true -> outer:in1"]
+
+
+def test_layout_direction_is_kept_with_the_positions_and_undone_with_them() -> None:
+    m = BuilderModel()
+    m.load_model("rnn")
+    assert m.view()["direction"] is None  # the browser chooses it by the graph's shape
+    m.layout({"tokens": [0, 0]}, direction="TB")
+    assert m.view()["direction"] == "TB" and m.positions["tokens"] == (0.0, 0.0)
+    m.auto_layout(direction="LR")  # one undo step: positions forgotten, the direction asked for
+    assert m.direction == "LR" and not m.positions
+    m.undo()
+    assert m.direction == "TB" and m.positions["tokens"] == (0.0, 0.0)
+    m.apply({"type": "auto_layout", "direction": None})
+    assert m.direction is None
+    m.load_model("mlp")
+    m.layout({"x": [1, 2]}, direction="LR")
+    m.load_model("rnn")
+    assert m.direction is None and not m.positions
+    with pytest.raises(BuilderError, match=r"layout direction: expected 'TB'.*got 'up'"):
+        m.layout({}, direction="up")
+    with pytest.raises(BuilderError, match=r"intent 'layout' refused: direction: expected one of \"TB\", \"LR\""):
+        m.apply({"type": "layout", "positions": {}, "direction": "up"})
+    with pytest.raises(BuilderError, match=r"auto_layout direction"):
+        m.auto_layout(direction="diagonal")
+
+
 def test_replicas_expand_and_collapse() -> None:
     m = BuilderModel()
     m.load_model("mlp")
@@ -283,8 +344,8 @@ def test_pin_is_one_undo_step_and_lanes_show_each_workers_load() -> None:
         (["linear1"], -1, r"worker -1 is not one of"),
         (["linear1"], "two", r"pin worker"),
         (["nope"], 1, r"pin: there is no node 'nope'"),
-        ([], 1, r"pin: expected a list of node names"),
-        ({"a": 1}, 1, r"pin: expected a list of node names"),
+        ([], 1, r"intent 'pin' refused: nodes: expected at least 1 item, found 0"),
+        ({"a": 1}, 1, r"intent 'pin' refused: nodes: expected a node name or a non-empty list of them"),
     ],
 )
 def test_pin_refuses_bad_input_and_changes_nothing(nodes: object, worker: object, message: str) -> None:

@@ -20,6 +20,7 @@ from amp_notebook.trace.metrics import staleness_histogram
 from amp_notebook.ui.dashboard import Dashboard
 from amp_notebook.ui.feed import (
     EVENT_WIRE,
+    MEMBER_WIRE,
     STALENESS_WIRE,
     Frame,
     LiveFeed,
@@ -61,7 +62,7 @@ def until(condition: Any, what: str) -> None:
 
 def unpack(frame: Frame) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """What the browser does with a frame: each buffer viewed as its column's dtype."""
-    tables: dict[str, dict[str, np.ndarray]] = {"events": {}, "staleness": {}}
+    tables: dict[str, dict[str, np.ndarray]] = {"events": {}, "staleness": {}, "members": {}}
     for spec, buf in zip(frame.content["columns"], frame.buffers, strict=True):
         dtype = np.dtype(spec["dtype"]).newbyteorder("<")
         col = np.frombuffer(buf, dtype=dtype)
@@ -96,7 +97,8 @@ def test_pack_round_trips_every_column_with_its_wire_dtype() -> None:
              "value": rng.integers(0, 5, 7)}  # fmt: skip
     content, buffers = pack(events, stale, run=1)
     assert content["run"] == 1
-    assert [c["name"] for c in content["columns"]] == [n for n, _ in EVENT_WIRE] + [n for n, _ in STALENESS_WIRE]
+    wire = [*EVENT_WIRE, *STALENESS_WIRE, *MEMBER_WIRE]
+    assert [c["name"] for c in content["columns"]] == [n for n, _ in wire]
     ev, st = unpack(Frame(content, buffers))
     for name, col in events.items():
         np.testing.assert_array_equal(ev[name], col)

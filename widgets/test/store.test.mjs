@@ -40,7 +40,7 @@ test("a long stream stays bounded while per-worker counts stay exact", () => {
     const cols = columns(next, n);
     const content = { columns: EVENT_FIELDS.map(([name, dtype]) => ({ table: "events", name, dtype, n })) };
     const buffers = EVENT_FIELDS.map(([name, dtype]) => {
-      const Kind = { f8: Float64Array, u1: Uint8Array, u2: Uint16Array, i4: Int32Array }[dtype];
+      const Kind = { f8: Float64Array, u1: Uint8Array, u2: Uint16Array, u4: Uint32Array, i4: Int32Array }[dtype];
       const typed = Kind.from(cols[name]);
       return new DataView(typed.buffer);
     });
@@ -113,4 +113,30 @@ test("message arrows join a box to the box of the same key on a neighbouring nod
   const runs = [store];
   const n = drawArrows(ctx, 1074, runs, layoutLanes(runs), { t0: 0, t1: 1 });
   assert.equal(n, 2); // a fwd -> b fwd (worker 0 -> 1) and b bwd -> a bwd (1 -> 0); the rest stay on a worker
+});
+
+test("a bundle's member keys follow it by worker and row, and old bundles are forgotten first", () => {
+  const store = new RunStore({ label: "run", workers: 2, node_names: ["a"] }, 100);
+  const cols = columns(0, 3);
+  cols.messages[0] = 1;
+  cols.messages[1] = 3;
+  cols.messages[2] = 1;
+  cols.row[1] = 41;
+  store.events.append(cols, 3);
+  // members may arrive in a later frame than their bundle's row
+  store.addMembers({ worker: Uint16Array.of(1, 1, 1), row: Uint32Array.of(41, 41, 41), key: Int32Array.of(7, 9, 12) }, 3);
+  assert.equal(store.bundleKeys(0), null); // one message: no bundle
+  assert.deepEqual(store.bundleKeys(1), [7, 9, 12]);
+  for (let r = 0; r < 50001; r++) store.addMembers({ worker: Uint16Array.of(0), row: Uint32Array.of(1000 + r), key: Int32Array.of(r) }, 1);
+  assert.equal(store.bundles.size, 50000);
+  assert.equal(store.bundleKeys(1), null); // the oldest went first
+});
+
+test("frames without the newer columns fill their defaults: one message per row", () => {
+  const ring = new Ring(EVENT_FIELDS, 4);
+  const cols = columns(0, 3);
+  delete cols.messages;
+  delete cols.row;
+  ring.append(cols, 3);
+  assert.deepEqual(Array.from(ring.cols.messages.subarray(0, 3)), [1, 1, 1]);
 });

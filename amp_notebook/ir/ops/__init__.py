@@ -11,7 +11,7 @@ from amp_notebook.ir.ops.base import NodeContext, Op, OpError
 from amp_notebook.ir.ops.control import Cond, Isu, Phi
 from amp_notebook.ir.ops.dynamic import Collect, Distribute, Flatmap, Partition
 from amp_notebook.ir.ops.fused import GRUUpdate, TreeLSTMBranch, TreeLSTMLeaf
-from amp_notebook.ir.ops.loss import LOSS_PORT, MSE, SegmentSoftmaxCrossEntropy, SoftmaxCrossEntropy
+from amp_notebook.ir.ops.loss import LOSS_PORT, MSE, SegmentSoftmaxCrossEntropy, Sink, SoftmaxCrossEntropy
 from amp_notebook.ir.ops.payload import (
     Add,
     Discard,
@@ -42,7 +42,7 @@ OPS: dict[str, type[Op]] = {
         Cond, Phi, Isu, Distribute,
         Concat, Split, Bcast, Ungroup, Group, Flatmap, Partition, Collect,
         Gather, ScatterSum, ScatterMean, TypedEdgeSum, SelectRows, SumRows, MeanRows,
-        SoftmaxCrossEntropy, SegmentSoftmaxCrossEntropy, MSE, Discard,
+        SoftmaxCrossEntropy, SegmentSoftmaxCrossEntropy, MSE, Sink, Discard,
         TreeLSTMLeaf, TreeLSTMBranch, GRUUpdate,
     )
 }  # fmt: skip
@@ -57,16 +57,21 @@ AGGREGATION = frozenset({
 # Ops that change the state of every message they pass, so a loop through one never sees the same state
 # twice: the validator accepts any of them in place of an Isu on a cycle (a Collect maps pos -> pos // 2).
 STATE_UPDATING = frozenset({"isu", "collect"})
-LOSSES = frozenset({"softmax_cross_entropy", "segment_softmax_cross_entropy", "mse"})
+# Ops that start the backward pass from their own forward (they emit on LOSS_PORT). A Sink is one (a zero
+# gradient for a value nobody reads) but is no objective: TRAINING_LOSSES are the ones a graph needs to train.
+TRAINING_LOSSES = frozenset({"softmax_cross_entropy", "segment_softmax_cross_entropy", "mse"})
+LOSSES = TRAINING_LOSSES | {"sink"}
 # The light elementwise part of one recurrent cell in one node (``ir.cells`` with ``fused=True``).
 FUSED_CELLS = frozenset({"tree_lstm_leaf", "tree_lstm_branch", "gru_update"})
 INPUTS = frozenset({"input"})
 
 __all__ = [
     "AGGREGATION", "CONTROL_FLOW", "FUSED_CELLS", "HEAVY", "INPUTS", "LOSSES", "LOSS_PORT", "MSE", "OPS",
-    "PARAMETERIZED", "STATE_UPDATING", "Add", "Bcast", "Collect", "Concat", "Cond", "Discard", "Distribute",
+    "PARAMETERIZED", "STATE_UPDATING", "TRAINING_LOSSES", "Add", "Bcast", "Collect", "Concat", "Cond", "Discard",
+    "Distribute",
     "Embedding", "Flatmap", "GRUUpdate", "Gather", "Group", "Identity", "Input", "Isu", "Linear", "MeanRows", "Mul",
     "NodeContext", "Op", "OpError", "Partition", "Phi", "ReLU", "ScatterMean", "ScatterSum",
-    "SegmentSoftmaxCrossEntropy", "SelectRows", "Sigmoid", "SoftmaxCrossEntropy", "Split", "Sub", "SumRows", "Tanh",
+    "SegmentSoftmaxCrossEntropy", "SelectRows", "Sigmoid", "Sink", "SoftmaxCrossEntropy", "Split", "Sub", "SumRows",
+    "Tanh",
     "TreeLSTMBranch", "TreeLSTMLeaf", "TypedEdgeSum", "Ungroup",
 ]  # fmt: skip

@@ -18,7 +18,7 @@ import numpy as np
 
 from amp_notebook.ir.expr import Expression, ExpressionError
 from amp_notebook.ir.message import State
-from amp_notebook.ir.ops.base import Emitted, JoinMixin, NodeContext, Op, OpError, Width, positive_int
+from amp_notebook.ir.ops.base import Emitted, JoinMixin, NodeContext, Op, OpError, Width, positive_int, split_last
 
 
 class Concat(JoinMixin, Op):
@@ -26,6 +26,8 @@ class Concat(JoinMixin, Op):
 
     kind = "concat"
     group = "aggregation"
+    bundling = "per_message"
+    element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
 
     def __init__(self, n_inputs: int = 2, match_on: tuple[str, ...] | list[str] | None = None) -> None:
         self.n_inputs = positive_int("Concat", "n_inputs", n_inputs)
@@ -57,7 +59,7 @@ class Concat(JoinMixin, Op):
 
     def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
         sizes, states = ctx.cache.pop(state)
-        pieces = np.split(g, np.cumsum(sizes)[:-1], axis=-1)
+        pieces = split_last(g, sizes)
         return [(p, gi, s) for p, gi, s in zip(self._ins, pieces, states, strict=True)]
 
     def config(self) -> dict[str, Any]:
@@ -68,6 +70,8 @@ class _FanOut(Op):
     """Shared backward of Split and Bcast: collect the gradients of every output that carries one."""
 
     group = "aggregation"
+    bundling = "per_message"
+    element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
 
     def collect(self, ctx: NodeContext, port: str, g: Any, state: State) -> dict[str, Any] | None:
         entry = ctx.cache[state]
@@ -101,7 +105,7 @@ class Split(_FanOut):
     def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
         if x.shape[-1] != sum(self.sizes):
             raise OpError(f"Split input 'in': expected last dimension {sum(self.sizes)}, got {x.shape[-1]}")
-        pieces = np.split(x, np.cumsum(self.sizes)[:-1], axis=-1)
+        pieces = split_last(x, self.sizes)
         if ctx.train:
             ctx.cache[state] = (x.shape, {})
         return [(p, xi, state) for p, xi in zip(self._outs, pieces, strict=True)]
@@ -139,6 +143,14 @@ class Bcast(_FanOut):
             ctx.cache[state] = (None, {})
         return [(p, x, state) for p in self._outs]
 
+    def forward_bundle(self, ctx: NodeContext, port: str, xs: list[Any], states: list[State]) -> Emitted:
+        if ctx.train:
+            cache = ctx.cache
+            for s in states:
+                cache[s] = (None, {})
+        outs = self._outs
+        return [(p, x, s) for x, s in zip(xs, states, strict=True) for p in outs]
+
     def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
         entry = self.collect(ctx, port, g, state)
         if entry is None:
@@ -158,6 +170,8 @@ class Ungroup(Op):
 
     kind = "ungroup"
     group = "aggregation"
+    bundling = "per_message"
+    element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
 
     def __init__(self, counter: str = "t") -> None:
         if not isinstance(counter, str) or not counter.isidentifier() or counter == "key":
@@ -195,6 +209,8 @@ class Group(Op):
 
     kind = "group"
     group = "aggregation"
+    bundling = "per_message"
+    element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
 
     def __init__(self, count: str, counter: str = "t") -> None:
         try:

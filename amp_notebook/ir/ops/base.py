@@ -5,6 +5,20 @@ An op is plain data (its configuration) plus two pure-ish functions (ARCHITECTUR
     forward(ctx, port, payload, state)  -> [(out_port, payload, state), ...]
     backward(ctx, out_port, grad, state) -> [(in_port, grad, state), ...]
 
+and their *bundle* forms, which a worker calls with several messages for the same port at once (the
+messages of different keys that queued up at the node)::
+
+    forward_bundle(ctx, port, payloads, states)  -> the outputs of every message, in message order
+    backward_bundle(ctx, out_port, grads, states) -> likewise
+
+Each op declares how it bundles in ``bundling``: ``"rows"`` ops stack the payload rows of every message
+into one array, run their math once (one matrix product for a Linear, one softmax for a loss) and split
+the result back by message, each piece with its own message's state and cache entry; ``"per_message"``
+ops (control flow, routing, fan-out and joins whose partners arrive separately) run once per message.
+A bundled call gives the same outputs and gradients as the messages one by one, up to the rounding of
+a matrix product over more rows (BLAS picks its kernel by shape; checked in
+``tests/ir/test_op_bundles.py``).
+
 Everything that lives between calls (parameters, accumulated gradients, what backward needs, joins
 waiting for their other inputs) sits in the :class:`NodeContext` that the runtime owns; the op itself
 keeps nothing. What backward needs is cached under the forward message's state and popped when the
@@ -13,18 +27,21 @@ backward message with that state arrives, so memory is bounded by what is in fli
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from itertools import pairwise
 from typing import Any, ClassVar
 
 import numpy as np
 
+from amp_notebook.errors import AmpError
 from amp_notebook.ir.message import State
 
 Width = int | None
 Emitted = list[tuple[str, Any, State]]
 
 
-class OpError(ValueError):
+class OpError(AmpError, ValueError):
     """A configuration or payload problem inside one op; the runtime adds the node name and state.
 
     ``port`` names the input port concerned, when there is one.
@@ -89,11 +106,19 @@ class NodeContext:
         self.reset_grads()
 
 
+BUNDLINGS = ("rows", "per_message")
+
+
 class Op:
-    """Base class of every IR op. Subclasses set ``kind`` and ``group`` and override what they need."""
+    """Base class of every IR op. Subclasses set ``kind``, ``group`` and ``bundling`` and override what they need."""
 
     kind: ClassVar[str] = ""
     group: ClassVar[str] = ""
+    bundling: ClassVar[str] = ""  # "rows" or "per_message": how a bundle of messages runs (module docstring)
+    # FLOPs per payload element of a message (forward, backward), for the simulator's cost model; every op
+    # declares it (control flow and routing move data and compute nothing: (0, 0)); Linear and Embedding
+    # override `flops` with the paper's appendix-C formulas
+    element_flops: ClassVar[tuple[float, float] | None] = None
     heavy: ClassVar[bool] = False
     nondiff_inputs: ClassVar[frozenset[str]] = frozenset()
 
@@ -120,6 +145,30 @@ class Op:
     def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
         raise NotImplementedError
 
+    def flops(self, forward: bool, shape: tuple[int, ...], grad_input: bool) -> float:
+        """FLOPs to handle one message with a payload of ``shape`` (forward or backward; ``grad_input``: the
+        gradient of the input is wanted too)."""
+        if self.element_flops is None:
+            raise NotImplementedError(f"op {self.kind!r} declares no FLOP count (element_flops or flops)")
+        return self.element_flops[0 if forward else 1] * math.prod(shape) if shape else 0.0
+
+    def forward_bundle(self, ctx: NodeContext, port: str, xs: list[Any], states: list[State]) -> Emitted:
+        """``forward`` of several messages for ``port``: their outputs in message order. Runs ``forward`` once
+        per message; ``"rows"`` ops override it with one call on the stacked rows."""
+        out: Emitted = []
+        forward = self.forward
+        for x, s in zip(xs, states, strict=True):
+            out += forward(ctx, port, x, s)
+        return out
+
+    def backward_bundle(self, ctx: NodeContext, port: str, gs: list[Any], states: list[State]) -> Emitted:
+        """``backward`` of several gradients for output ``port``, like :meth:`forward_bundle`."""
+        out: Emitted = []
+        backward = self.backward
+        for g, s in zip(gs, states, strict=True):
+            out += backward(ctx, port, g, s)
+        return out
+
     def config(self) -> dict[str, Any]:
         """The op's configuration as JSON-ready data; ``type(op)(**op.config())`` rebuilds it."""
         return {}
@@ -133,6 +182,34 @@ class Op:
 
     def __hash__(self) -> int:
         return hash((self.kind, repr(sorted(self.config().items()))))
+
+
+def stack(xs: list[Any]) -> tuple[np.ndarray, list[int]]:
+    """The rows of several payloads as one array, and where each payload's rows start (plus the end). One
+    payload comes back as it is (no copy): callers never write into the stacked array."""
+    if len(xs) == 1:
+        return xs[0], [0, len(xs[0])]
+    offsets = [0]
+    total = 0
+    for x in xs:
+        total += len(x)
+        offsets.append(total)
+    return np.concatenate(xs), offsets
+
+
+def unstack(y: np.ndarray, offsets: list[int]) -> list[np.ndarray]:
+    """``y``'s rows cut back into the payloads that :func:`stack` stacked (views, no copies)."""
+    return [y[a:b] for a, b in pairwise(offsets)]
+
+
+def split_last(x: np.ndarray, sizes: tuple[int, ...] | list[int]) -> list[np.ndarray]:
+    """``x`` cut along its last axis into pieces of ``sizes`` (views; ``np.split`` without its overhead)."""
+    pieces = []
+    a = 0
+    for n in sizes:
+        pieces.append(x[..., a : a + n])
+        a += n
+    return pieces
 
 
 def positive_int(op: str, field: str, value: Any) -> int:

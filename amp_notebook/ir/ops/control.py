@@ -27,6 +27,8 @@ class Cond(Op):
 
     kind = "cond"
     group = "control"
+    bundling = "per_message"
+    element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
 
     def __init__(self, predicate: str, branches: int = 2) -> None:
         try:
@@ -61,6 +63,13 @@ class Cond(Op):
     def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
         return [("in", g, state)]
 
+    def forward_bundle(self, ctx: NodeContext, port: str, xs: list[Any], states: list[State]) -> Emitted:
+        choose = self.choose
+        return [(choose(s), x, s) for x, s in zip(xs, states, strict=True)]
+
+    def backward_bundle(self, ctx: NodeContext, port: str, gs: list[Any], states: list[State]) -> Emitted:
+        return [("in", g, s) for g, s in zip(gs, states, strict=True)]
+
     def config(self) -> dict[str, Any]:
         return {"predicate": self.predicate.source, "branches": self.branches}
 
@@ -70,6 +79,8 @@ class Phi(Op):
 
     kind = "phi"
     group = "control"
+    bundling = "per_message"
+    element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
 
     def __init__(self, n_inputs: int = 2) -> None:
         self.n_inputs = positive_int("Phi", "n_inputs", n_inputs)
@@ -87,15 +98,31 @@ class Phi(Op):
     def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
         if ctx.train:
             if state in ctx.cache:
-                raise OpError(
-                    f"state {state} reached the Phi twice while the first is still in flight; a loop needs "
-                    "an Isu that changes the state on every pass"
-                )
+                self._twice(state)
             ctx.cache[state] = port
         return [("out", x, state)]
 
+    def _twice(self, state: State) -> None:
+        raise OpError(
+            f"state {state} reached the Phi twice while the first is still in flight; a loop needs "
+            "an Isu that changes the state on every pass"
+        )
+
     def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
         return [(ctx.cache.pop(state), g, state)]
+
+    def forward_bundle(self, ctx: NodeContext, port: str, xs: list[Any], states: list[State]) -> Emitted:
+        if ctx.train:
+            cache = ctx.cache
+            for s in states:
+                if s in cache:
+                    self._twice(s)
+                cache[s] = port
+        return [("out", x, s) for x, s in zip(xs, states, strict=True)]
+
+    def backward_bundle(self, ctx: NodeContext, port: str, gs: list[Any], states: list[State]) -> Emitted:
+        pop = ctx.cache.pop
+        return [(pop(s), g, s) for g, s in zip(gs, states, strict=True)]
 
     def config(self) -> dict[str, Any]:
         return {"n_inputs": self.n_inputs}
@@ -110,6 +137,8 @@ class Isu(Op):
 
     kind = "isu"
     group = "control"
+    bundling = "per_message"
+    element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
 
     def __init__(self, forward: Mapping[str, str | None], backward: Mapping[str, str | None]) -> None:
         self.forward_updates = _compile_updates("forward", forward)
@@ -136,6 +165,14 @@ class Isu(Op):
 
     def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
         return [("in", g, self.apply(self.backward_updates, state))]
+
+    def forward_bundle(self, ctx: NodeContext, port: str, xs: list[Any], states: list[State]) -> Emitted:
+        apply, updates = self.apply, self.forward_updates
+        return [("out", x, apply(updates, s)) for x, s in zip(xs, states, strict=True)]
+
+    def backward_bundle(self, ctx: NodeContext, port: str, gs: list[Any], states: list[State]) -> Emitted:
+        apply, updates = self.apply, self.backward_updates
+        return [("in", g, apply(updates, s)) for g, s in zip(gs, states, strict=True)]
 
     def config(self) -> dict[str, Any]:
         def dump(updates: dict[str, Expression | None]) -> dict[str, str | None]:

@@ -16,7 +16,7 @@ import numpy as np
 
 from amp_notebook.ir.expr import Expression, ExpressionError
 from amp_notebook.ir.message import State
-from amp_notebook.ir.ops.base import Emitted, NodeContext, Op, OpError, Width, positive_int
+from amp_notebook.ir.ops.base import Emitted, NodeContext, Op, OpError, Width, positive_int, split_last
 from amp_notebook.ir.ops.control import Cond
 
 
@@ -70,6 +70,8 @@ class Flatmap(_RowSplit):
 
     kind = "flatmap"
     group = "aggregation"
+    bundling = "per_message"
+    element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
 
     def __init__(self, field: str = "pos", keep_2d: bool = True) -> None:
         super().__init__(field, keep_2d)
@@ -136,6 +138,8 @@ class Partition(_RowSplit):
 
     kind = "partition"
     group = "aggregation"
+    bundling = "per_message"
+    element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
 
     def __init__(self, field: str = "t", keep_2d: bool = True) -> None:
         super().__init__(field, keep_2d)
@@ -240,6 +244,8 @@ class Collect(Op):
 
     kind = "collect"
     group = "aggregation"
+    bundling = "per_message"
+    element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
 
     def __init__(self, key: str, index: str, count: int | str, field: str) -> None:
         self.key = _expression("Collect", "key", key)
@@ -322,7 +328,7 @@ class Collect(Op):
 
     def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
         sizes, states = ctx.cache.pop(state)
-        pieces = np.split(g, np.cumsum(sizes)[:-1], axis=-1)
+        pieces = split_last(g, sizes)
         return [("in", gi, s) for gi, s in zip(pieces, states, strict=True)]
 
     def _count_source(self) -> str:

@@ -20,7 +20,18 @@ from typing import Any
 import numpy as np
 
 from amp_notebook.ir.message import State
-from amp_notebook.ir.ops.base import Emitted, JoinMixin, NodeContext, Op, OpError, Width, check_width, positive_int
+from amp_notebook.ir.ops.base import (
+    Emitted,
+    JoinMixin,
+    NodeContext,
+    Op,
+    OpError,
+    Width,
+    check_width,
+    positive_int,
+    stack,
+    unstack,
+)
 from amp_notebook.ir.ops.payload import Sigmoid
 
 expit = Sigmoid().f  # the logistic sigmoid into a fresh array, as the primitive Sigmoid computes it
@@ -45,6 +56,8 @@ class TreeLSTMLeaf(Op):
 
     kind = "tree_lstm_leaf"
     group = "payload"
+    bundling = "rows"
+    element_flops = (4.0, 8.0)  # a sigmoid or tanh and a few products per gate element
 
     def __init__(self, hidden: int) -> None:
         self.hidden = positive_int("TreeLSTMLeaf", "hidden", hidden)
@@ -57,30 +70,49 @@ class TreeLSTMLeaf(Op):
         return {"out": 2 * self.hidden}
 
     def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
+        _check_rows("TreeLSTMLeaf", {"gates": x}, {"gates": 3 * self.hidden})
+        out, saved = self._cell(x)
+        if ctx.train:
+            ctx.cache[state] = saved
+        return [("out", out, state)]
+
+    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+        return [("gates", self._grad(g, *ctx.cache.pop(state)), state)]
+
+    def forward_bundle(self, ctx: NodeContext, port: str, xs: list[Any], states: list[State]) -> Emitted:
+        x, offsets = stack(xs)
+        _check_rows("TreeLSTMLeaf", {"gates": x}, {"gates": 3 * self.hidden})
+        out, saved = self._cell(x)
+        if ctx.train:
+            _cache_rows(ctx, saved, offsets, states)
+        return [("out", o, s) for o, s in zip(unstack(out, offsets), states, strict=True)]
+
+    def backward_bundle(self, ctx: NodeContext, port: str, gs: list[Any], states: list[State]) -> Emitted:
+        saved = _cached_rows(ctx, states)
+        g, offsets = stack(gs)
+        return [("gates", d, s) for d, s in zip(unstack(self._grad(g, *saved), offsets), states, strict=True)]
+
+    def _cell(self, x: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
         H = self.hidden
-        _check_rows("TreeLSTMLeaf", {"gates": x}, {"gates": 3 * H})
         s = expit(x[:, : 2 * H])  # sigmoid(i), sigmoid(o)
         tu = np.tanh(x[:, 2 * H :])
         out = np.empty((len(x), 2 * H), dtype=np.result_type(x, np.float32))
         c = np.multiply(s[:, :H], tu, out=out[:, H:])
         tc = np.tanh(c)
         np.multiply(s[:, H:], tc, out=out[:, :H])
-        if ctx.train:
-            ctx.cache[state] = (s, tu, tc)
-        return [("out", out, state)]
+        return out, (s, tu, tc)
 
-    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+    def _grad(self, g: np.ndarray, s: np.ndarray, tu: np.ndarray, tc: np.ndarray) -> np.ndarray:
         H = self.hidden
-        s, tu, tc = ctx.cache.pop(state)
-        s_i, s_o = s[:, :H], s[:, H:]
+        s_o = s[:, H:]
         gh = g[:, :H]
         dc = g[:, H:] + gh * s_o * (1.0 - tc * tc)
         dz = np.empty((len(g), 3 * H), dtype=np.result_type(g, s))
         dz[:, :H] = dc * tu
         dz[:, H : 2 * H] = gh * tc
         dz[:, : 2 * H] *= s * (1.0 - s)
-        dz[:, 2 * H :] = dc * s_i * (1.0 - tu * tu)
-        return [("gates", dz, state)]
+        dz[:, 2 * H :] = dc * s[:, :H] * (1.0 - tu * tu)
+        return dz
 
     def config(self) -> dict[str, Any]:
         return {"hidden": self.hidden}
@@ -95,6 +127,8 @@ class TreeLSTMBranch(JoinMixin, Op):
 
     kind = "tree_lstm_branch"
     group = "payload"
+    bundling = "rows"
+    element_flops = (4.0, 10.0)  # a sigmoid or tanh and a few products per gate element
     ports = ("gates", "c_left", "c_right")
 
     def __init__(self, hidden: int, match_on: tuple[str, ...] | list[str] | None = None) -> None:
@@ -111,11 +145,19 @@ class TreeLSTMBranch(JoinMixin, Op):
         return {"out": 2 * self.hidden}
 
     def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
-        got = self.join(ctx, port, x, state, self.ports)
-        if got is None:
+        return self.forward_bundle(ctx, port, [x], [state])
+
+    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+        return self.backward_bundle(ctx, port, [g], [state])
+
+    def forward_bundle(self, ctx: NodeContext, port: str, xs: list[Any], states: list[State]) -> Emitted:
+        joined = _join_all(self, ctx, port, xs, states)
+        if not joined:
             return []
         H = self.hidden
-        (z, sz), (c_l, sl), (c_r, sr) = got["gates"], got["c_left"], got["c_right"]
+        z, offsets = stack([got["gates"][0] for got in joined])
+        c_l, _ = stack([got["c_left"][0] for got in joined])
+        c_r, _ = stack([got["c_right"][0] for got in joined])
         _check_rows("TreeLSTMBranch", {"gates": z, "c_left": c_l, "c_right": c_r}, {"gates": 5 * H, "c_left": H,
                                                                                    "c_right": H})  # fmt: skip
         s = expit(z[:, : 4 * H])  # sigmoid(i), sigmoid(f_l), sigmoid(f_r), sigmoid(o)
@@ -126,13 +168,16 @@ class TreeLSTMBranch(JoinMixin, Op):
         c += s[:, 2 * H : 3 * H] * c_r
         tc = np.tanh(c)
         np.multiply(s[:, 3 * H :], tc, out=out[:, :H])
+        out_states = [got["gates"][1] for got in joined]
         if ctx.train:
-            ctx.cache[sz] = (s, tu, tc, c_l, c_r, sl, sr)
-        return [("out", out, sz)]
+            _cache_rows(ctx, (s, tu, tc, c_l, c_r), offsets, out_states,
+                        [(got["c_left"][1], got["c_right"][1]) for got in joined])  # fmt: skip
+        return [("out", o, sz) for o, sz in zip(unstack(out, offsets), out_states, strict=True)]
 
-    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+    def backward_bundle(self, ctx: NodeContext, port: str, gs: list[Any], states: list[State]) -> Emitted:
         H = self.hidden
-        s, tu, tc, c_l, c_r, sl, sr = ctx.cache.pop(state)
+        (s, tu, tc, c_l, c_r), extra = _cached_rows(ctx, states, with_extra=True)
+        g, offsets = stack(gs)
         gh = g[:, :H]
         dc = g[:, H:] + gh * s[:, 3 * H :] * (1.0 - tc * tc)
         dz = np.empty((len(g), 5 * H), dtype=np.result_type(g, s))
@@ -142,11 +187,12 @@ class TreeLSTMBranch(JoinMixin, Op):
         dz[:, 3 * H : 4 * H] = gh * tc
         dz[:, : 4 * H] *= s * (1.0 - s)
         dz[:, 4 * H :] = dc * s[:, :H] * (1.0 - tu * tu)
-        return [
-            ("gates", dz, state),
-            ("c_left", dc * s[:, H : 2 * H], sl),
-            ("c_right", dc * s[:, 2 * H : 3 * H], sr),
-        ]
+        dl, dr = dc * s[:, H : 2 * H], dc * s[:, 2 * H : 3 * H]
+        out: Emitted = []
+        for dzi, dli, dri, sz, (sl, sr) in zip(unstack(dz, offsets), unstack(dl, offsets), unstack(dr, offsets),
+                                               states, extra, strict=True):  # fmt: skip
+            out += [("gates", dzi, sz), ("c_left", dli, sl), ("c_right", dri, sr)]
+        return out
 
     def config(self) -> dict[str, Any]:
         return {"hidden": self.hidden, "match_on": None if self.match_on is None else list(self.match_on)}
@@ -165,6 +211,8 @@ class GRUUpdate(JoinMixin, Op):
 
     kind = "gru_update"
     group = "payload"
+    bundling = "rows"
+    element_flops = (4.0, 12.0)  # a sigmoid or tanh and a few products per gate element
     ports = ("x_gates", "h_gates", "h")
 
     def __init__(self, hidden: int, match_on: tuple[str, ...] | list[str] | None = None) -> None:
@@ -181,11 +229,19 @@ class GRUUpdate(JoinMixin, Op):
         return {"out": self.hidden}
 
     def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
-        got = self.join(ctx, port, x, state, self.ports)
-        if got is None:
+        return self.forward_bundle(ctx, port, [x], [state])
+
+    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+        return self.backward_bundle(ctx, port, [g], [state])
+
+    def forward_bundle(self, ctx: NodeContext, port: str, xs: list[Any], states: list[State]) -> Emitted:
+        joined = _join_all(self, ctx, port, xs, states)
+        if not joined:
             return []
         H = self.hidden
-        (xg, sx), (hg, sh), (h, s_h) = got["x_gates"], got["h_gates"], got["h"]
+        xg, offsets = stack([got["x_gates"][0] for got in joined])
+        hg, _ = stack([got["h_gates"][0] for got in joined])
+        h, _ = stack([got["h"][0] for got in joined])
         _check_rows("GRUUpdate", {"x_gates": xg, "h_gates": hg, "h": h}, {"x_gates": 3 * H, "h_gates": 3 * H, "h": H})
         rz = expit(xg[:, : 2 * H] + hg[:, : 2 * H])
         r, z = rz[:, :H], rz[:, H:]
@@ -193,13 +249,16 @@ class GRUUpdate(JoinMixin, Op):
         n = np.tanh(xg[:, 2 * H :] + r * hn)
         diff = h - n
         out = n + z * diff
+        out_states = [got["x_gates"][1] for got in joined]
         if ctx.train:
-            ctx.cache[sx] = (rz, n, hn, diff, sh, s_h)
-        return [("out", out, sx)]
+            _cache_rows(ctx, (rz, n, hn, diff), offsets, out_states,
+                        [(got["h_gates"][1], got["h"][1]) for got in joined])  # fmt: skip
+        return [("out", o, sx) for o, sx in zip(unstack(out, offsets), out_states, strict=True)]
 
-    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+    def backward_bundle(self, ctx: NodeContext, port: str, gs: list[Any], states: list[State]) -> Emitted:
         H = self.hidden
-        rz, n, hn, diff, sh, s_h = ctx.cache.pop(state)
+        (rz, n, hn, diff), extra = _cached_rows(ctx, states, with_extra=True)
+        g, offsets = stack(gs)
         r, z = rz[:, :H], rz[:, H:]
         dx = np.empty((len(g), 3 * H), dtype=np.result_type(g, rz))
         # written into place, few temporaries: this runs once per node update of every graph step
@@ -215,10 +274,47 @@ class GRUUpdate(JoinMixin, Op):
         dh = np.empty_like(dx)
         dh[:, : 2 * H] = dx[:, : 2 * H]
         np.multiply(dn, r, out=dh[:, 2 * H :])
-        return [("x_gates", dx, state), ("h_gates", dh, sh), ("h", g_z, s_h)]
+        out: Emitted = []
+        for dxi, dhi, gzi, sx, (sh, s_h) in zip(unstack(dx, offsets), unstack(dh, offsets), unstack(g_z, offsets),
+                                                states, extra, strict=True):  # fmt: skip
+            out += [("x_gates", dxi, sx), ("h_gates", dhi, sh), ("h", gzi, s_h)]
+        return out
 
     def config(self) -> dict[str, Any]:
         return {"hidden": self.hidden, "match_on": None if self.match_on is None else list(self.match_on)}
+
+
+def _join_all(op: Any, ctx: NodeContext, port: str, xs: list[Any], states: list[State]) -> list[dict[str, Any]]:
+    """Join each message with what waits for it; the complete groups (port -> (payload, state)), in order."""
+    joined = []
+    for x, s in zip(xs, states, strict=True):
+        got = op.join(ctx, port, x, s, op.ports)
+        if got is not None:
+            joined.append(got)
+    return joined
+
+
+def _cache_rows(
+    ctx: NodeContext, arrays: tuple[np.ndarray, ...], offsets: list[int], states: list[State], extra: list | None = None
+) -> None:
+    """Cache each message's rows of ``arrays`` (views) under its state, with its ``extra`` (other states)."""
+    cache = ctx.cache
+    pieces = [unstack(a, offsets) for a in arrays]
+    for i, s in enumerate(states):
+        rows = tuple(p[i] for p in pieces)
+        cache[s] = rows if extra is None else (rows, extra[i])
+
+
+def _cached_rows(ctx: NodeContext, states: list[State], with_extra: bool = False) -> Any:
+    """Pop the cached rows of ``states`` and stack them back (and the extras, when cached with them)."""
+    cache = ctx.cache
+    entries = [cache.pop(s) for s in states]
+    if with_extra:
+        rows, extra = [e[0] for e in entries], [e[1] for e in entries]
+    else:
+        rows, extra = entries, None
+    arrays = tuple(np.concatenate([r[j] for r in rows]) if len(rows) > 1 else rows[0][j] for j in range(len(rows[0])))
+    return (arrays, extra) if with_extra else arrays
 
 
 __all__ = ["GRUUpdate", "TreeLSTMBranch", "TreeLSTMLeaf"]

@@ -9,18 +9,20 @@ the key, so a key's gradient is the gradient of its mean loss.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
 from amp_notebook.ir.message import State
-from amp_notebook.ir.ops.base import Emitted, JoinMixin, NodeContext, Op, OpError, Width
+from amp_notebook.ir.ops.base import Emitted, JoinMixin, NodeContext, Op, OpError, Width, stack
 
 LOSS_PORT = "loss"
 
 
 class _Loss(JoinMixin, Op):
     group = "loss"
+    bundling = "rows"
     pred_port = "pred"
     nondiff_inputs = frozenset({"target"})
 
@@ -37,15 +39,29 @@ class _Loss(JoinMixin, Op):
         return {}
 
     def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
-        got = self.join(ctx, port, x, state, (self.pred_port, "target"))
-        if got is None:
+        return self.forward_bundle(ctx, port, [x], [state])
+
+    def forward_bundle(self, ctx: NodeContext, port: str, xs: list[Any], states: list[State]) -> Emitted:
+        """Join each message with its partner; the complete pairs are evaluated in one call, each key
+        reporting its own loss and caching its own gradient."""
+        ports = self.input_ports()
+        pairs = []
+        for x, s in zip(xs, states, strict=True):
+            got = self.join(ctx, port, x, s, ports)
+            if got is not None:
+                pairs.append(got)
+        if not pairs:
             return []
-        (pred, pred_state), (target, _) = got[self.pred_port], got["target"]
-        loss, grad, extra = self.evaluate(np.asarray(pred), np.asarray(target))
-        ctx.report(key=pred_state["key"], loss=loss, n=len(pred), **extra)
-        if ctx.train:
-            ctx.cache[pred_state] = grad
-        return [(LOSS_PORT, loss, pred_state)]
+        preds = [np.asarray(got[self.pred_port][0]) for got in pairs]
+        results = self.evaluate_all(preds, [np.asarray(got["target"][0]) for got in pairs])
+        out: Emitted = []
+        for got, pred, (loss, grad, extra) in zip(pairs, preds, results, strict=True):
+            pred_state = got[self.pred_port][1]
+            ctx.report(key=pred_state["key"], loss=loss, n=len(pred), **extra)
+            if ctx.train:
+                ctx.cache[pred_state] = grad
+            out.append((LOSS_PORT, loss, pred_state))
+        return out
 
     def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
         grad = ctx.cache.pop(state)
@@ -57,22 +73,40 @@ class _Loss(JoinMixin, Op):
     def evaluate(self, pred: np.ndarray, target: np.ndarray) -> tuple[float, np.ndarray, dict[str, Any]]:
         raise NotImplementedError
 
+    def evaluate_all(
+        self, preds: list[np.ndarray], targets: list[np.ndarray]
+    ) -> list[tuple[float, np.ndarray, dict[str, Any]]]:
+        """``evaluate`` of several (prediction, target) pairs; losses that stack rows override it."""
+        return [self.evaluate(p, t) for p, t in zip(preds, targets, strict=True)]
+
 
 class SoftmaxCrossEntropy(_Loss):
     """Mean cross-entropy of softmax(logits) against integer class targets; reports accuracy too."""
 
     kind = "softmax_cross_entropy"
+    element_flops = (5.0, 1.0)
     pred_port = "logits"
 
     def evaluate(self, pred: np.ndarray, target: np.ndarray) -> tuple[float, np.ndarray, dict[str, Any]]:
-        if pred.ndim != 2:
-            raise OpError(f"SoftmaxCrossEntropy input 'logits': expected shape (batch, classes), got {pred.shape}")
+        return self.evaluate_all([pred], [target])[0]
+
+    def evaluate_all(
+        self, preds: list[np.ndarray], targets: list[np.ndarray]
+    ) -> list[tuple[float, np.ndarray, dict[str, Any]]]:
+        """One softmax over the stacked rows of every pair; each pair's loss, gradient and accuracy are its
+        own rows' (the row math is the same as for one pair, so are the results)."""
+        for pred in preds:
+            if pred.ndim != 2:
+                raise OpError(f"SoftmaxCrossEntropy input 'logits': expected shape (batch, classes), got {pred.shape}")
+        for pred, target in zip(preds, targets, strict=True):
+            if target.shape != (len(pred),) or target.dtype.kind not in "iu":
+                raise OpError(
+                    f"SoftmaxCrossEntropy input 'target': expected {len(pred)} integer class ids, got shape "
+                    f"{target.shape} dtype {target.dtype}"
+                )
+        pred, offsets = stack(preds)
+        target, _ = stack(targets)
         n, classes = pred.shape
-        if target.shape != (n,) or target.dtype.kind not in "iu":
-            raise OpError(
-                f"SoftmaxCrossEntropy input 'target': expected {n} integer class ids, got shape {target.shape} "
-                f"dtype {target.dtype}"
-            )
         if n and (target.min() < 0 or target.max() >= classes):
             raise OpError(
                 f"SoftmaxCrossEntropy input 'target': class ids must lie in [0, {classes}), "
@@ -82,18 +116,34 @@ class SoftmaxCrossEntropy(_Loss):
         exp = np.exp(shifted)
         total = exp.sum(axis=1, keepdims=True)
         rows = np.arange(n)
-        loss = float(np.mean(np.log(total[:, 0]) - shifted[rows, target]))
+        row_loss = np.log(total[:, 0]) - shifted[rows, target]
         grad = exp / total
         grad[rows, target] -= 1.0
-        grad /= n
-        correct = int(np.sum(pred.argmax(axis=1) == target))
-        return loss, grad, {"correct": correct}
+        hits = pred.argmax(axis=1) == target
+        counts = np.diff(offsets)
+        if len(preds) == 1 or not counts.all():  # one pair, or a pair without rows (reduceat needs rows)
+            out = []
+            for a, b in pairwise(offsets):
+                g = grad[a:b]
+                g /= b - a
+                out.append((float(np.mean(row_loss[a:b])), g, {"correct": int(np.sum(hits[a:b]))}))
+            return out
+        # per pair, in one call each: the rows' mean loss, their hits, their gradient over their row count
+        starts = np.asarray(offsets[:-1])
+        losses = (np.add.reduceat(row_loss, starts) / counts).tolist()
+        correct = np.add.reduceat(hits, starts).tolist()
+        grad /= np.repeat(counts, counts)[:, None]
+        return [
+            (loss, grad[a:b], {"correct": int(c)})
+            for loss, c, (a, b) in zip(losses, correct, pairwise(offsets), strict=True)
+        ]
 
 
 class MSE(_Loss):
     """Mean squared error over all elements (as torch.nn.MSELoss)."""
 
     kind = "mse"
+    element_flops = (3.0, 1.0)
 
     def evaluate(self, pred: np.ndarray, target: np.ndarray) -> tuple[float, np.ndarray, dict[str, Any]]:
         target = target.reshape(pred.shape) if target.size == pred.size else target
@@ -116,22 +166,27 @@ class SegmentSoftmaxCrossEntropy(_Loss):
     """
 
     kind = "segment_softmax_cross_entropy"
+    element_flops = (5.0, 1.0)
+    bundling = "per_message"  # each key's graphs are their own segments
     pred_port = "scores"
     nondiff_inputs = frozenset({"segments", "target"})
 
     def input_ports(self) -> tuple[str, ...]:
         return ("scores", "segments", "target")
 
-    def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
-        got = self.join(ctx, port, x, state, ("scores", "segments", "target"))
-        if got is None:
-            return []
-        (scores, pred_state), (segments, _), (target, _) = got["scores"], got["segments"], got["target"]
-        loss, grad, extra = self.evaluate_segments(np.asarray(scores), np.asarray(segments), np.asarray(target))
-        ctx.report(key=pred_state["key"], loss=loss, n=len(target), **extra)
-        if ctx.train:
-            ctx.cache[pred_state] = grad
-        return [(LOSS_PORT, loss, pred_state)]
+    def forward_bundle(self, ctx: NodeContext, port: str, xs: list[Any], states: list[State]) -> Emitted:
+        out: Emitted = []
+        for x, state in zip(xs, states, strict=True):
+            got = self.join(ctx, port, x, state, ("scores", "segments", "target"))
+            if got is None:
+                continue
+            (scores, pred_state), (segments, _), (target, _) = got["scores"], got["segments"], got["target"]
+            loss, grad, extra = self.evaluate_segments(np.asarray(scores), np.asarray(segments), np.asarray(target))
+            ctx.report(key=pred_state["key"], loss=loss, n=len(target), **extra)
+            if ctx.train:
+                ctx.cache[pred_state] = grad
+            out.append((LOSS_PORT, loss, pred_state))
+        return out
 
     def evaluate_segments(
         self, scores: np.ndarray, segments: np.ndarray, target: np.ndarray
@@ -177,3 +232,40 @@ class SegmentSoftmaxCrossEntropy(_Loss):
         grad /= k
         first_top = np.minimum.reduceat(np.where(s == top[segments], np.arange(n), n), starts)
         return loss, grad.reshape(scores.shape), {"correct": int(np.sum(first_top == target))}
+
+
+class Sink(Op):
+    """Where a value that nobody reads ends, for a value that went through control flow: a training key
+    turns around here with a zero gradient.
+
+    :class:`~amp_notebook.ir.ops.payload.Discard` ends a value without any backward, which is right when
+    its producer (a Split, a Bcast) counts the gradients it waits for per output port. A message that took
+    one branch of a Cond, left a loop, or passed an elementwise op made a promise: its producer waits for
+    exactly one backward message with its state (ARCHITECTURE.md, invariant 3). A Sink keeps that promise:
+    like a loss it starts the backward pass from its forward, sending a zero gradient of the payload's
+    shape, and it reports nothing (it contributes 0 to the objective). The compiler (``amp.compile``) ends
+    the unused exits of loops and branches here; ``LOSSES`` lists it because the runtime treats it as a place
+    where backward starts, but it does not count as the loss a graph needs to train.
+    """
+
+    kind = "sink"
+    group = "loss"
+    bundling = "per_message"
+    element_flops = (0.0, 0.0)  # a zero gradient of the payload's shape: no arithmetic
+
+    def output_ports(self) -> tuple[str, ...]:
+        return ()
+
+    def infer_widths(self, widths: Mapping[str, Width]) -> dict[str, Width]:
+        return {}
+
+    def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
+        if ctx.train:
+            if state in ctx.cache:
+                raise OpError(f"state {state} reached the Sink twice while the first is still in flight")
+            ctx.cache[state] = (np.shape(x), np.asarray(x).dtype)
+        return [(LOSS_PORT, 0.0, state)]
+
+    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+        shape, dtype = ctx.cache.pop(state)
+        return [("in", np.zeros(shape, dtype=dtype if dtype.kind == "f" else np.float64), state)]

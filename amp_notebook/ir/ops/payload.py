@@ -22,6 +22,8 @@ from amp_notebook.ir.ops.base import (
     Width,
     check_width,
     positive_int,
+    stack,
+    unstack,
 )  # fmt: skip
 
 
@@ -34,6 +36,8 @@ class Input(Op):
 
     kind = "input"
     group = "io"
+    bundling = "per_message"
+    element_flops = (0.0, 0.0)
 
     def __init__(self, width: int | None = None, dtype: str = "float", fill: str | None = None) -> None:
         if dtype not in ("float", "int"):
@@ -67,6 +71,8 @@ class Identity(Op):
 
     kind = "identity"
     group = "payload"
+    bundling = "per_message"  # nothing to compute: a call per message costs what splitting a stack would
+    element_flops = (0.0, 0.0)
 
     def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
         return [("out", x, state)]
@@ -80,6 +86,7 @@ class Linear(Op):
 
     kind = "linear"
     group = "payload"
+    bundling = "rows"
     heavy = True
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True) -> None:
@@ -112,6 +119,34 @@ class Linear(Op):
 
     def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
         x = ctx.cache.pop(state)
+        self._accumulate(ctx, x, g)
+        if "in" not in ctx.grad_inputs:
+            return []
+        return [("in", g @ ctx.params["W"].T, state)]
+
+    def forward_bundle(self, ctx: NodeContext, port: str, xs: list[Any], states: list[State]) -> Emitted:
+        x, offsets = stack(xs)
+        params = ctx.params
+        y = x @ params["W"]
+        if self.bias:
+            y += params["b"]
+        if ctx.train:
+            cache = ctx.cache
+            for xi, s in zip(xs, states, strict=True):
+                cache[s] = xi
+        return [("out", yi, s) for yi, s in zip(unstack(y, offsets), states, strict=True)]
+
+    def backward_bundle(self, ctx: NodeContext, port: str, gs: list[Any], states: list[State]) -> Emitted:
+        cache = ctx.cache
+        x, _ = stack([cache.pop(s) for s in states])
+        g, offsets = stack(gs)
+        self._accumulate(ctx, x, g)
+        if "in" not in ctx.grad_inputs:
+            return []
+        dx = g @ ctx.params["W"].T
+        return [("in", d, s) for d, s in zip(unstack(dx, offsets), states, strict=True)]
+
+    def _accumulate(self, ctx: NodeContext, x: np.ndarray, g: np.ndarray) -> None:
         grads = ctx.grads
         if ctx.n_grads == 0 and x.dtype == g.dtype == grads["W"].dtype:
             # first gradient since the last update: write it in place, allocating nothing
@@ -122,9 +157,14 @@ class Linear(Op):
             ctx.accumulate("W", x.T @ g)
             if self.bias:
                 ctx.accumulate("b", g.sum(axis=0))
-        if "in" not in ctx.grad_inputs:
-            return []
-        return [("in", g @ ctx.params["W"].T, state)]
+
+    def flops(self, forward: bool, shape: tuple[int, ...], grad_input: bool) -> float:
+        """Appendix C: ``2 k d_in d_out`` forward for ``k`` rows; backward the same for ``x^T g`` and again for
+        ``g W^T`` when the input wants its gradient."""
+        if not shape:
+            return 0.0
+        mac = 2.0 * math.prod(shape[:-1]) * self.in_features * self.out_features
+        return mac if forward or not grad_input else 2.0 * mac
 
     def config(self) -> dict[str, Any]:
         return {"in_features": self.in_features, "out_features": self.out_features, "bias": self.bias}
@@ -135,6 +175,7 @@ class Embedding(Op):
 
     kind = "embedding"
     group = "payload"
+    bundling = "rows"
     heavy = True
     nondiff_inputs = frozenset({"in"})
 
@@ -152,7 +193,32 @@ class Embedding(Op):
         return {"out": self.embedding_dim}
 
     def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
-        ids = np.asarray(x)
+        ids = self._check_ids(np.asarray(x))
+        if ctx.train:
+            ctx.cache[state] = ids
+        return [("out", ctx.params["E"][ids], state)]
+
+    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
+        self._accumulate(ctx, ctx.cache.pop(state), g)
+        return []
+
+    def forward_bundle(self, ctx: NodeContext, port: str, xs: list[Any], states: list[State]) -> Emitted:
+        ids, offsets = stack([np.asarray(x) for x in xs])
+        self._check_ids(ids)
+        rows = unstack(ctx.params["E"][ids], offsets)
+        if ctx.train:
+            cache = ctx.cache
+            for piece, s in zip(unstack(ids, offsets), states, strict=True):
+                cache[s] = piece
+        return [("out", r, s) for r, s in zip(rows, states, strict=True)]
+
+    def backward_bundle(self, ctx: NodeContext, port: str, gs: list[Any], states: list[State]) -> Emitted:
+        cache = ctx.cache
+        ids, _ = stack([cache.pop(s) for s in states])
+        self._accumulate(ctx, ids, stack(gs)[0])
+        return []
+
+    def _check_ids(self, ids: np.ndarray) -> np.ndarray:
         if ids.dtype.kind not in "iu":
             raise OpError(f"Embedding input 'in': expected integer ids, got dtype {ids.dtype}")
         if ids.size and (ids.min() < 0 or ids.max() >= self.num_embeddings):
@@ -160,16 +226,23 @@ class Embedding(Op):
                 f"Embedding input 'in': ids must lie in [0, {self.num_embeddings}), found "
                 f"[{ids.min()}, {ids.max()}]; raise num_embeddings or fix the token ids"
             )
-        if ctx.train:
-            ctx.cache[state] = ids
-        return [("out", ctx.params["E"][ids], state)]
+        return ids
 
-    def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
-        ids = ctx.cache.pop(state)
-        dE = np.zeros_like(ctx.params["E"])
-        np.add.at(dE, ids, g)
-        ctx.accumulate("E", dE)
-        return []
+    def _accumulate(self, ctx: NodeContext, ids: np.ndarray, g: np.ndarray) -> None:
+        """Add each row of ``g`` into the gradient row of its id (repeated ids accumulate)."""
+        grad = ctx.grads.get("E")
+        if ctx.n_grads == 0:
+            if grad is None or grad.dtype != np.result_type(g, ctx.params["E"]):
+                grad = ctx.grads["E"] = np.zeros_like(ctx.params["E"], dtype=np.result_type(g, ctx.params["E"]))
+            else:
+                grad.fill(0.0)
+        np.add.at(grad, ids, g)
+
+    def flops(self, forward: bool, shape: tuple[int, ...], grad_input: bool) -> float:
+        """One per element moved: the looked-up rows forward (ids x dim), the scattered gradient rows backward."""
+        if not shape:
+            return 0.0
+        return float(math.prod(shape) * self.embedding_dim) if forward else float(math.prod(shape))
 
     def config(self) -> dict[str, Any]:
         return {"num_embeddings": self.num_embeddings, "embedding_dim": self.embedding_dim}
@@ -177,6 +250,7 @@ class Embedding(Op):
 
 class _Elementwise(Op):
     group = "payload"
+    bundling = "rows"
 
     def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
         y = self.f(x)
@@ -188,6 +262,23 @@ class _Elementwise(Op):
         x, y = ctx.cache.pop(state)
         return [("in", self.df(x, y, g), state)]
 
+    def forward_bundle(self, ctx: NodeContext, port: str, xs: list[Any], states: list[State]) -> Emitted:
+        x, offsets = stack(xs)
+        ys = unstack(self.f(x), offsets)
+        if ctx.train:
+            cache = ctx.cache
+            for xi, yi, s in zip(xs, ys, states, strict=True):
+                cache[s] = (xi, yi)
+        return [("out", yi, s) for yi, s in zip(ys, states, strict=True)]
+
+    def backward_bundle(self, ctx: NodeContext, port: str, gs: list[Any], states: list[State]) -> Emitted:
+        cache = ctx.cache
+        pairs = [cache.pop(s) for s in states]
+        x, _ = stack([p[0] for p in pairs])
+        y, _ = stack([p[1] for p in pairs])
+        g, offsets = stack(gs)
+        return [("in", d, s) for d, s in zip(unstack(self.df(x, y, g), offsets), states, strict=True)]
+
     def f(self, x: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
@@ -197,6 +288,7 @@ class _Elementwise(Op):
 
 class ReLU(_Elementwise):
     kind = "relu"
+    element_flops = (1.0, 1.0)
 
     def f(self, x: np.ndarray) -> np.ndarray:
         return np.maximum(x, 0)
@@ -207,6 +299,7 @@ class ReLU(_Elementwise):
 
 class Tanh(_Elementwise):
     kind = "tanh"
+    element_flops = (1.0, 2.0)
 
     def f(self, x: np.ndarray) -> np.ndarray:
         return np.tanh(x)
@@ -217,6 +310,7 @@ class Tanh(_Elementwise):
 
 class Sigmoid(_Elementwise):
     kind = "sigmoid"
+    element_flops = (1.0, 2.0)
 
     def f(self, x: np.ndarray) -> np.ndarray:
         # sigmoid(x) = (1 + tanh(x / 2)) / 2: never overflows, and one tanh is several times faster than exp
@@ -235,6 +329,7 @@ class _Binary(JoinMixin, Op):
     """Elementwise op of two inputs ``a`` and ``b`` of equal shape, joined by state."""
 
     group = "payload"
+    bundling = "per_message"  # the two inputs of a pair arrive in different bundles
     ports: ClassVar[tuple[str, str]] = ("a", "b")
 
     def __init__(self, match_on: tuple[str, ...] | list[str] | None = None) -> None:
@@ -277,6 +372,7 @@ class _Binary(JoinMixin, Op):
 
 class Add(_Binary):
     kind = "add"
+    element_flops = (1.0, 0.0)
 
     def f(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return a + b
@@ -289,6 +385,7 @@ class Sub(_Binary):
     """``a - b`` (the GRU's ``h - n``)."""
 
     kind = "sub"
+    element_flops = (1.0, 1.0)
 
     def f(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return a - b
@@ -299,6 +396,7 @@ class Sub(_Binary):
 
 class Mul(_Binary):
     kind = "mul"
+    element_flops = (1.0, 2.0)
 
     def f(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return a * b
@@ -317,6 +415,8 @@ class Discard(Op):
 
     kind = "discard"
     group = "io"
+    bundling = "per_message"
+    element_flops = (0.0, 0.0)
     nondiff_inputs = frozenset({"in"})
 
     def output_ports(self) -> tuple[str, ...]:

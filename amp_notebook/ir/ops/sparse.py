@@ -9,13 +9,14 @@ graph out. Index payloads are joined by state and carry no gradient.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
 from scipy.sparse import csr_array
 
 from amp_notebook.ir.message import State
-from amp_notebook.ir.ops.base import Emitted, JoinMixin, NodeContext, Op, OpError, Width, positive_int
+from amp_notebook.ir.ops.base import Emitted, JoinMixin, NodeContext, Op, OpError, Width, positive_int, stack, unstack
 
 
 def _csr_kernel() -> Any:
@@ -85,6 +86,8 @@ class _Sparse(JoinMixin, Op):
     """
 
     group = "aggregation"
+    bundling = "per_message"  # each message holds its own graph's index payloads
+    element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
 
     def __init__(self, match_on: tuple[str, ...] | list[str] | None = None) -> None:
         self.match_on = None if match_on is None else tuple(match_on)
@@ -188,6 +191,7 @@ class TypedEdgeSum(_Sparse):
     """
 
     kind = "typed_edge_sum"
+    bundling = "rows"  # the joined graphs as one disjoint union
     nondiff_inputs = frozenset({"edges"})
 
     def __init__(self, types: int, match_on: tuple[str, ...] | list[str] | None = None) -> None:
@@ -208,28 +212,62 @@ class TypedEdgeSum(_Sparse):
         return {"out": None if width is None else width // self.types}
 
     def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
-        got = self.join(ctx, port, x, state, ("x", "edges"))
-        if got is None:
-            return []
-        (xs, sx), (edges, _) = got["x"], got["edges"]
-        n, width = np.shape(xs)
-        edges = np.asarray(edges)
-        if edges.ndim != 2 or len(edges) != 2:
-            raise OpError(
-                f"TypedEdgeSum input 'edges': expected (2, E) rows [src * types + type, dst], got shape {edges.shape}",
-                port="edges",
-            )
-        blocks = _index_vector("TypedEdgeSum", "edges", edges[0], n * self.types)
-        dst = _index_vector("TypedEdgeSum", "edges", edges[1], n)
-        out = scatter_add_rows(dst, xs.reshape(n * self.types, width // self.types)[blocks], n)
-        if ctx.train:
-            ctx.cache[sx] = (blocks, dst, xs.shape)
-        return [("out", out, sx)]
+        return self.forward_bundle(ctx, port, [x], [state])
 
     def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
-        blocks, dst, shape = ctx.cache.pop(state)
-        g = np.asarray(g)
-        return [("x", scatter_add_rows(blocks, g[dst], shape[0] * self.types).reshape(shape), state)]
+        return self.backward_bundle(ctx, port, [g], [state])
+
+    def forward_bundle(self, ctx: NodeContext, port: str, xs: list[Any], states: list[State]) -> Emitted:
+        """Each message joined with its edges; the complete ones as one disjoint union: node rows stacked,
+        each graph's edge indices shifted past the graphs before it, one scatter, the rows cut back."""
+        pairs = []
+        for x, s in zip(xs, states, strict=True):
+            got = self.join(ctx, port, x, s, ("x", "edges"))
+            if got is not None:
+                pairs.append(got)
+        if not pairs:
+            return []
+        T = self.types
+        blocks_all, dst_all, rows, offsets = [], [], [], [0]
+        for got in pairs:
+            (x_i, _), (edges, _) = got["x"], got["edges"]
+            n, _ = np.shape(x_i)
+            edges = np.asarray(edges)
+            if edges.ndim != 2 or len(edges) != 2:
+                raise OpError(
+                    f"TypedEdgeSum input 'edges': expected (2, E) rows [src * types + type, dst], got shape "
+                    f"{edges.shape}",
+                    port="edges",
+                )
+            base = offsets[-1]
+            blocks_all.append(_index_vector("TypedEdgeSum", "edges", edges[0], n * T) + base * T)
+            dst_all.append(_index_vector("TypedEdgeSum", "edges", edges[1], n) + base)
+            rows.append(x_i)
+            offsets.append(base + n)
+        x_all = stack(rows)[0]
+        n_all, width = x_all.shape
+        blocks = np.concatenate(blocks_all) if len(pairs) > 1 else blocks_all[0]
+        dst = np.concatenate(dst_all) if len(pairs) > 1 else dst_all[0]
+        out = scatter_add_rows(dst, x_all.reshape(n_all * T, width // T)[blocks], n_all)
+        out_states = [got["x"][1] for got in pairs]
+        if ctx.train:
+            for (a, b), s, bl, d in zip(pairwise(offsets), out_states, blocks_all, dst_all, strict=True):
+                ctx.cache[s] = (bl - a * T, d - a, (b - a, width))
+        return [("out", o, s) for o, s in zip(unstack(out, offsets), out_states, strict=True)]
+
+    def backward_bundle(self, ctx: NodeContext, port: str, gs: list[Any], states: list[State]) -> Emitted:
+        T = self.types
+        entries = [ctx.cache.pop(s) for s in states]
+        g_all, offsets = stack([np.asarray(g) for g in gs])
+        if len(entries) == 1:
+            blocks, dst, shape = entries[0]
+            return [("x", scatter_add_rows(blocks, g_all[dst], shape[0] * T).reshape(shape), states[0])]
+        blocks = np.concatenate([bl + a * T for (bl, _, _), a in zip(entries, offsets, strict=False)])
+        dst = np.concatenate([d + a for (_, d, _), a in zip(entries, offsets, strict=False)])
+        width = entries[0][2][1]
+        n_all = offsets[-1]
+        dx = scatter_add_rows(blocks, g_all[dst], n_all * T).reshape(n_all, width)
+        return [("x", d, s) for d, s in zip(unstack(dx, offsets), states, strict=True)]
 
     def config(self) -> dict[str, Any]:
         return {"types": self.types, **super().config()}
@@ -250,6 +288,8 @@ class SumRows(Op):
 
     kind = "sum_rows"
     group = "aggregation"
+    bundling = "per_message"
+    element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
 
     def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
         x = np.asarray(x)

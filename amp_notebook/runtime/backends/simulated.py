@@ -86,7 +86,9 @@ class SimulatedBackend:
         self.virtual_now = 0.0
         for worker in session.workers:
             worker.clock = self.now
-        self.inboxes = [Inbox(session.plan.max_bundle, config.priority, config.order) for _ in range(workers)]
+        self.inboxes = [
+            Inbox(session.plan.max_bundle, config.priority, config.order, w.bundle_cap) for w in session.workers
+        ]
         self.busy = [False] * workers
         self.heap: list[tuple[float, int, int, int, Any]] = []  # (time, kind, seq, worker, payload)
         self.seq = 0

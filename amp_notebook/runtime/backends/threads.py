@@ -2,7 +2,8 @@
 
 Each worker thread owns a *mailbox* (a ``collections.deque``: appends and pops are atomic, so many
 producers need no lock) and an :class:`~amp_notebook.runtime.inbox.Inbox`, its private priority queue.
-Before each step the thread drains its mailbox into the inbox; the inbox picks the next bundle (backward
+Messages a worker sends to its own nodes go straight into its inbox; others land in the mailbox of their
+worker, which drains it into its inbox before each step; the inbox picks the next bundle (backward
 first, the key admitted earliest first, as configured) and the thread runs
 :meth:`~amp_notebook.runtime.worker.Worker.step` on it: the step shared by every backend (trace row,
 messages sent on before a local update, credits). Outgoing messages go straight into their workers'
@@ -60,7 +61,7 @@ class _WorkerThread:
         config = backend.session.config
         self.worker = backend.session.workers[index]
         self.mailbox: deque[Message] = deque()
-        self.inbox = Inbox(backend.session.plan.max_bundle, config.priority, config.order)
+        self.inbox = Inbox(backend.session.plan.max_bundle, config.priority, config.order, self.worker.bundle_cap)
         self.wake = threading.Event()
         self.sleeping = False
         self.thread = threading.Thread(target=self.run, name=f"amp-worker-{index}", daemon=True)
@@ -78,8 +79,20 @@ class _WorkerThread:
         push, pop, take = inbox.push, mailbox.popleft, inbox.take
         timer = MeasuredTime()
         credits = backend.session.credits
-        deliver = backend.deliver
         report = backend.events.put
+        me, owner, threads = self.index, backend.session.plan.owner, backend.threads
+
+        def deliver(msgs: list[Message], at: float) -> None:
+            for msg in msgs:
+                w = owner[msg.node]
+                if w == me:
+                    push(msg)  # our own inbox: only this thread touches it
+                else:
+                    t = threads[w]
+                    t.mailbox.append(msg)
+                    if t.sleeping:
+                        t.wake.set()
+
         paused = backend.paused
         while not backend.stopped:
             while mailbox:
@@ -120,17 +133,15 @@ class ThreadedBackend:
         self.origin = 0.0
         self.wall_s = 0.0
 
-    # ------------------------------------------------------------ called by workers
-    def deliver(self, msgs: list[Message], at: float = 0.0) -> None:
-        """Put messages into their workers' mailboxes (their credits are counted already)."""
+    # ------------------------------------------------------------ called by the driver and workers
+    def inject(self, msgs: list[Message]) -> None:
+        """Put messages from the controller into their workers' mailboxes (their credits are counted)."""
         threads, owner = self.threads, self._owner
         for msg in msgs:
             t = threads[owner[msg.node]]
             t.mailbox.append(msg)
             if t.sleeping:
                 t.wake.set()
-
-    inject = deliver  # messages from the controller travel the same way
 
     def fail(self, exc: BaseException) -> None:
         self.stopped = True

@@ -1,12 +1,14 @@
 // A compound cell (LSTM, GRU, Tree-LSTM leaf/branch: IR nodes tagged meta["cell"]) drawn collapsed into one
 // box: its name, what it holds, the workers its nodes run on, and its problems. Edges from outside attach
-// to its one input and one output handle; double-click expands it again.
+// to its one input and one output handle (left and right, or top and bottom when the layout runs top to
+// bottom); double-click expands it again.
 import { memo } from "react";
 import { Handle, Position } from "@xyflow/react";
 import { workerColour } from "./OpNode.jsx";
 
 function CellNode({ data }) {
-  const { name, members, kinds, workers, errors, colourBy } = data;
+  const { name, members, kinds, workers, errors, colourBy, direction } = data;
+  const tb = direction === "TB";
   const style = {};
   if (colourBy === "worker" && workers.length === 1) {
     style.borderColor = workerColour(workers[0]);
@@ -17,7 +19,7 @@ function CellNode({ data }) {
     .join(", ");
   return (
     <div className={`amp-node amp-cell${errors ? " amp-has-errors" : ""}`} style={style} data-cell={name} data-members={members.length} title="double-click to expand">
-      <Handle type="target" position={Position.Left} id="in" className="amp-handle" />
+      <Handle type="target" position={tb ? Position.Top : Position.Left} id="in" className="amp-handle" />
       <div className="amp-node-head">
         <span className="amp-node-kind">cell</span>
         <span className="amp-node-name">{name}</span>
@@ -33,15 +35,17 @@ function CellNode({ data }) {
           ))}
         </div>
       </div>
-      <Handle type="source" position={Position.Right} id="out" className="amp-handle" />
+      <Handle type="source" position={tb ? Position.Bottom : Position.Right} id="out" className="amp-handle" />
     </div>
   );
 }
 
 export default memo(CellNode);
 
-// The nodes and edges to draw when the cells in `collapsed` are shown as one box each.
-export function collapseCells(nodes, edges, collapsed, colourBy) {
+// The nodes and edges to draw when the cells in `collapsed` are shown as one box each. `sizes` holds the
+// boxes' sizes as React Flow measured them (a box is made anew on every render; React Flow counts a node
+// drawn only once it carries its measured size).
+export function collapseCells(nodes, edges, collapsed, colourBy, direction, sizes = {}) {
   if (collapsed.size === 0) return { nodes, edges };
   const cellOf = new Map();
   const groups = new Map();
@@ -70,8 +74,9 @@ export function collapseCells(nodes, edges, collapsed, colourBy) {
         x: Math.min(...members.map((m) => m.position.x)),
         y: Math.min(...members.map((m) => m.position.y)),
       },
-      data: { name: cell, members: members.map((m) => m.id), kinds, workers: [...workers].sort((a, b) => a - b), errors, colourBy },
+      data: { name: cell, members: members.map((m) => m.id), kinds, workers: [...workers].sort((a, b) => a - b), errors, colourBy, direction },
       selected: members.some((m) => m.selected),
+      ...(sizes[`cell:${cell}`] ? { measured: sizes[`cell:${cell}`] } : {}),
     });
   }
   const seen = new Set();

@@ -74,7 +74,7 @@ const HINTS = {
 };
 
 export function Inspector({ node, entry, workers, send }) {
-  if (!node) return <div className="amp-inspector amp-muted">Select a node to edit its properties.</div>;
+  if (!node) return null; // the canvas takes the room; Overlays.jsx says to click a node
   const set = (field) => (value) => send({ type: "set_property", node: node.id, field, value });
   return (
     <div className="amp-inspector" data-node={node.id}>

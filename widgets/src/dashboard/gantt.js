@@ -1,7 +1,9 @@
 // The Gantt chart: one lane per worker (per run, stacked when comparing), one box per handled message,
 // coloured by phase as in the paper's Fig. 1. Drawing cost is bounded by pixels, not rows: boxes of one
 // lane and phase that touch within half a pixel are merged into one rectangle, and the rectangles of each
-// phase are filled as one path.
+// phase are filled as one path. The time axis (axes.js) is the one every chart under the Gantt shares.
+
+import { LEFT, formatTime, plotWidth, timeTicks } from "./axes.js";
 
 export const PHASE_NAMES = ["fwd", "bwd", "update"];
 export const PHASE_COLORS = ["#f39c34", "#3a7bd5", "#f2d21b"]; // forward orange, backward blue, update yellow
@@ -9,7 +11,7 @@ export const LANE_H = 26;
 export const LANE_GAP = 4;
 export const RUN_HEADER_H = 18;
 export const AXIS_H = 18;
-export const LEFT = 74; // lane labels
+export { LEFT, formatTime };
 const MAX_LABELS = 1500;
 const LABEL_MIN_PX = 22;
 const DENSE_PX = 2; // boxes narrower than this are drawn as per-pixel phase stacks
@@ -28,26 +30,12 @@ export function layoutLanes(runs) {
   return { lanes, height: y + 4 };
 }
 
-function niceStep(span, px) {
-  const raw = span / Math.max(1, px / 90);
-  const p = Math.pow(10, Math.floor(Math.log10(raw)));
-  for (const m of [1, 2, 5, 10]) if (m * p >= raw) return m * p;
-  return 10 * p;
-}
-
-export function formatTime(s) {
-  const a = Math.abs(s);
-  if (a >= 1) return `${s.toFixed(a >= 10 ? 1 : 2)} s`;
-  if (a >= 1e-3) return `${(s * 1e3).toFixed(a >= 1e-2 ? 1 : 2)} ms`;
-  return `${(s * 1e6).toFixed(0)} µs`;
-}
-
 // Draw the visible boxes. view: {t0, t1, cut} (cut: hide boxes starting after it, for replay).
 // Returns {drawn, rects}: rows in view, rectangles filled.
 export function drawGantt(ctx, width, height, runs, layout, view) {
   const { t0, t1 } = view;
   const cut = view.cut ?? Infinity;
-  const plotW = Math.max(1, width - LEFT);
+  const plotW = plotWidth(width);
   const scale = plotW / Math.max(1e-12, t1 - t0);
   ctx.clearRect(0, 0, width, height);
   ctx.font = "11px sans-serif";
@@ -68,15 +56,15 @@ export function drawGantt(ctx, width, height, runs, layout, view) {
   for (const lane of layout.lanes) ctx.fillText(`worker ${lane.worker}`, 4, lane.y + LANE_H / 2);
 
   // time axis
-  const step = niceStep(t1 - t0, plotW);
+  const ticks = timeTicks(t0, t1, plotW);
   ctx.strokeStyle = "#ddd";
   ctx.fillStyle = "#666";
   ctx.beginPath();
-  for (let t = Math.ceil(t0 / step) * step; t <= t1; t += step) {
+  for (const { t, label } of ticks) {
     const x = LEFT + (t - t0) * scale;
     ctx.moveTo(x + 0.5, AXIS_H - 4);
     ctx.lineTo(x + 0.5, height);
-    ctx.fillText(formatTime(t), x + 3, AXIS_H / 2);
+    if (x + 3 + ctx.measureText(label).width <= width) ctx.fillText(label, x + 3, AXIS_H / 2);
   }
   ctx.stroke();
 
@@ -94,7 +82,7 @@ export function drawGantt(ctx, width, height, runs, layout, view) {
   const barH = LANE_H - 4;
   for (const r of runs) {
     const ev = r.events;
-    const { start, end, worker, phase, key } = ev.cols;
+    const { start, end, worker, phase, key, messages } = ev.cols;
     const nLanes = r.info.workers;
     const curX0 = new Float64Array(nLanes * 3).fill(-1);
     const curX1 = new Float64Array(nLanes * 3).fill(-2);
@@ -132,7 +120,10 @@ export function drawGantt(ctx, width, height, runs, layout, view) {
         curX0[slot] = x0;
         curX1[slot] = x1;
       }
-      if (x1 - x0 >= LABEL_MIN_PX && labels.length < MAX_LABELS * 3) labels.push(x0, laneY[w], key[i]);
+      if (x1 - x0 >= LABEL_MIN_PX && labels.length < MAX_LABELS * 3) {
+        // a bundle shows how many messages it ran (its keys are in the tooltip)
+        labels.push(x0, laneY[w], messages[i] > 1 ? `${messages[i]}×` : key[i]);
+      }
     }
     const stacked = [[], [], []];
     for (let w = 0; w < nLanes; w++) {
@@ -164,7 +155,7 @@ export function drawGantt(ctx, width, height, runs, layout, view) {
     for (let j = 0; j < list.length; j += 4) ctx.rect(list[j], list[j + 1] + 2, list[j + 2], list[j + 3]);
     ctx.fill();
   }
-  // key ids on boxes wide enough to hold them (the paper's Fig. 1 labels)
+  // key ids on boxes wide enough to hold them (the paper's Fig. 1 labels); a bundle's message count
   ctx.fillStyle = "#111";
   ctx.font = "10px sans-serif";
   for (let j = 0; j < labels.length; j += 3) ctx.fillText(String(labels[j + 2]), labels[j] + 3, labels[j + 1] + LANE_H / 2);
@@ -181,10 +172,10 @@ export function drawGantt(ctx, width, height, runs, layout, view) {
 
 // The box under (x, y), or null: {run, row} where row is the ring's physical index.
 export function hitTest(x, y, width, runs, layout, view) {
-  if (x < LEFT) return null;
+  if (x < LEFT || x > LEFT + plotWidth(width)) return null;
   const lane = layout.lanes.find((l) => y >= l.y && y < l.y + LANE_H);
   if (!lane) return null;
-  const scale = (width - LEFT) / (view.t1 - view.t0);
+  const scale = plotWidth(width) / (view.t1 - view.t0);
   const t = view.t0 + (x - LEFT) / scale;
   const slack = 1 / scale; // one pixel, so sub-pixel boxes can be hovered
   const r = runs[lane.run];
@@ -224,10 +215,10 @@ const MAX_ARROW_BOXES = 3000;
 // loss's forward). Drawn only when at most one box per 3 px is in view. Returns the arrows drawn, or -1 if too many
 // boxes were in view to try.
 export function drawArrows(ctx, width, runs, layout, view) {
-  const scale = (width - LEFT) / Math.max(1e-12, view.t1 - view.t0);
+  const scale = plotWidth(width) / Math.max(1e-12, view.t1 - view.t0);
   const cut = view.cut ?? Infinity;
   const x = (t) => LEFT + (t - view.t0) * scale;
-  const limit = Math.min(MAX_ARROW_BOXES, (width - LEFT) / 3); // beyond ~1 box per 3 px arrows are a blur
+  const limit = Math.min(MAX_ARROW_BOXES, plotWidth(width) / 3); // beyond ~1 box per 3 px arrows are a blur
   let laneBase = 0;
   let count = 0;
   ctx.strokeStyle = "rgba(60, 60, 60, 0.7)";

@@ -7,6 +7,7 @@ const TYPED = {
   f8: Float64Array,
   u1: Uint8Array,
   u2: Uint16Array,
+  u4: Uint32Array,
   i4: Int32Array,
 };
 
@@ -21,7 +22,7 @@ export function asTyped(view, dtype, n) {
 }
 
 export class Ring {
-  // fields: [[name, dtype], ...]
+  // fields: [[name, dtype, default when a frame lacks the column (0 unless given)], ...]
   constructor(fields, capacity) {
     this.capacity = capacity;
     this.fields = fields;
@@ -45,10 +46,16 @@ export class Ring {
       this.total += from;
       n = this.capacity;
     }
-    for (const [name] of this.fields) {
+    for (const [name, , missing = 0] of this.fields) {
       const dst = this.cols[name];
       const src = columns[name];
       const first = Math.min(n, this.capacity - this.head);
+      if (!src) {
+        // a column the sender does not have (an older trace): its default value
+        dst.fill(missing, this.head, this.head + first);
+        if (first < n) dst.fill(missing, 0, n - first);
+        continue;
+      }
       dst.set(src.subarray(from, from + first), this.head);
       if (first < n) dst.set(src.subarray(from + first, from + n), 0);
     }
@@ -83,7 +90,10 @@ export const EVENT_FIELDS = [
   ["node", "i4"],
   ["key", "i4"],
   ["depth", "i4"],
+  ["messages", "i4", 1], // 1, or how many messages a bundle ran as one call
+  ["row", "u4"], // the row's index among its worker's rows: a bundle's member keys refer to it
 ];
+const MAX_BUNDLES = 50000; // bundles whose member keys a view keeps (the newest)
 export const STALENESS_FIELDS = [
   ["time", "f8"],
   ["worker", "u2"],
@@ -102,6 +112,14 @@ export class RunStore {
     this.samples = []; // live: {t, keys_in_flight, loss, accuracy, throughput}
     this.epochs = [];
     this.meta = null;
+    this.bundles = new Map(); // "worker:row" -> the keys of a bundle's messages, in the order it ran them
+  }
+
+  // the keys of the bundle in ring slot i (null for a single message, or when its keys are not held)
+  bundleKeys(i) {
+    const c = this.events.cols;
+    if (c.messages[i] <= 1) return null;
+    return this.bundles.get(`${c.worker[i]}:${c.row[i]}`) ?? null;
   }
 
   reset() {
@@ -111,12 +129,13 @@ export class RunStore {
     this.tMax = 0;
     this.samples = [];
     this.epochs = [];
+    this.bundles.clear();
   }
 
   // content.columns describes buffers in order: {table, name, dtype, n}
   ingest(content, buffers) {
-    const tables = { events: {}, staleness: {} };
-    const counts = { events: 0, staleness: 0 };
+    const tables = { events: {}, staleness: {}, members: {} };
+    const counts = { events: 0, staleness: 0, members: 0 };
     content.columns.forEach((c, i) => {
       tables[c.table][c.name] = asTyped(buffers[i], c.dtype, c.n);
       counts[c.table] = c.n;
@@ -130,6 +149,24 @@ export class RunStore {
       this.events.append(tables.events, n);
     }
     if (counts.staleness > 0) this.staleness.append(tables.staleness, counts.staleness);
+    if (counts.members > 0) this.addMembers(tables.members, counts.members);
+  }
+
+  addMembers(m, n) {
+    for (let i = 0; i < n; i++) {
+      const id = `${m.worker[i]}:${m.row[i]}`;
+      const keys = this.bundles.get(id);
+      if (keys) keys.push(m.key[i]);
+      else this.bundles.set(id, [m.key[i]]);
+    }
+    if (this.bundles.size > MAX_BUNDLES) {
+      // a Map iterates in insertion order: drop the oldest bundles
+      let extra = this.bundles.size - MAX_BUNDLES;
+      for (const id of this.bundles.keys()) {
+        if (extra-- <= 0) break;
+        this.bundles.delete(id);
+      }
+    }
   }
 
   addMeta(meta, maxSamples) {

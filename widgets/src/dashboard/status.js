@@ -1,0 +1,62 @@
+// The lines above the Gantt: per run, what it is doing (live: epoch, keys done and in flight, throughput,
+// loss, accuracy, utilization, elapsed; replay: duration, boxes, utilization, final accuracy), an error
+// from the run or the feed, and a note (where an export was written). It also keeps the root element's
+// test hooks about what was received: data-boxes, data-boxes-per-worker, data-held, data-frames.
+
+import { html, fmt } from "./dom.js";
+import { formatTime } from "./axes.js";
+
+export function createStatus(dash) {
+  const stats = html`<div class="amp-stats"></div>`;
+  const error = html`<div class="amp-error" hidden></div>`;
+  const note = html`<div class="amp-note" hidden></div>`;
+
+  function update(frames) {
+    const { runs, live, root } = dash;
+    const parts = [];
+    runs.forEach((r) => {
+      const m = r.meta || {};
+      const util = (m.utilization || []).map((u) => `${Math.round(u * 100)}%`).join(" ");
+      if (live) {
+        const s = m.status || {};
+        const last = r.samples[r.samples.length - 1] || {};
+        parts.push(
+          `epoch ${s.epoch ?? "–"}/${s.epochs ?? "–"} · keys done ${s.keys_done ?? 0} · in flight ${s.keys_in_flight ?? 0}` +
+            ` · ${fmt(last.throughput, 4)} instances/s · loss ${fmt(s.recent_loss)} · accuracy ${fmt(s.recent_accuracy)}` +
+            ` · utilization ${util || "–"} · ${formatTime(s.elapsed_s || 0)}`,
+        );
+      } else {
+        const ep = r.epochs;
+        const acc = ep.length ? ep[ep.length - 1].val_accuracy : null;
+        parts.push(
+          `${r.info.label}: ${formatTime(m.duration_s || 0)} · ${m.rows ?? r.events.total} boxes · utilization ${util || "–"}` +
+            (acc !== null && acc !== undefined ? ` · final val accuracy ${fmt(acc)}` : ""),
+        );
+      }
+    });
+    stats.textContent = parts.join("\n");
+    let total = 0;
+    const perWorker = [];
+    for (const r of runs) {
+      total += r.received.reduce((a, b) => a + b, 0);
+      perWorker.push(...r.received);
+    }
+    root.dataset.boxes = String(total);
+    root.dataset.boxesPerWorker = JSON.stringify(perWorker);
+    root.dataset.held = String(runs.reduce((a, r) => a + r.events.length, 0));
+    root.dataset.frames = String(frames);
+  }
+
+  function showError(message) {
+    error.hidden = false;
+    error.textContent = message;
+    dash.root.dataset.error = message;
+  }
+
+  function showNote(text) {
+    note.hidden = false;
+    note.textContent = text;
+  }
+
+  return { els: [stats, error, note], update, showError, showNote };
+}
