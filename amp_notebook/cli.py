@@ -39,6 +39,8 @@ from amp_notebook.data.sentiment import sentiment_tree_dataset
 from amp_notebook.ir.graph import Graph
 from amp_notebook.models import ggsnn, mlp, rnn, tree_lstm
 from amp_notebook.models.tree_lstm import root_accuracy, tree_lstm_forest
+from amp_notebook.reproduce.command import add_parser as add_reproduce_parser
+from amp_notebook.reproduce.command import command as cmd_reproduce
 from amp_notebook.runtime.checkpoint import load_checkpoint
 from amp_notebook.runtime.checkpoint_file import CheckpointError
 from amp_notebook.runtime.controller import MODES
@@ -79,9 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--mode", choices=MODES, default="amp")
     t.add_argument(
         "--placement",
-        choices=STRATEGIES,
+        choices=(*STRATEGIES, "auto"),
         default="round_robin",
-        help="heavy ops round-robin over workers (the paper) or in contiguous cost-balanced stages",
+        help="heavy ops round-robin over workers (the paper), in contiguous cost-balanced stages, or auto: "
+        "the fastest of these and a local search, judged on the simulator with costs measured here",
     )
     t.add_argument(
         "--priority",
@@ -186,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_simulate_parser(sub)
     add_validate_parser(sub)
+    add_reproduce_parser(sub)
 
     b = sub.add_parser("bench", help="run a benchmark (figures against a peer, same run)")
     b.add_argument("name", choices=sorted(BENCHMARKS))
@@ -358,6 +362,12 @@ def print_summary(s: dict[str, Any]) -> None:
         f"  staleness            mean {st['mean']:.2f}, p95 {st['p95']:.0f}, max {st['max']:.0f}",
         f"  worker utilization   {', '.join(f'{u:.0%}' for u in s['utilization'])}",
     ]
+    if "autoplace" in s:
+        a = s["autoplace"]
+        lines.append(
+            f"  placement (auto)     {a['chosen']} {a['heavy']}: predicted {a['predicted_per_s']:.0f}, "
+            f"measured {a['measured_per_s']:.0f} instances/s ({len(a['candidates'])} candidates simulated)"
+        )
     if "trace" in s:
         lines.append(f"  trace                {s['trace']} (open in https://ui.perfetto.dev)")
     print("\n".join(lines), file=sys.stderr)
@@ -477,7 +487,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     commands = {"train": cmd_train, "demo": cmd_demo, "bench": cmd_bench, "simulate": cmd_simulate,
-                "validate": cmd_validate}  # fmt: skip
+                "validate": cmd_validate, "reproduce": cmd_reproduce}  # fmt: skip
     try:
         return commands[args.command](args)
     except CheckpointError as exc:  # a bad or mismatched checkpoint: the message says what and how to fix it

@@ -25,6 +25,7 @@ from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.serialize import save_params
 from amp_notebook.optim import Optimizer, make_optimizer
 from amp_notebook.runtime.checkpoint import Checkpoint, capture, load_checkpoint, restore
+from amp_notebook.runtime.costs import CostModel
 from amp_notebook.runtime.session import EpochStats, RunConfig, Session
 from amp_notebook.runtime.watchdog import DEFAULT_WATCHDOG_S, Watchdog
 from amp_notebook.trace.buffers import DEFAULT_CAPACITY
@@ -32,6 +33,7 @@ from amp_notebook.trace.metrics import staleness_summary, utilization
 from amp_notebook.trace.trace import Trace
 
 if TYPE_CHECKING:
+    from amp_notebook.runtime.autoplace import AutoPlacement
     from amp_notebook.runtime.run import Run
     from amp_notebook.ui.report import Report
 
@@ -53,6 +55,7 @@ class TrainResult:
     backend_stats: dict[str, Any] = field(default_factory=dict)  # simulated: messages, bytes per link, bandwidth
     session: Session | None = field(default=None, repr=False)  # the finished run's state, for checkpoints
     nonfinite_skipped: int = 0  # keys skipped for NaN/inf (on_nonfinite="skip"), over all epochs
+    auto_placement: AutoPlacement | None = None  # placement="auto": the choice and what it was judged by
 
     @property
     def val_accuracy(self) -> list[float | None]:
@@ -67,6 +70,13 @@ class TrainResult:
 
     def utilization(self) -> list[float]:
         return utilization(self.trace, self.wall_s)
+
+    @property
+    def placement_strategy(self) -> str:
+        """``auto``, a strategy name, or ``overrides`` (a dict of node -> worker)."""
+        if self.auto_placement is not None:
+            return "auto"
+        return self.config.placement_strategy if not self.config.placement else "overrides"
 
     def summary(self, **extra: Any) -> dict[str, Any]:
         """The JSON-ready summary the CLI prints (``amp-notebook train --json``)."""
@@ -90,11 +100,13 @@ class TrainResult:
             "staleness": {"mean": st["mean"], "p95": st["p95"], "max": st["max"]},
             "utilization": self.utilization(),
             "placement": self.placement,
-            "placement_strategy": c.placement_strategy if not c.placement else "overrides",
+            "placement_strategy": self.placement_strategy,
             "priority": c.priority,
             "order": c.order,
             "max_bundle": c.max_bundle,
             "nonfinite_skipped": self.nonfinite_skipped,
+            **({"autoplace": {**self.auto_placement.summary(), "measured_per_s": self.train_instances_per_s}}
+               if self.auto_placement else {}),
             **({"virtual": True, "bandwidth_bits_per_s": self.backend_stats.get("bandwidth_bits_per_s", 0.0)}
                if self.virtual else {}),
         }  # fmt: skip
@@ -167,7 +179,9 @@ def train(
     after ``min_update_frequency`` gradients), ``sync`` (one key at a time, update after each) or
     ``pipeline`` (fill ``max_active_keys`` keys, drain, update all). ``params`` starts from given
     parameters (``graph.init_params(seed)`` otherwise). ``placement`` is a strategy (``"round_robin"``, the
-    default, or ``"balanced"``: contiguous cost-balanced stages) or a dict of node -> worker overrides.
+    default, ``"balanced"``: contiguous cost-balanced stages, or ``"auto"``: the fastest of several candidates
+    on the simulator, see :mod:`~amp_notebook.runtime.autoplace`; its search takes seconds before the run
+    starts, background runs included) or a dict of node -> worker overrides.
     ``priority`` orders each worker's inbox across directions: ``"backward_first"`` (the paper) or ``"fifo"``;
     ``order`` within a direction: ``"oldest_key"`` (the key admitted earliest first) or ``"arrival"``.
     ``max_bundle`` lets a node take up to that many waiting messages (of different keys, same port and
@@ -217,6 +231,17 @@ def train(
             raise ValueError("params= and resume= both give the parameters; pass one of them")
         params = start.params
     opt = make_optimizer(optimizer)
+    auto = None
+    if placement == "auto":  # resolved to a placement dict before the session is built
+        from amp_notebook.runtime.autoplace import autoplace
+
+        auto = autoplace(
+            graph, dataset, workers=workers, mode=mode, max_active_keys=max_active_keys,
+            min_update_frequency=min_update_frequency, priority=priority, order=order, max_bundle=max_bundle,
+            optimizer=opt.spec(), params=params, dtype=dtype, seed=seed,
+            costs=(costs or CostModel()) if backend == "simulated" else None,
+        )  # fmt: skip
+        placement = auto.placement
     config = RunConfig(
         workers=workers, mode=mode, max_active_keys=max_active_keys, min_update_frequency=min_update_frequency,
         epochs=epochs, seed=seed, dtype=dtype, trace=trace, validate=validate, shuffle=shuffle,
@@ -267,6 +292,7 @@ def train(
             backend_stats=runner.stats() if backend in ("simulated", "ray") else {},
             session=session,
             nonfinite_skipped=session.nonfinite_skipped,
+            auto_placement=auto,
         )
 
     def finished(done: TrainResult) -> None:
