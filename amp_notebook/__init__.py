@@ -19,16 +19,21 @@ from amp_notebook.ir.interpret import Interpreter
 from amp_notebook.ir.message import State
 from amp_notebook.ir.serialize import GraphFileError, load_graph, load_params, save_graph, save_params
 from amp_notebook.ir.validate import ValidationError
+from amp_notebook.runtime.checkpoint import Checkpoint, load_checkpoint
+from amp_notebook.runtime.checkpoint_file import CheckpointError
 from amp_notebook.runtime.costs import CostModel, NodeCost
+from amp_notebook.runtime.numerics import NonFiniteError
 from amp_notebook.runtime.run import Run
-from amp_notebook.runtime.train import TrainResult, train
+from amp_notebook.runtime.train import TrainResult, resume, train
+from amp_notebook.runtime.watchdog import StuckRunError
 from amp_notebook.runtime.whatif import sweep, whatif
 from amp_notebook.runtime.worker import NodeError
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AmpError", "CompileError", "CostModel", "Graph", "GraphError", "GraphFileError", "Interpreter", "NodeCost",
-    "NodeError", "Ref", "Run", "State", "TrainResult", "ValidationError", "compile", "data", "from_torch", "load_graph",
-    "load_params", "models", "nn", "save_graph", "save_params", "sweep", "trace", "train", "whatif",
+    "AmpError", "Checkpoint", "CheckpointError", "CompileError", "CostModel", "Graph", "GraphError", "GraphFileError",
+    "Interpreter", "NodeCost", "NodeError", "NonFiniteError", "Ref", "Run", "State", "StuckRunError", "TrainResult",
+    "ValidationError", "compile", "data", "from_torch", "load_checkpoint", "load_graph", "load_params", "models", "nn",
+    "resume", "save_graph", "save_params", "sweep", "trace", "train", "whatif",
 ]  # fmt: skip

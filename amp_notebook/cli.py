@@ -41,6 +41,10 @@ from amp_notebook.ir.graph import Graph
 from amp_notebook.models import bilstm_tagger, ggsnn, mlp, rnn, tree_lstm
 from amp_notebook.models.bilstm_tagger import UPDATE_FREQUENCY as TAGGER_UPDATE_FREQUENCY
 from amp_notebook.models.tree_lstm import root_accuracy, tree_lstm_forest
+from amp_notebook.reproduce.command import add_parser as add_reproduce_parser
+from amp_notebook.reproduce.command import command as cmd_reproduce
+from amp_notebook.runtime.checkpoint import load_checkpoint
+from amp_notebook.runtime.checkpoint_file import CheckpointError
 from amp_notebook.runtime.controller import MODES
 from amp_notebook.runtime.inbox import ORDERS, PRIORITIES
 from amp_notebook.runtime.placement import STRATEGIES
@@ -65,6 +69,7 @@ DEFAULT_SIZES = {
 }
 DEFAULT_BATCH_SIZE = {"mlp": 25}  # digits (or MNIST) per key
 DEFAULT_MIN_UPDATE_FREQUENCY = {"rnn": 10}  # the others: 1
+CHECKPOINT_NAME = "checkpoint.npz"
 
 
 def positive_int(text: str) -> int:
@@ -92,9 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--mode", choices=MODES, default="amp")
     t.add_argument(
         "--placement",
-        choices=STRATEGIES,
+        choices=(*STRATEGIES, "auto"),
         default="round_robin",
-        help="heavy ops round-robin over workers (the paper) or in contiguous cost-balanced stages",
+        help="heavy ops round-robin over workers (the paper), in contiguous cost-balanced stages, or auto: "
+        "the fastest of these and a local search, judged on the simulator with costs measured here",
     )
     t.add_argument(
         "--priority",
@@ -187,6 +193,19 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--json", action="store_true", help="print one JSON summary as the last stdout line")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.add_argument("--target", type=float, default=None, help="stop once validation accuracy reaches this")
+    t.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help=f"save a checkpoint as DIR/{CHECKPOINT_NAME} every --every-epochs epochs and at the end",
+    )
+    t.add_argument("--every-epochs", type=positive_int, default=1, metavar="N", help="checkpoint every N epochs")
+    t.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on from the checkpoint in --checkpoint DIR (--epochs counts its epochs too)",
+    )
 
     d = sub.add_parser("demo", help="the main job: the list-reduction RNN trained asynchronously, with a trace")
     d.add_argument("--trace", type=Path, default=Path("amp_demo.trace.json"))
@@ -196,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_simulate_parser(sub)
     add_validate_parser(sub)
+    add_reproduce_parser(sub)
 
     b = sub.add_parser("bench", help="run a benchmark (figures against a peer, same run)")
     b.add_argument("name", choices=sorted(BENCHMARKS))
@@ -306,11 +326,28 @@ def run_training(
             min_update_frequency=muf, optimizer=optimizer, epochs=args.epochs, seed=args.seed,
             placement=getattr(args, "placement", "round_robin"), priority=getattr(args, "priority", "backward_first"),
             order=getattr(args, "order", "oldest_key"), max_bundle=getattr(args, "max_bundle", 1),
-            on_key_done=on_key, on_epoch=on_epoch, **backend_options(args),
+            on_key_done=on_key, on_epoch=on_epoch, **backend_options(args), **checkpoint_options(args),
         )  # fmt: skip
     finally:
         if bar is not None:
             bar.close()
+
+
+def checkpoint_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``train`` keywords for --checkpoint DIR [--every-epochs N] [--resume]."""
+    directory = getattr(args, "checkpoint", None)
+    if directory is None:
+        if getattr(args, "resume", False):
+            raise SystemExit("amp-notebook train: --resume needs --checkpoint DIR (where the checkpoint is)")
+        return {}
+    path = directory / CHECKPOINT_NAME
+    options: dict[str, Any] = {"checkpoint": path, "checkpoint_every": args.every_epochs}
+    if args.resume:
+        if not path.exists():
+            raise SystemExit(f"amp-notebook train: --resume: no checkpoint {path}; train without --resume first")
+        options["resume"] = load_checkpoint(path)
+        print(f"resuming from {path}: {options['resume']}", file=sys.stderr)
+    return options
 
 
 def backend_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -367,6 +404,12 @@ def print_summary(s: dict[str, Any]) -> None:
         f"  staleness            mean {st['mean']:.2f}, p95 {st['p95']:.0f}, max {st['max']:.0f}",
         f"  worker utilization   {', '.join(f'{u:.0%}' for u in s['utilization'])}",
     ]
+    if "autoplace" in s:
+        a = s["autoplace"]
+        lines.append(
+            f"  placement (auto)     {a['chosen']} {a['heavy']}: predicted {a['predicted_per_s']:.0f}, "
+            f"measured {a['measured_per_s']:.0f} instances/s ({len(a['candidates'])} candidates simulated)"
+        )
     if "trace" in s:
         lines.append(f"  trace                {s['trace']} (open in https://ui.perfetto.dev)")
     print("\n".join(lines), file=sys.stderr)
@@ -486,8 +529,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     commands = {"train": cmd_train, "demo": cmd_demo, "bench": cmd_bench, "simulate": cmd_simulate,
-                "validate": cmd_validate}  # fmt: skip
-    return commands[args.command](args)
+                "validate": cmd_validate, "reproduce": cmd_reproduce}  # fmt: skip
+    try:
+        return commands[args.command](args)
+    except CheckpointError as exc:  # a bad or mismatched checkpoint: the message says what and how to fix it
+        print(f"amp-notebook {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -93,7 +93,7 @@ def test_train_several_instances_per_key(model: str, extra: list[str], capsys: p
     ("name", "keys"),
     [
         ("overhead", {"us_per_message"}),
-        ("speedup", {"amp_per_s", "sync_per_s", "ratio"}),
+        ("speedup", {"amp_per_s", "sync_per_s", "ratio", "auto_ratio"}),
         ("trace-overhead", {"ratio"}),
         ("rnn-vs-torch", {"ours", "torch", "throughput_ratio"}),
         (

@@ -18,6 +18,7 @@ BENCHMARKS: dict[str, str] = {
     "bundling": "amp_notebook.bench.bundling",
     "message-cost": "amp_notebook.bench.message_cost",
     "ray": "amp_notebook.bench.ray",
+    "numerics-overhead": "amp_notebook.bench.numerics_overhead",
 }
 
 

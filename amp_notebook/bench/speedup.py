@@ -11,6 +11,12 @@ in the same run too (``default_*``): with two layers per worker they make the wo
 drains backward work while the other starves of forward work), which the simulator shows even without
 any hardware noise.
 
+``auto_*``: both sides with ``placement="auto"`` (each run measures its node costs here and picks the
+fastest of round robin, balanced stages and a local search on the simulator, see
+``runtime/autoplace.py``), with ``fifo`` inboxes as the headline and with the paper's ``backward_first``
+(``auto_backward_first_*``, left out by ``--quick``); the search's own time is not in the throughput (a
+run's wall time starts when its workers do). Every auto run's choice and prediction are kept (``auto_choices``).
+
 For context the benchmark also measures, interleaved with the runs, how well the dominant kernel (a
 100x784 @ 784x784 float32 matmul, BLAS pinned to one thread) scales from one thread to two on this
 machine: the ceiling for any 2-worker speedup here. On a VM whose two vCPUs share a physical core this
@@ -30,7 +36,7 @@ from threadpoolctl import threadpool_limits
 from amp_notebook.bench.common import interleaved_medians, repeat_epochs, report
 from amp_notebook.data.digits import load_digits_dataset
 from amp_notebook.models.mlp import mlp
-from amp_notebook.runtime.train import train
+from amp_notebook.runtime.train import TrainResult, train
 
 
 def blas_two_thread_scaling(n: int = 200) -> float:
@@ -63,11 +69,19 @@ def run(repeats: int = 7, copies: int = 4, quick: bool = False) -> dict[str, Any
     data = repeat_epochs(load_digits_dataset(batch_size=100), copies)
     g = mlp(input_width=64, hidden=784)
 
+    choices: list[dict[str, Any]] = []
+
     def rate(mode: str, placement: str, priority: str) -> float:
         r = train(
             g, data, workers=2, mode=mode, max_active_keys=4, validate=False, optimizer={"name": "sgd", "lr": 0.05},
             placement=placement, priority=priority,
         )  # fmt: skip
+        assert isinstance(r, TrainResult)
+        if r.auto_placement is not None:
+            auto = r.auto_placement
+            choices.append({"mode": mode, "priority": priority, "chosen": auto.chosen.name, "heavy": auto.chosen.heavy,
+                            "predicted_per_s": auto.predicted_per_s, "measured_per_s": r.train_instances_per_s,
+                            "search_s": auto.search_s})  # fmt: skip
         return r.train_instances_per_s
 
     ceiling: list[float] = []
@@ -84,15 +98,33 @@ def run(repeats: int = 7, copies: int = 4, quick: bool = False) -> dict[str, Any
             "sync": lambda: rate("sync", "balanced", "fifo"),
             "default_amp": lambda: rate("amp", "round_robin", "backward_first"),
             "default_sync": lambda: rate("sync", "round_robin", "backward_first"),
+            "auto_amp": lambda: rate("amp", "auto", "fifo"),
+            "auto_sync": lambda: rate("sync", "auto", "fifo"),
+            **(
+                {}
+                if quick
+                else {
+                    "auto_backward_first_amp": lambda: rate("amp", "auto", "backward_first"),
+                    "auto_backward_first_sync": lambda: rate("sync", "auto", "backward_first"),
+                }
+            ),
         },
     )
     amp, sync = med["amp"][0], med["sync"][0]
     d_amp, d_sync = med["default_amp"][0], med["default_sync"][0]
     ratios = [a / s for a, s in zip(med["amp"][1], med["sync"][1], strict=True)]
+    auto_amp, auto_sync = med["auto_amp"][0], med["auto_sync"][0]
+    auto_ratios = [a / s for a, s in zip(med["auto_amp"][1], med["auto_sync"][1], strict=True)]
+    nan = (float("nan"), [])  # --quick leaves out the backward_first pair
+    abf_amp, abf_sync = med.get("auto_backward_first_amp", nan)[0], med.get("auto_backward_first_sync", nan)[0]
     result = {
         "amp_per_s": amp, "sync_per_s": sync, "ratio": amp / sync, "ratio_per_repeat": ratios,
         "placement": "balanced", "priority": "fifo",
         "default_amp_per_s": d_amp, "default_sync_per_s": d_sync, "default_ratio": d_amp / d_sync,
+        "auto_amp_per_s": auto_amp, "auto_sync_per_s": auto_sync, "auto_ratio": auto_amp / auto_sync,
+        "auto_ratio_per_repeat": auto_ratios, "auto_priority": "fifo",
+        "auto_backward_first_amp_per_s": abf_amp, "auto_backward_first_sync_per_s": abf_sync,
+        "auto_backward_first_ratio": abf_amp / abf_sync, "auto_choices": choices,
         "blas_two_thread_scaling": statistics.median(ceiling),
         "repeats": {k: v[1] for k, v in med.items()}, "keys": len(data.train), "hidden": 784, "batch": 100,
         "max_active_keys": 4, "workers": 2,
@@ -101,6 +133,11 @@ def run(repeats: int = 7, copies: int = 4, quick: bool = False) -> dict[str, Any
         ("amp (K=4, balanced, fifo) inst/s", f"{amp:.0f}"), ("sync (balanced) inst/s", f"{sync:.0f}"),
         ("ratio (medians)", f"{amp / sync:.2f}"), ("ratio per repeat", [round(r, 2) for r in ratios]),
         ("paper defaults: amp / sync inst/s", f"{d_amp:.0f} / {d_sync:.0f} = {d_amp / d_sync:.2f}"),
+        ("placement auto (fifo): amp / sync", f"{auto_amp:.0f} / {auto_sync:.0f} = {auto_amp / auto_sync:.2f}"),
+        ("auto ratio per repeat", [round(r, 2) for r in auto_ratios]),
+        ("placement auto (backward_first)", f"{abf_amp:.0f} / {abf_sync:.0f} = {abf_amp / abf_sync:.2f}"),
+        ("auto's choices (amp, fifo)", sorted({c["chosen"] for c in choices if c["mode"] == "amp"
+                                               and c["priority"] == "fifo"})),
         ("2-thread BLAS scaling (ceiling)", f"{statistics.median(ceiling):.2f}"),
     ]))  # fmt: skip
     return result

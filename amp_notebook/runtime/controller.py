@@ -21,6 +21,11 @@ Each epoch admits its training keys in a seeded shuffled order, then its validat
 running alongside training keys of the same epoch); the epoch ends when all of them have completed and
 no flush is pending. ``max_active_keys`` can change while the run goes (``set_max_active_keys``), and
 admission can be paused (``pause``/``resume``: keys in flight go on, none is admitted; epochs still end).
+
+Checkpoints. Between events, with no key in flight, the controller's whole position is: the epoch, the keys
+of it not yet admitted (``pending``, in order, already numbered; a ``stop`` moves them to ``unadmitted``),
+the next key and flush numbers and the shuffling RNG. :meth:`Controller.restore` puts a fresh controller
+back there; :meth:`Controller.start` then goes on with the pending keys, or begins the next epoch.
 """
 
 from __future__ import annotations
@@ -105,6 +110,7 @@ class Controller:
         self.epoch_ending = False
         self.paused = False
         self.admitted = 0  # keys admitted so far (a live run's status reads it)
+        self.unadmitted: list[KeyInfo] = []  # what `stop` took from `pending` (a checkpoint resumes there)
 
     @staticmethod
     def _check_keys(k: int) -> int:
@@ -114,7 +120,22 @@ class Controller:
 
     # ----------------------------------------------------------------- events
     def start(self) -> list[Action]:
-        return self._next_epoch()
+        """The first actions: admit the next epoch's keys, or (restored mid-epoch) the pending ones."""
+        return self._fill() if self.pending else self._next_epoch()
+
+    def restore(self, epoch: int, pending: list[KeyInfo], next_key: int, next_flush: int, rng_state: dict) -> None:
+        """Put a controller that has not started back at a checkpoint's position: ``epoch`` is the epoch in
+        progress (or the last one completed when ``pending`` is empty), ``pending`` its keys not yet
+        admitted, in admission order. Validation keys are dropped when this run does not validate."""
+        if self.epoch != -1 or self.keys:
+            raise ValueError("restore: the controller has started already; restore a fresh one")
+        if pending and not 0 <= epoch < self.epochs:
+            raise ValueError(f"restore: epoch {epoch} is in progress but this run has epochs={self.epochs}")
+        self.epoch = epoch
+        self.pending = [k for k in pending if k.train or self.validate][::-1]  # popped from the end
+        self.next_key = next_key
+        self.next_flush = next_flush
+        self.rng.bit_generator.state = rng_state
 
     def on_key_complete(self, key: int) -> list[Action]:
         """No message of ``key`` remains anywhere (credit counting): admit, flush or end the epoch."""
@@ -160,11 +181,16 @@ class Controller:
     def stop(self) -> list[Action]:
         """Admit nothing more; the run finishes when the keys in flight have completed."""
         self.stopping = True
-        self.pending.clear()
+        self.unadmitted.extend(reversed(self.pending))
+        self.pending = []
         return self._fill()
 
     def info(self, key: int) -> KeyInfo | None:
         return self.keys.get(key)
+
+    def remaining(self) -> list[KeyInfo]:
+        """The epoch's keys not yet admitted, in admission order (with those a ``stop`` held back)."""
+        return self.pending[::-1] + self.unadmitted
 
     # ---------------------------------------------------------------- helpers
     def _limit(self) -> int:

@@ -26,29 +26,40 @@ effect:
   gradient (``amp`` mode); a node that holds more gradients than a lowered threshold updates at its next.
 * ``set_max_bundle(node, m)``: how many waiting messages a node (or every node) runs as one call; each
   worker's inbox reads it when it forms the next bundle.
+* ``save(path)``: a checkpoint of the run as it goes. Admission is held (as by ``pause``, but forward work
+  of the keys in flight goes on) until no key is in flight and no flush is pending; the driver captures the
+  state between two events; admission resumes (unless the run was paused) and the file is written from the
+  caller's thread while the run goes on. Keys in flight are never saved half done: a checkpoint lies
+  between keys, so resuming from it repeats nothing and skips nothing.
 
 Threads never outlive their run: worker threads and the driver are daemon threads; ``backend.run()``
 joins the workers before the driver ends; ``stop()`` and ``wait()`` join the driver. The driver thread
 holds no reference to the Run, so a Run that is garbage collected asks its run to stop (its threads then
 end on their own), and a KeyboardInterrupt (a kernel interrupt) while in ``wait()`` stops the run, joins
 its threads and re-raises. An error in a node stops every worker; ``wait()`` (and ``result``) re-raise it:
-a :class:`~amp_notebook.runtime.worker.NodeError` naming the node, direction, port and message state.
+a :class:`~amp_notebook.runtime.worker.NodeError` naming the node, direction, port and message state. A run
+that stops making progress (``watchdog_s``) fails with a :class:`~amp_notebook.runtime.watchdog.StuckRunError`
+whose diagnosis ``status["diagnosis"]`` also carries (keys in flight, queues, nodes holding state).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from amp_notebook.runtime import blas
 from amp_notebook.runtime.controller import Action, Controller
+from amp_notebook.runtime.watchdog import StuckRunError
 from amp_notebook.trace.trace import Trace
 
 if TYPE_CHECKING:
     from amp_notebook.runtime.backends.threads import ThreadedBackend
+    from amp_notebook.runtime.checkpoint import Checkpoint
     from amp_notebook.runtime.session import EpochStats, Session
     from amp_notebook.runtime.train import TrainResult
     from amp_notebook.ui.report import Report
@@ -60,9 +71,15 @@ POLL_S = 0.05  # how often a waiting caller checks that the run has not ended un
 class _Driver:
     """The background thread's side: runs the backend, keeps the outcome. Holds no reference to the Run."""
 
-    def __init__(self, backend: ThreadedBackend, make_result: Callable[[], TrainResult]) -> None:
+    def __init__(
+        self,
+        backend: ThreadedBackend,
+        make_result: Callable[[], TrainResult],
+        finished: Callable[[TrainResult], None] | None = None,
+    ) -> None:
         self.backend = backend
         self.make_result = make_result
+        self.finished = finished
         self.result: TrainResult | None = None
         self.error: BaseException | None = None
         self.done = threading.Event()
@@ -71,7 +88,10 @@ class _Driver:
     def run(self) -> None:
         try:
             self.backend.run()  # joins the worker threads before it returns or raises
-            self.result = self.make_result()
+            result = self.make_result()
+            if self.finished is not None:  # the final checkpoint of train(..., checkpoint=path)
+                self.finished(result)
+            self.result = result
         except BaseException as exc:  # handed to whoever waits for the run
             self.error = exc
         finally:
@@ -91,11 +111,17 @@ def _request_stop(backend: ThreadedBackend, done: threading.Event) -> None:
 class Run:
     """A training run going on in background threads; see the module docstring."""
 
-    def __init__(self, session: Session, backend: ThreadedBackend, make_result: Callable[[], TrainResult]) -> None:
+    def __init__(
+        self,
+        session: Session,
+        backend: ThreadedBackend,
+        make_result: Callable[[], TrainResult],
+        finished: Callable[[TrainResult], None] | None = None,
+    ) -> None:
         self._session = session
         self._controller: Controller = session.controller
         self._backend = backend
-        self._driver = _Driver(backend, make_result)
+        self._driver = _Driver(backend, make_result, finished)
         self._paused = False
         self._stopping = False
         self._trace = Trace(session.buffers, session.plan.names)
@@ -121,7 +147,8 @@ class Run:
     @property
     def status(self) -> dict[str, Any]:
         """Where the run is now: state, epoch, keys done, admitted and in flight, instances trained, elapsed s,
-        and moving averages of the training loss and accuracy (None before the first loss report)."""
+        moving averages of the training loss and accuracy (None before the first loss report), keys skipped
+        for NaN/inf (``on_nonfinite="skip"``), the error if it failed and, if it got stuck, the diagnosis."""
         session, controller = self._session, self._controller
         plan = session.plan
         done = self._driver.done.is_set()
@@ -142,7 +169,9 @@ class Run:
             "max_bundle": max(plan.max_bundle, default=1),
             "recent_loss": session.recent_loss,
             "recent_accuracy": session.recent_accuracy,
+            "nonfinite_skipped": session.nonfinite_skipped,
             "error": None if error is None else f"{type(error).__name__}: {error}",
+            "diagnosis": error.diagnosis.as_dict() if isinstance(error, StuckRunError) else None,
         }
 
     @property
@@ -225,6 +254,69 @@ class Run:
             return self.wait().report()
         so_far = self._driver.make_result()
         return Report(replace(so_far, wall_s=self._backend.now(), history=list(self._session.history)))
+
+    def save(self, path: str | Path, meta: dict[str, Any] | None = None, timeout: float | None = None) -> Path:
+        """Write a checkpoint of the run to ``path`` (an .npz, atomically) and return the path; the run goes
+        on. Waits until the keys in flight have drained (at most ``timeout`` s: then TimeoutError, nothing is
+        written and the run goes on). A finished run saves its final state; a failed one cannot be saved."""
+        return self.checkpoint(meta, timeout).save(path)
+
+    def checkpoint(self, meta: dict[str, Any] | None = None, timeout: float | None = None) -> Checkpoint:
+        """The run's state now, as :meth:`save` takes it, in memory."""
+        from amp_notebook.runtime.checkpoint import capture
+
+        if self._driver.done.is_set():
+            if self._driver.error is not None:
+                raise RuntimeError(
+                    f"checkpoint: the run failed ({type(self._driver.error).__name__}), so its state is not one "
+                    "to go on from; resume from an earlier checkpoint"
+                ) from self._driver.error
+            return self.wait().checkpoint(meta)
+        self._require_live("save")
+        backend, controller = self._backend, self._controller
+        held = self._paused
+        self._apply(controller.pause)
+        if held:  # a paused run holds its forward work: let the keys in flight finish
+            backend.paused.clear()
+            for t in backend.threads:
+                t.wake.set()
+        try:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            taken: list[Checkpoint | BaseException] = []
+
+            def take() -> list[Action]:  # on the driver, between two events
+                if not (controller.active or controller.flushing):
+                    try:
+                        sync = getattr(backend, "sync_contexts", None)  # a backend whose nodes live elsewhere
+                        if sync is not None:
+                            sync()
+                        taken.append(capture(self._session, meta))
+                    except Exception as exc:  # raised in the caller's thread; the run goes on
+                        taken.append(exc)
+                return []
+
+            while not taken:
+                if self._driver.done.is_set():
+                    return self.checkpoint(meta)  # it ended meanwhile: its final state (or its error)
+                if controller.active or controller.flushing:
+                    if deadline is not None and time.monotonic() > deadline:
+                        raise TimeoutError(
+                            f"save: {len(controller.active)} key(s) still in flight after {timeout} s; "
+                            "nothing was saved and the run goes on"
+                        )
+                    time.sleep(0.005)
+                    continue
+                self._apply(take)
+            if isinstance(taken[0], BaseException):
+                raise taken[0]
+            return taken[0]
+        finally:
+            if held:
+                backend.paused.set()
+            elif not self._driver.done.is_set():
+                self._apply(controller.resume)
+                for t in backend.threads:
+                    t.wake.set()
 
     def set_max_active_keys(self, k: int) -> None:
         """Keys in flight at most (``amp`` and ``pipeline`` modes); takes effect at once, no restart."""

@@ -21,12 +21,14 @@ from amp_notebook.errors import AmpError
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.message import FWD, UPDATE, Message, State
 from amp_notebook.ir.ops import NodeContext
-from amp_notebook.optim import Optimizer
+from amp_notebook.optim import Optimizer, make_optimizer
 from amp_notebook.runtime.controller import Action, Controller, Handlers, KeyInfo, carry_out
 from amp_notebook.runtime.credits import Credits
 from amp_notebook.runtime.inbox import ORDERS, PRIORITIES
+from amp_notebook.runtime.numerics import ON_NONFINITE, Guard
 from amp_notebook.runtime.placement import place
 from amp_notebook.runtime.plan import Plan, average_replicas, compile_plan, end_epoch_optimizers
+from amp_notebook.runtime.watchdog import DEFAULT_WATCHDOG_S
 from amp_notebook.runtime.worker import Worker
 from amp_notebook.trace.buffers import DEFAULT_CAPACITY, WorkerBuffer
 
@@ -63,6 +65,8 @@ class RunConfig:
     priority: str = "backward_first"
     order: str = "oldest_key"
     max_bundle: int | dict[str, int] = 1  # messages a node runs as one call: for every node, or per node name
+    watchdog_s: float | None = DEFAULT_WATCHDOG_S  # stop a run that handles nothing this long with keys in flight
+    on_nonfinite: str = "raise"  # NaN/inf in an input, loss or gradient: "raise", "skip" the key, or "ignore"
 
 
 @dataclass
@@ -75,6 +79,7 @@ class EpochStats:
     val_accuracy: float | None = None
     val_instances: int = 0
     end_s: float = 0.0
+    nonfinite_skipped: int = 0  # keys skipped in this epoch for NaN/inf (on_nonfinite="skip")
     _sums: dict[str, float] = field(default_factory=dict, repr=False)
 
     def add(self, train: bool, report: dict[str, Any]) -> None:
@@ -125,6 +130,7 @@ class Session:
             raise ValueError(f"order: expected one of {ORDERS}, got {config.order!r}")
         placement = place(graph, config.workers, config.placement, config.placement_strategy)
         self.plan: Plan = compile_plan(graph, placement, config.workers, config.min_update_frequency, optimizer)
+        self.optimizer_spec = (optimizer or make_optimizer("sgd")).spec()  # as given, before any lr_decay
         check_dataset(self.plan, dataset)
         self.plan.max_bundle[:] = resolve_max_bundle(self.plan, config.max_bundle)
         initial = params if params is not None else graph.init_params(config.seed, self.dtype)
@@ -152,6 +158,11 @@ class Session:
             )
             for w in range(config.workers)
         ]  # fmt: skip
+        if config.on_nonfinite not in ON_NONFINITE:
+            raise ValueError(f"on_nonfinite: expected one of {ON_NONFINITE}, got {config.on_nonfinite!r}")
+        self.numerics = Guard(config.on_nonfinite, self.plan, dataset) if config.on_nonfinite != "ignore" else None
+        for worker in self.workers:
+            worker.numerics = self.numerics
         self.credits = Credits()
         self.key_epoch: dict[int, tuple[int, bool]] = {}
         self.history: list[EpochStats] = []
@@ -160,6 +171,10 @@ class Session:
         self.recent_accuracy: float | None = None
         self.keys_done = 0
         self.train_instances_done = 0
+        self.instances_at_start = 0  # train_instances_done restored from a checkpoint (not this run's work)
+        self.skipped_before = 0  # keys skipped for NaN/inf by the run a checkpoint continues
+        self.skipped_at_epoch_start = 0
+        self.data_fingerprint: Any = None  # the dataset's, computed at the first checkpoint
         self.on_key_done: Callable[[KeyInfo], None] | None = None
         self.on_epoch: Callable[[EpochStats], bool | None] | None = None
 
@@ -201,6 +216,9 @@ class Session:
         then injected), an epoch end runs its work at ``backend.now()``. Returns True once finished."""
 
         def admit(info: KeyInfo) -> list[Action]:
+            if self.numerics is not None and not self.numerics.inputs_ok(info):  # NaN/inf: raises, or skip it
+                self.key_done(info.key)
+                return self.controller.on_key_complete(info.key)
             msgs = self.inject(info)
             self.credits.inject_key(info.key, len(msgs))
             backend.inject(msgs)
@@ -219,6 +237,11 @@ class Session:
             return self.controller.on_epoch_end()
 
         return carry_out(actions, Handlers(admit, flush, end_epoch))
+
+    @property
+    def nonfinite_skipped(self) -> int:
+        """Keys skipped for NaN/inf so far (``on_nonfinite="skip"``), counting a resumed run's earlier ones."""
+        return self.skipped_before + (len(self.numerics.skipped) if self.numerics is not None else 0)
 
     def flush_messages(self, flush_id: int) -> list[Message]:
         state = State(flush=flush_id)
@@ -264,6 +287,9 @@ class Session:
         end_epoch_optimizers(self.plan)
         stats = self.current
         stats.epoch = epoch
+        skipped = self.nonfinite_skipped
+        stats.nonfinite_skipped = skipped - self.skipped_at_epoch_start
+        self.skipped_at_epoch_start = skipped
         stats.finish(now_s)
         self.history.append(stats)
         self.current = EpochStats(epoch + 1)

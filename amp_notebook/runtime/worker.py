@@ -88,6 +88,7 @@ class Worker:
         self.tracing = tracing
         self.due_updates: list[int] = []
         self.reports: deque[tuple[int, dict[str, Any]]] = deque()
+        self.numerics: Any = None  # a runtime.numerics.Guard: checks losses and gradients (None: no checks)
         # bound once: the hot path reads these per message
         self._ops = plan.ops
         self._fwd_route = plan.fwd_route
@@ -206,9 +207,7 @@ class Worker:
             op = self._ops[node]
             out.extend(self._route_back(node, op.backward_bundle(ctx, LOSS_PORT, [1.0] * len(losses), losses)))
         if ctx.reports:
-            for r in ctx.reports:
-                self.reports.append((node, r))
-            ctx.reports.clear()
+            self._take_reports(node, ctx)
         return out
 
     def _count_gradients(self, node: int, ctx: NodeContext, msgs: list[Message]) -> None:
@@ -268,6 +267,15 @@ class Worker:
             self._count_gradients(node, ctx, [msg])
         return self._route_back(node, emitted)
 
+    def _take_reports(self, node: int, ctx: NodeContext) -> None:
+        """Move a loss node's reports to the worker's queue for the session (the non-finite check's place:
+        a NaN/inf loss raises before the outgoing messages leave, or is left out with on_nonfinite="skip")."""
+        numerics = self.numerics
+        for r in ctx.reports:
+            if numerics is None or numerics.loss_ok(node, r):
+                self.reports.append((node, r))
+        ctx.reports.clear()
+
     def _route_back(self, node: int, emitted: list[tuple[str, Any, State]]) -> list[Message]:
         route = self._bwd_route[node]
         out = []
@@ -282,9 +290,16 @@ class Worker:
         ctx = self.contexts[node]
         if ctx.n_grads == 0:
             return False
+        if self.numerics is not None and not self.numerics.gradients_ok(node, ctx):  # raises, or drops them
+            ctx.reset_grads()
+            return False
         optimizer = self.plan.optimizers[node]
         assert optimizer is not None
-        optimizer.step(ctx.params, ctx.grads, ctx.opt_state, 1.0 / len(ctx.grad_keys))
+        try:
+            optimizer.step(ctx.params, ctx.grads, ctx.opt_state, 1.0 / len(ctx.grad_keys))
+        except Exception as exc:  # a local update runs outside handle(): name the node here too
+            held = State(keys=tuple(sorted(ctx.grad_keys)))
+            raise NodeError(self.plan.names[node], type(self._ops[node]).__name__, "update", "", held, exc) from exc
         ctx.reset_grads()
         ctx.version += 1
         return True

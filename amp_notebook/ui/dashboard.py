@@ -13,10 +13,12 @@ Python owns the data and the run; the browser only draws and asks. A feed thread
 since its last look (:class:`~amp_notebook.ui.feed.LiveFeed`) as binary columns, ``rate_hz`` times a
 second, until the run ends; the browser keeps at most ``max_boxes`` of them (older ones drop off), so
 neither side grows with the run. The browser's requests (``{"type": "control", ...}``, ``export``,
-``ready``) come back as widget messages, are checked against their JSON Schemas
+``checkpoint``, ``ready``) come back as widget messages, are checked against their JSON Schemas
 (:mod:`amp_notebook.ui.messages`: a junk field, a wrong type or an out-of-range value is refused and
 nothing changes) and are applied to the run here, where a bad value gets the same error as in Python,
-shown in the widget.
+shown in the widget. *Save checkpoint* calls ``run.save(path)`` (the run drains its keys in flight, is
+captured and goes on) and answers with the file's path; a run that got stuck carries the watchdog's
+diagnosis in its status, and one that skips non-finite keys their count, both of which the widget shows.
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ class Dashboard(anywidget.AnyWidget):
         max_boxes: int = 250_000,
         history_s: float = 60.0,
         export_path: str | Path | None = None,
+        checkpoint_path: str | Path | None = None,
         **kwargs: Any,
     ) -> None:
         if not 0.5 <= rate_hz <= 30:
@@ -100,6 +103,7 @@ class Dashboard(anywidget.AnyWidget):
         super().__init__(rate_hz=rate_hz, window_s=window_s, max_boxes=max_boxes, **kwargs)
         self.history_s = history_s
         self.export_path = export_path
+        self.checkpoint_path = checkpoint_path
         self._run = run
         self._traces: list[Trace] = []
         self._static: list[list[Frame]] = []
@@ -123,6 +127,7 @@ class Dashboard(anywidget.AnyWidget):
                 "max_active_keys": {"min": 1, "max": max(64, run.status["max_active_keys"])},
                 "min_update_frequency": {"min": 1, "max": 1000},
                 "max_bundle": {"min": 1, "max": max(64, run.status["max_bundle"])},
+                "checkpoint": True,
             }
             self._feed = LiveFeed(run)
             self._thread = threading.Thread(target=self._stream, name="amp-dashboard-feed", daemon=True)
@@ -216,6 +221,9 @@ class Dashboard(anywidget.AnyWidget):
                 self.control(content["action"], content.get("value"), content.get("node"))
             elif kind == "export":
                 self._export(bool(content.get("download", True)))
+            elif kind == "checkpoint":
+                path = self.save_checkpoint()
+                self.send({"type": "checkpointed", "path": str(path), "bytes": path.stat().st_size})
         except Exception as exc:  # shown in the widget; the kernel and the run go on
             message = f"{type(exc).__name__}: {exc}"
             self.errors.append(message)
@@ -260,6 +268,13 @@ class Dashboard(anywidget.AnyWidget):
         target = Path(path or self.export_path or f"amp_trace_{time.strftime('%Y%m%d_%H%M%S')}.json")
         trace.to_chrome(target)
         return target.resolve()
+
+    def save_checkpoint(self, path: str | Path | None = None) -> Path:
+        """Save a checkpoint of the live run (``run.save``: drain, capture, go on); returns the file's path.
+        Without ``path``: ``checkpoint_path``, or a timestamped ``amp_checkpoint_*.npz`` here."""
+        run = self._require_run("checkpoint")
+        target = Path(path or self.checkpoint_path or f"amp_checkpoint_{time.strftime('%Y%m%d_%H%M%S')}.npz")
+        return run.save(target).resolve()
 
     def _export(self, download: bool) -> None:
         path = self.export()

@@ -1,7 +1,8 @@
 """What the browser may send the widgets: one JSON Schema per message kind, checked before anything acts.
 
 The builder's canvas sends ``{"type": "intent", "intent": {...}}`` (and ``export``, ``train``); the
-dashboard sends ``{"type": "control", "action": ..., "value": ...}`` (and ``ready``, ``export``). A
+dashboard sends ``{"type": "control", "action": ..., "value": ...}`` (and ``ready``, ``export``,
+``checkpoint``). A
 message is checked against the schema of its kind (its ``type``, or a control's ``action``) before it
 reaches the graph or the run: a missing field, a field of the wrong type, a value out of range or a field
 that no such message has (junk) is refused whole, with a message naming the field, what was expected
@@ -177,6 +178,7 @@ CONTROLS: dict[str, dict[str, Any]] = {
 DASHBOARD_MESSAGES: dict[str, dict[str, Any]] = {
     "ready": _intent("ready", {}),
     "export": _intent("export", {"download": {"type": "boolean"}}),
+    "checkpoint": _intent("checkpoint", {}),  # Save checkpoint: run.save to the dashboard's checkpoint_path
     "control": {"type": "object", "properties": {"action": {"enum": list(CONTROL_ACTIONS)}}, "required": ["action"]},
 }
 

@@ -162,6 +162,7 @@ JUNK_CONTROLS = [
     ({"type": "export", "download": "yes"}, "download: expected true or false"),
     ({"type": "export", "path": "/etc/passwd"}, "unknown field(s) 'path'"),
     ({"type": "ready", "now": 1}, "unknown field(s) 'now'"),
+    ({"type": "checkpoint", "path": "/etc/passwd"}, "unknown field(s) 'path'"),  # Python picks where it saves
     ({"type": "exec"}, "unknown dashboard message 'exec'"),
     ("pause", "expected an object with a 'type'"),
 ]  # fmt: skip
@@ -190,7 +191,7 @@ def test_every_control_the_schemas_accept_reaches_the_run() -> None:
     pytest.importorskip("anywidget")
     from amp_notebook.ui.dashboard import Dashboard
 
-    assert set(DASHBOARD_MESSAGES) == {"ready", "export", "control"}
+    assert set(DASHBOARD_MESSAGES) == {"ready", "export", "checkpoint", "control"}  # checkpoint: its own test
     dash = Dashboard(mode="replay")
     dash._run = run = _RecordingRun()  # type: ignore[assignment]
     for action, schema in CONTROLS.items():

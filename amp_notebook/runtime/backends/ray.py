@@ -315,6 +315,16 @@ class RayBackend:
             ctx.params = writable(state["params"])
             ctx.opt_state = writable(state["opt_state"])
             ctx.version = state["version"]
+            ctx.reset_grads()  # the actor's pending gradients (if any) replace what the driver held
+            if state.get("n_grads"):
+                ctx.grads = writable(state["grads"])
+                ctx.n_grads = state["n_grads"]
+                ctx.grad_keys = set(state["grad_keys"])
+
+    def sync_contexts(self) -> None:
+        """Bring every parameterized node's state from the actors into the session's contexts (no message in
+        flight): what ``Run.save`` captures mid-run, as the threaded backend's contexts always hold it."""
+        self._fetch_states()
 
     def _finish(self, pending: dict[Any, int]) -> None:
         """The run is finished: the last trace rows and reports, final parameters, clock drift."""

@@ -74,8 +74,10 @@ def writable(payload: Any) -> Any:
 
 
 def node_state(ctx: NodeContext) -> dict[str, Any]:
-    """What a parameterized node's training has changed: parameters, optimizer memory, version."""
-    return {"params": ctx.params, "opt_state": ctx.opt_state, "version": ctx.version}
+    """What a parameterized node's training has changed: parameters, optimizer memory, version, and the
+    gradients it holds toward its next update (``amp`` mode; a checkpoint keeps them)."""
+    held = {"grads": ctx.grads, "n_grads": ctx.n_grads, "grad_keys": sorted(ctx.grad_keys)} if ctx.n_grads else {}
+    return {"params": ctx.params, "opt_state": ctx.opt_state, "version": ctx.version, **held}
 
 
 class WorkerHost:

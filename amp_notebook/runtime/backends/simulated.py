@@ -35,7 +35,9 @@ the order events were scheduled, which makes runs deterministic. Three kinds of 
   cost; a flush sends update messages to every parameterized node's worker.
 
 ``wall_s`` is the virtual makespan; ``Worker.clock`` reads the virtual clock, so staleness rows share
-the trace's time base.
+the trace's time base. A simulation whose events run out before the controller has finished (a lost
+message) raises :class:`~amp_notebook.runtime.watchdog.StuckRunError` with the same diagnosis as the
+threaded backend's watchdog: keys in flight, queues, and the nodes still holding state for a key.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from amp_notebook.runtime.blas import single_threaded_blas
 from amp_notebook.runtime.costs import CostModel, CostTable
 from amp_notebook.runtime.inbox import Inbox
 from amp_notebook.runtime.session import Session
+from amp_notebook.runtime.watchdog import StuckRunError, diagnose
 
 ARRIVE, COMPLETE, FREE = 0, 1, 2  # at equal times: arrivals, then completions, then free workers
 
@@ -144,11 +147,18 @@ class SimulatedBackend:
             else:
                 self.finished = session.completed(obj[0], obj[1], self)
         if not self.finished:
-            stuck = dict(list(session.credits.outstanding().items())[:5])
-            raise RuntimeError(
-                f"simulation of graph {session.graph.name!r} ran out of events at virtual time {self.virtual_now:.6g}s "
-                f"with keys still holding messages {stuck} and the controller not finished; a message was lost "
-                "(report this as a bug with the graph)"
+            keys, flushes = session.credits.outstanding(), dict(session.credits.flushes)
+            raise StuckRunError(
+                diagnose(
+                    f"the simulation of graph {session.graph.name!r} ran out of events at virtual time "
+                    f"{self.virtual_now:.6g} s with the controller not finished",
+                    session.plan,
+                    session.contexts,
+                    keys,
+                    flushes,
+                    [len(i) for i in self.inboxes],
+                    ["idle"] * len(self.inboxes),
+                )
             )
 
     def deliver(self, msgs: list[Message], at: float) -> None:

@@ -1,4 +1,4 @@
-// The dashboard's toolbar. Live: the run's state, pause/resume/stop and the max_active_keys,
+// The dashboard's toolbar. Live: the run's state, pause/resume/stop, Save checkpoint, and the max_active_keys,
 // min_update_frequency and max_bundle sliders, each a request to Python that the run answers (the values shown come back
 // from the run's status, never from the slider). Replay: play and the time slider. Both: follow the
 // newest time, message arrows, fit, and export of the trace.
@@ -7,6 +7,9 @@ import { html } from "./dom.js";
 import { formatTime } from "./axes.js";
 
 const PLAY_SECONDS = 12; // a replay played from start to end takes this long
+const CHECKPOINT_BUTTON =
+  '<button class="amp-checkpoint" title="run.save: the keys in flight drain, the state is saved, the run goes on">' +
+  "Save checkpoint</button>";
 
 export function createControls(dash) {
   const { live, view, send, on } = dash;
@@ -17,6 +20,7 @@ export function createControls(dash) {
         <button class="amp-pause" title="take no new forward work; backward work drains">Pause</button>
         <button class="amp-resume">Resume</button>
         <button class="amp-stop" title="admit no more keys; the run ends when the keys in flight complete">Stop</button>
+        ${limits.checkpoint ? CHECKPOINT_BUTTON : ""}
         <label title="keys in flight at most">max_active_keys
           <input class="amp-mak" type="range" min="${limits.max_active_keys?.min ?? 1}"
                  max="${limits.max_active_keys?.max ?? 64}" step="1" value="1"><span class="amp-mak-value">–</span></label>
@@ -89,13 +93,16 @@ export function createControls(dash) {
     }
     $(".amp-mak").disabled ||= limits.mode === "sync";
     $(".amp-muf").disabled ||= limits.mode !== "amp";
-    if (status.error) dash.status.showError(status.error);
+    const checkpoint = $(".amp-checkpoint");
+    if (checkpoint) checkpoint.disabled = status.state === "failed" || status.state === "stopping";
+    if (status.error && !status.diagnosis) dash.status.showError(status.error); // a diagnosis says it in full
   }
 
   if (live) {
     on($(".amp-pause"), "click", () => send({ type: "control", action: "pause" }));
     on($(".amp-resume"), "click", () => send({ type: "control", action: "resume" }));
     on($(".amp-stop"), "click", () => send({ type: "control", action: "stop" }));
+    if ($(".amp-checkpoint")) on($(".amp-checkpoint"), "click", () => send({ type: "checkpoint" }));
     for (const [cls, action, key] of [
       [".amp-mak", "max_active_keys", "mak"],
       [".amp-muf", "min_update_frequency", "muf"],

@@ -1,12 +1,13 @@
 // amp_notebook's dashboard (anywidget front end). Python sends frames of binary columns (see
 // amp_notebook/ui/feed.py); this view keeps them in bounded rings and draws a canvas Gantt chart plus small
-// charts, and sends the user's requests (pause, resume, stop, slider moves, export) back as messages.
+// charts, and sends the user's requests (pause, resume, stop, slider moves, checkpoint, export) back as messages.
 // Test hooks: the root element's data-* attributes (boxes received per worker, state echoed by the run, etc.).
 //
 // Where things are:
 //   index.js        this file: the entry; puts the panels together, routes Python's messages, redraws
 //   controls.js     the toolbar (run controls, replay's play and time slider, follow, arrows, fit, export)
-//   status.js       the stats line, errors and notes above the Gantt
+//   status.js       the stats line, errors, a stuck run's diagnosis and notes above the Gantt
+//   diagnosis.js    the watchdog's diagnosis and the NaN/inf skip count as text
 //   ganttPanel.js   the Gantt canvas with hover, zoom and pan (drawing: gantt.js)
 //   chartsPanel.js  queue depth, keys in flight, loss and accuracy, staleness (drawing: charts.js, axes.js)
 //   timeview.js     the time window all time axes share
@@ -101,6 +102,10 @@ function render({ model, el }) {
       }
       case "error":
         dash.status.showError(content.message);
+        break;
+      case "checkpointed":
+        dash.status.showNote(`checkpoint saved to ${content.path} (${(content.bytes / 1e6).toPrecision(2)} MB)`);
+        root.dataset.checkpoint = content.path;
         break;
       case "exported":
         dash.status.showNote(`trace written to ${content.path} (${(content.bytes / 1e6).toFixed(1)} MB)`);

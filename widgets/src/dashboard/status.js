@@ -1,15 +1,18 @@
 // The lines above the Gantt: per run, what it is doing (live: epoch, keys done and in flight, throughput,
-// loss, accuracy, utilization, elapsed; replay: duration, boxes, utilization, final accuracy), an error
-// from the run or the feed, and a note (where an export was written). It also keeps the root element's
-// test hooks about what was received: data-boxes, data-boxes-per-worker, data-held, data-frames.
+// loss, accuracy, utilization, elapsed, keys skipped for NaN/inf; replay: duration, boxes, utilization,
+// final accuracy), an error from the run or the feed, the watchdog's diagnosis of a stuck run, and a note
+// (where an export or a checkpoint was written). It also keeps the root element's test hooks about what was
+// received: data-boxes, data-boxes-per-worker, data-held, data-frames, data-skipped, data-diagnosis.
 
 import { html, fmt } from "./dom.js";
 import { formatTime } from "./axes.js";
+import { diagnosisLines, skippedText } from "./diagnosis.js";
 
 export function createStatus(dash) {
   const stats = html`<div class="amp-stats"></div>`;
   const error = html`<div class="amp-error" hidden></div>`;
   const note = html`<div class="amp-note" hidden></div>`;
+  const diagnosis = html`<pre class="amp-diagnosis" hidden></pre>`;
 
   function update(frames) {
     const { runs, live, root } = dash;
@@ -23,8 +26,10 @@ export function createStatus(dash) {
         parts.push(
           `epoch ${s.epoch ?? "–"}/${s.epochs ?? "–"} · keys done ${s.keys_done ?? 0} · in flight ${s.keys_in_flight ?? 0}` +
             ` · ${fmt(last.throughput, 4)} instances/s · loss ${fmt(s.recent_loss)} · accuracy ${fmt(s.recent_accuracy)}` +
-            ` · utilization ${util || "–"} · ${formatTime(s.elapsed_s || 0)}`,
+            ` · utilization ${util || "–"} · ${formatTime(s.elapsed_s || 0)}${skippedText(s)}`,
         );
+        root.dataset.skipped = String(s.nonfinite_skipped || 0);
+        showDiagnosis(s.diagnosis);
       } else {
         const ep = r.epochs;
         const acc = ep.length ? ep[ep.length - 1].val_accuracy : null;
@@ -53,10 +58,17 @@ export function createStatus(dash) {
     dash.root.dataset.error = message;
   }
 
+  function showDiagnosis(d) {
+    const lines = diagnosisLines(d);
+    diagnosis.hidden = lines.length === 0;
+    diagnosis.textContent = lines.join("\n");
+    if (lines.length) dash.root.dataset.diagnosis = lines[1];
+  }
+
   function showNote(text) {
     note.hidden = false;
     note.textContent = text;
   }
 
-  return { els: [stats, error, note], update, showError, showNote };
+  return { els: [stats, error, diagnosis, note], update, showError, showNote };
 }

@@ -1,0 +1,290 @@
+"""Placement by simulation: what ``train(..., placement="auto")`` does before the run starts.
+
+Which worker should run each heavy node? The answer depends on the node costs, the mode, max_active_keys,
+min_update_frequency and the inbox priority together (the 4-layer MLP on 2 workers gains 1.5x over sync
+with the paper's round robin and 1.8x with contiguous stages). Rather than a rule, :func:`autoplace`
+asks the simulated backend, which runs the same session, controller and workers in virtual time:
+
+1. **Costs.** On simulated hardware the run's own :class:`~amp_notebook.runtime.costs.CostModel`. On this
+   machine, :func:`measure_costs` runs a short ``sync`` training on one worker thread over the first
+   ``measure_keys`` training keys, with tracing on, and fixes each node's forward, backward and update time
+   at the median of its trace rows (a :class:`~amp_notebook.runtime.costs.NodeCost` per node: the heavy
+   nodes' matrix work and the light nodes' Python glue alike). A node the sample never reached (a replica
+   no sampled key was routed to) falls back to :meth:`CostModel.this_cpu`'s formula: FLOPs over this
+   core's measured FLOP/s plus its measured per-message overhead. A node cost is one time per message
+   whatever the payload's shape: right for keys of one bucket size, a typical value otherwise. A fixed
+   node cost is charged for every message of a bundle (``max_bundle`` > 1), so the predictions leave out
+   what bundling saves; the search only ranks placements by them.
+2. **Workload.** ``keys`` training keys (the first ones, repeated if the dataset is smaller), the run's
+   mode, max_active_keys, min_update_frequency, inbox priority and order, max_bundle, optimizer, dtype and
+   initial parameters;
+   no validation, no trace. Every candidate runs exactly this workload, so the ranking is fair; the
+   predicted throughput is training instances per virtual second over it (its fill and drain included).
+3. **Candidates.** ``round_robin`` (the paper's default), ``balanced`` (contiguous stages), then a local
+   search from the faster of the two: the neighbours of a placement are every heavy node moved to
+   another worker and every two heavy nodes on different workers swapped. The fastest neighbour replaces
+   the current placement while it beats it by more than ``min_gain``, for at most ``max_evaluations``
+   simulations in all. Light nodes follow their producers as in :func:`~amp_notebook.runtime.placement.place`
+   (the heavy nodes' workers are given to it as overrides); pinned nodes (``Node.worker``) never move.
+4. **Choice.** The fastest prediction wins; a later candidate must beat the best so far by more than
+   ``min_gain`` (0.5%), so ties go to the earlier one and the paper's round robin stands unless something
+   is measurably better.
+
+Given its costs the search is deterministic (the simulator is). Measured costs vary between calls on a
+shared machine, so :class:`AutoPlacement` keeps them: ``autoplace(..., costs=choice.costs)`` repeats the
+choice exactly. The result reports every candidate's predicted throughput; ``TrainResult.summary()`` puts
+the measured throughput of the real run beside the prediction.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from amp_notebook.data.batch import Dataset
+from amp_notebook.ir import ops as O
+from amp_notebook.ir.graph import Graph
+from amp_notebook.runtime.costs import CostModel, NodeCost
+from amp_notebook.runtime.placement import PlacementError, place
+
+PHASE_FIELDS = ("fwd_s", "bwd_s", "update_s")  # trace phases 0, 1, 2
+DEFAULT_MAX_EVALUATIONS = 24
+DEFAULT_MIN_GAIN = 0.005
+
+
+@dataclass
+class Candidate:
+    """One simulated placement: its name, where its heavy nodes go, and its predicted throughput."""
+
+    name: str
+    heavy: dict[str, int]
+    predicted_per_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "heavy": dict(self.heavy), "predicted_per_s": self.predicted_per_s}
+
+
+@dataclass
+class AutoPlacement:
+    """The chosen placement (every node -> worker), the candidates tried and the costs they were judged by."""
+
+    placement: dict[str, int]
+    chosen: Candidate
+    candidates: list[Candidate]
+    costs: CostModel
+    costs_source: str  # "measured on this machine" or "the run's cost model"
+    keys_simulated: int
+    search_s: float
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def predicted_per_s(self) -> float:
+        return self.chosen.predicted_per_s
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready: the choice, its prediction, every candidate, and how the costs were obtained."""
+        return {
+            "chosen": self.chosen.name,
+            "heavy": dict(self.chosen.heavy),
+            "predicted_per_s": self.chosen.predicted_per_s,
+            "candidates": [c.as_dict() for c in self.candidates],
+            "costs": self.costs_source,
+            "node_costs_s": {
+                n: {k: v for k, v in c.__dict__.items() if v is not None} for n, c in self.costs.nodes.items()
+            },
+            "keys_simulated": self.keys_simulated,
+            "search_s": self.search_s,
+        }
+
+
+def measure_costs(
+    graph: Graph,
+    dataset: Dataset,
+    *,
+    measure_keys: int = 16,
+    optimizer: Any = "sgd",
+    params: dict[str, dict[str, np.ndarray]] | None = None,
+    dtype: str = "float32",
+    seed: int = 0,
+) -> CostModel:
+    """Each node's handling times on this machine, from a short traced sync run on one worker thread.
+
+    Returns :meth:`CostModel.this_cpu` with a :class:`NodeCost` for every node the sample reached: the
+    median of its forward, backward and update rows (module docstring, step 1).
+    """
+    from amp_notebook.runtime.train import TrainResult, train
+
+    sample = Dataset(dataset.name, _cycle(dataset.train, measure_keys), [], dataset.num_classes, dataset.meta)
+    start = params if params is not None else graph.init_params(seed, np.dtype(dtype))
+    r = train(
+        graph, sample, workers=1, mode="sync", optimizer=optimizer, params=start, dtype=dtype, seed=seed,
+        validate=False, shuffle=False, trace=True, trace_capacity=None,
+    )  # fmt: skip
+    assert isinstance(r, TrainResult)
+    events = r.trace.events()
+    names = r.trace.node_names
+    durations: dict[tuple[int, int], list[float]] = {}
+    for node, phase, t0, t1 in zip(events["node"], events["phase"], events["start"], events["end"], strict=True):
+        durations.setdefault((int(node), int(phase)), []).append(float(t1 - t0))
+    nodes: dict[str, NodeCost] = {}
+    for index, name in enumerate(names):
+        times = {PHASE_FIELDS[p]: statistics.median(durations[(index, p)]) for p in range(3) if (index, p) in durations}
+        if times:
+            nodes[name] = NodeCost(**times)
+    return CostModel.this_cpu(nodes=nodes)
+
+
+def autoplace(
+    graph: Graph,
+    dataset: Dataset,
+    *,
+    workers: int = 2,
+    mode: str = "amp",
+    max_active_keys: int = 4,
+    min_update_frequency: int = 1,
+    priority: str = "backward_first",
+    order: str = "oldest_key",
+    max_bundle: int | dict[str, int] = 1,
+    optimizer: Any = "sgd",
+    params: dict[str, dict[str, np.ndarray]] | None = None,
+    dtype: str = "float32",
+    seed: int = 0,
+    costs: CostModel | None = None,
+    keys: int | None = None,
+    measure_keys: int = 16,
+    max_evaluations: int = DEFAULT_MAX_EVALUATIONS,
+    min_gain: float = DEFAULT_MIN_GAIN,
+) -> AutoPlacement:
+    """Choose a placement of ``graph`` on ``workers`` by simulating candidates (module docstring).
+
+    ``costs`` judges the candidates (measured on this machine with :func:`measure_costs` when None);
+    ``keys`` is the simulated workload in training keys (default ``4 * max_active_keys``, at least 16 and
+    at most 48); ``max_evaluations`` bounds the simulations; ``min_gain`` is the relative margin a
+    candidate needs over the best so far.
+    """
+    if max_evaluations < 2:
+        raise PlacementError(
+            f"autoplace max_evaluations: expected at least 2 (round robin and balanced), got {max_evaluations}"
+        )
+    if not dataset.train:
+        raise PlacementError(
+            f"placement auto: dataset {dataset.name!r} has no training keys to simulate; give it training keys "
+            "or choose a placement strategy"
+        )
+    began = time.perf_counter()
+    initial = params if params is not None else graph.init_params(seed, np.dtype(dtype))
+    spec = optimizer.spec() if hasattr(optimizer, "spec") else optimizer  # a fresh optimizer for every run
+    source = "the run's cost model"
+    if costs is None:
+        costs = measure_costs(graph, dataset, measure_keys=measure_keys, optimizer=spec, params=initial, dtype=dtype,
+                              seed=seed)  # fmt: skip
+        source = "measured on this machine"
+    n_keys = keys if keys is not None else min(48, max(16, 4 * max_active_keys))
+    workload = Dataset(dataset.name, _cycle(dataset.train, n_keys), [], dataset.num_classes, dataset.meta)
+    heavy = [n for n in graph.topological_order() if graph.nodes[n].kind in O.HEAVY]
+    pinned = {n for n in heavy if graph.nodes[n].worker is not None}
+    movable = [n for n in heavy if n not in pinned]
+    settings = {"workers": workers, "mode": mode, "max_active_keys": max_active_keys,
+                "min_update_frequency": min_update_frequency, "priority": priority, "order": order,
+                "max_bundle": max_bundle}  # fmt: skip
+    cache: dict[tuple[int, ...], float] = {}
+
+    def predict(assignment: dict[str, int]) -> float:
+        signature = tuple(assignment[n] for n in heavy)
+        if signature not in cache:
+            cache[signature] = _simulate(graph, workload, assignment, costs, spec, initial, dtype, seed, settings)
+        return cache[signature]
+
+    def heavy_of(strategy: str) -> dict[str, int]:
+        with warnings.catch_warnings():  # an idle worker is a fact of that candidate, reported by its speed
+            warnings.simplefilter("ignore", UserWarning)
+            full = place(graph, workers, strategy=strategy)
+        return {n: full[n] for n in heavy}
+
+    candidates = [Candidate(s, heavy_of(s), 0.0) for s in ("round_robin", "balanced")]
+    for c in candidates:
+        c.predicted_per_s = predict(c.heavy)
+    best = _pick(candidates, min_gain)
+    current = best
+    step = 0
+    while len(cache) < max_evaluations:
+        neighbours = [n for n in _neighbours(current.heavy, movable, workers) if _signature(n, heavy) not in cache]
+        if not neighbours:
+            break
+        step += 1
+        tried: list[Candidate] = []
+        for name, assignment in neighbours:
+            if len(cache) >= max_evaluations:
+                break
+            tried.append(Candidate(f"local search {step}: {name}", assignment, predict(assignment)))
+        candidates.extend(tried)
+        fastest = _pick(tried, 0.0)
+        if fastest.predicted_per_s <= current.predicted_per_s * (1 + min_gain):
+            break
+        current = fastest
+    chosen = _pick(candidates, min_gain)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        placement = place(graph, workers, overrides=dict(chosen.heavy))
+    return AutoPlacement(
+        placement=placement, chosen=chosen, candidates=candidates, costs=costs, costs_source=source,
+        keys_simulated=n_keys, search_s=time.perf_counter() - began, settings=settings,
+    )  # fmt: skip
+
+
+def _pick(candidates: list[Candidate], min_gain: float) -> Candidate:
+    """The fastest candidate; a later one must beat the best so far by more than ``min_gain``."""
+    best = candidates[0]
+    for c in candidates[1:]:
+        if c.predicted_per_s > best.predicted_per_s * (1 + min_gain):
+            best = c
+    return best
+
+
+def _signature(named: tuple[str, dict[str, int]], heavy: list[str]) -> tuple[int, ...]:
+    return tuple(named[1][n] for n in heavy)
+
+
+def _neighbours(assignment: dict[str, int], movable: list[str], workers: int) -> list[tuple[str, dict[str, int]]]:
+    """Every movable heavy node moved to each other worker, then every two on different workers swapped."""
+    out: list[tuple[str, dict[str, int]]] = []
+    for name in movable:
+        for w in range(workers):
+            if w != assignment[name]:
+                out.append((f"move {name} to worker {w}", {**assignment, name: w}))
+    for i, a in enumerate(movable):
+        for b in movable[i + 1 :]:
+            if assignment[a] != assignment[b]:
+                out.append((f"swap {a} and {b}", {**assignment, a: assignment[b], b: assignment[a]}))
+    return out
+
+
+def _simulate(
+    graph: Graph, workload: Dataset, heavy: dict[str, int], costs: CostModel, optimizer: Any,
+    params: dict[str, dict[str, np.ndarray]], dtype: str, seed: int, settings: dict[str, Any],
+) -> float:  # fmt: skip
+    """Training instances per virtual second of the workload with the heavy nodes placed as given."""
+    from amp_notebook.runtime.train import TrainResult, train
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        r = train(
+            graph, workload, placement=dict(heavy), optimizer=optimizer, params=params, dtype=dtype, seed=seed,
+            validate=False, shuffle=False, trace=False, backend="simulated", costs=costs, **settings,
+        )  # fmt: skip
+    assert isinstance(r, TrainResult)
+    return r.train_instances_per_s if math.isfinite(r.train_instances_per_s) else 0.0
+
+
+def _cycle(keys: list[Any], n: int) -> list[Any]:
+    """The first ``n`` keys, starting over from the first when there are fewer."""
+    return [keys[i % len(keys)] for i in range(n)]
+
+
+__all__ = ["AutoPlacement", "Candidate", "autoplace", "measure_costs"]

@@ -1,0 +1,161 @@
+"""placement="auto": the search picks the simulator's fastest candidate, deterministically, and reports it.
+
+The schedule claims run on the simulated backend with fixed node costs (virtual time), so they are exact
+and independent of this machine's load; only the threaded and CLI tests measure costs here, and they
+assert nothing about speed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from amp_notebook.bench.common import repeat_epochs
+from amp_notebook.cli import main
+from amp_notebook.data import Dataset
+from amp_notebook.models import mlp
+from amp_notebook.runtime.autoplace import autoplace, measure_costs
+from amp_notebook.runtime.costs import CostModel, NodeCost
+from amp_notebook.runtime.train import train
+from tests.conftest import digits_dataset
+
+HEAVY = ("linear1", "linear2", "linear3", "linear4")
+
+
+def paper_mlp_costs() -> CostModel:
+    """The paper's MLP shape: two heavy middle layers (f=1, b=2), light first and last layers."""
+    heavy, light = NodeCost(fwd_s=1.0, bwd_s=2.0, update_s=0.1), NodeCost(fwd_s=0.1, bwd_s=0.1, update_s=0.01)
+    return CostModel.zero(nodes={"linear1": light, "linear2": heavy, "linear3": heavy, "linear4": light})
+
+
+def workload() -> Dataset:
+    return repeat_epochs(digits_dataset(), 2)
+
+
+def simulated(heavy: dict[str, int], priority: str, keys: int = 16) -> float:
+    data = workload()
+    data = Dataset(data.name, [data.train[i % len(data.train)] for i in range(keys)], [])
+    r = train(mlp(64, 16), data, workers=2, mode="amp", max_active_keys=4, validate=False, shuffle=False,
+              trace=False, backend="simulated", costs=paper_mlp_costs(), placement=dict(heavy), priority=priority,
+              params=mlp(64, 16).init_params(0, np.dtype("float32")))  # fmt: skip
+    return r.train_instances_per_s
+
+
+@pytest.mark.filterwarnings("ignore:graph 'mlp'.*get no node:UserWarning")  # some assignments leave a worker idle
+@pytest.mark.parametrize("priority", ["fifo", "backward_first"])
+def test_auto_picks_the_simulators_fastest_placement(priority: str) -> None:
+    g = mlp(64, 16)
+    choice = autoplace(g, workload(), workers=2, max_active_keys=4, priority=priority, costs=paper_mlp_costs(),
+                       min_gain=0.0)  # fmt: skip
+    fastest = max(c.predicted_per_s for c in choice.candidates)
+    assert choice.predicted_per_s == fastest
+    assert [c.name for c in choice.candidates[:2]] == ["round_robin", "balanced"]
+    # the prediction is what the simulator gives that placement, to the last bit
+    assert simulated(choice.chosen.heavy, priority) == choice.predicted_per_s
+    # and nothing better exists: every assignment of the four layers to two workers, simulated
+    everything = [simulated(dict(zip(HEAVY, a, strict=True)), priority) for a in itertools.product((0, 1), repeat=4)]
+    assert choice.predicted_per_s == pytest.approx(max(everything), rel=1e-12)
+    assert choice.placement == {**choice.placement, **choice.chosen.heavy}  # the full placement keeps the choice
+
+
+def test_auto_splits_the_heavy_layers_that_round_robin_puts_together() -> None:
+    # heavy layers 1 and 3: round robin puts both on worker 0 and leaves worker 1 the light ones
+    heavy, light = NodeCost(fwd_s=1.0, bwd_s=2.0, update_s=0.1), NodeCost(fwd_s=0.1, bwd_s=0.1, update_s=0.01)
+    costs = CostModel.zero(nodes={"linear1": heavy, "linear2": light, "linear3": heavy, "linear4": light})
+    choice = autoplace(mlp(64, 16), workload(), workers=2, max_active_keys=4, priority="fifo", costs=costs)
+    by_name = {c.name: c.predicted_per_s for c in choice.candidates}
+    assert choice.chosen.heavy["linear1"] != choice.chosen.heavy["linear3"]
+    assert choice.predicted_per_s > 1.5 * by_name["round_robin"]
+
+
+def test_auto_is_deterministic_and_keeps_pinned_nodes() -> None:
+    g = mlp(64, 16)
+    g.nodes["linear2"].worker = 1
+    a = autoplace(g, workload(), workers=2, priority="fifo", costs=paper_mlp_costs())
+    b = autoplace(g, workload(), workers=2, priority="fifo", costs=paper_mlp_costs())
+    assert a.placement == b.placement
+    assert [c.as_dict() for c in a.candidates] == [c.as_dict() for c in b.candidates]
+    assert all(c.heavy["linear2"] == 1 for c in a.candidates)
+    assert a.summary()["costs"] == "the run's cost model"
+
+
+def test_near_ties_go_to_the_paper_default() -> None:
+    # sync mode runs one key at a time: placements differ only in how updates on two workers overlap
+    choice = autoplace(mlp(64, 16), workload(), workers=2, mode="sync", costs=paper_mlp_costs(), min_gain=0.05)
+    rates = [c.predicted_per_s for c in choice.candidates]
+    assert max(rates) < 1.05 * rates[0]
+    assert choice.chosen.name == "round_robin"
+    exact = autoplace(mlp(64, 16), workload(), workers=2, mode="sync", costs=paper_mlp_costs(), min_gain=0.0)
+    assert exact.predicted_per_s == max(c.predicted_per_s for c in exact.candidates)
+
+
+def test_train_auto_on_the_simulator_reports_prediction_and_result() -> None:
+    g = mlp(64, 16)
+    r = train(g, workload(), workers=2, mode="amp", max_active_keys=4, priority="fifo", validate=False,
+              placement="auto", backend="simulated", costs=paper_mlp_costs())  # fmt: skip
+    s = r.summary()
+    assert s["placement_strategy"] == "auto"
+    auto = s["autoplace"]
+    assert auto["chosen"] and auto["candidates"] and auto["costs"] == "the run's cost model"
+    assert auto["measured_per_s"] == r.train_instances_per_s > 0
+    assert {n: r.placement[n] for n in HEAVY} == auto["heavy"]
+    json.dumps(s)  # JSON-ready
+
+
+def test_measure_costs_times_every_node_on_this_machine() -> None:
+    g = mlp(64, 16)
+    costs = measure_costs(g, digits_dataset(), measure_keys=4)
+    assert set(costs.nodes) == set(g.nodes)
+    for name in HEAVY:
+        c = costs.nodes[name]
+        assert c.fwd_s is not None and c.fwd_s > 0 and c.bwd_s is not None and c.bwd_s > 0
+        assert c.update_s is not None and c.update_s > 0
+    assert costs.nodes["x"].bwd_s is None  # inputs get no gradient
+
+
+def test_train_auto_on_threads_measures_costs() -> None:
+    r = train(mlp(64, 16), digits_dataset(), workers=2, epochs=1, placement="auto", validate=False)
+    auto = r.summary()["autoplace"]
+    assert auto["costs"] == "measured on this machine"
+    assert set(auto["node_costs_s"]) >= set(HEAVY)
+    assert r.train_instances == digits_dataset().train_instances
+
+
+def test_cli_parses_placement_auto() -> None:
+    from amp_notebook.cli import build_parser
+
+    assert build_parser().parse_args(["train", "--model", "rnn", "--placement", "auto"]).placement == "auto"
+
+
+@pytest.mark.slow
+def test_cli_train_placement_auto(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", "--model", "mlp", "--placement", "auto", "--epochs", "1", "--json", "--quiet"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out.strip().splitlines()[-1])
+    assert out["placement_strategy"] == "auto"
+    assert out["autoplace"]["predicted_per_s"] > 0 and out["autoplace"]["measured_per_s"] > 0
+    assert "placement (auto)" in captured.err
+
+
+def test_autoplace_refuses_an_empty_dataset() -> None:
+    with pytest.raises(ValueError, match="has no training keys"):
+        autoplace(mlp(64, 16), Dataset("empty", [], []), costs=paper_mlp_costs())
+
+
+@pytest.mark.slow
+def test_auto_gains_over_round_robin_on_the_paper_mlp_in_virtual_time() -> None:
+    # two simulated cores at the frozen per-core speed of this project's machine (FLOP model, no load)
+    from amp_notebook.reproduce.fig5 import COSTS
+
+    data = repeat_epochs(digits_dataset(), 4)
+
+    def gain(placement: str) -> float:
+        rates = {mode: train(mlp(64, 784), data, workers=2, mode=mode, max_active_keys=4, validate=False,
+                             placement=placement, backend="simulated", costs=COSTS, trace=False).train_instances_per_s
+                 for mode in ("amp", "sync")}  # fmt: skip
+        return rates["amp"] / rates["sync"]
+
+    assert gain("auto") >= 1.8 > 1.6 > gain("round_robin")
