@@ -134,30 +134,24 @@ for r in (1, 4):
 # words, and a sentence's word-level work starts only once its slowest word is done.
 
 # %%
-tagger_here = hasattr(amp.models, "bilstm_tagger")
-if tagger_here:
-    from amp_notebook.data.ner import synthetic_ner_dataset
+from amp_notebook.data.ner import synthetic_ner_dataset
 
-    ner = synthetic_ner_dataset(n_train=120, n_val=30, seed=0)
-    tagger = amp.models.bilstm_tagger(ner.meta["vocab_size"], ner.meta["char_vocab_size"], ner.meta["num_tags"])
-    print("Distribute:", tagger.nodes["by_frequency"].op.config())
-    print("Collect:", tagger.nodes["sentence"].op.config())
-    tagger_builder = GraphBuilder(tagger)
-else:
-    print("the BiLSTM tagger (amp_notebook.models.bilstm_tagger) is not in this checkout yet")
-    tagger_builder = None
+ner = synthetic_ner_dataset(n_train=120, n_val=30, seed=0)
+tagger = amp.models.bilstm_tagger(ner.meta["vocab_size"], ner.meta["char_vocab_size"], ner.meta["num_tags"])
+print("Distribute:", tagger.nodes["by_frequency"].op.config())
+print("Collect:", tagger.nodes["sentence"].op.config())
+tagger_builder = GraphBuilder(tagger)
 tagger_builder
 
 # %%
-if tagger_here:
-    tagger_run = amp.train(tagger, ner, workers=2, placement="balanced", mode="amp", max_active_keys=16,
-                           epochs=1, optimizer={"name": "adam", "lr": 3e-3}, background=True)
-    tagger_dash = Dashboard(tagger_run)
-    display(tagger_dash)
-    tagged = tagger_run.wait(timeout=300)
-    tagger_dash.close()
-    ev, names = tagged.trace.events(), tagged.trace.node_names
-    fwd = ev["phase"] == 0
-    for branch, node in (("b0, word embedding", "word_embed"), ("b1, characters", "char_embed")):
-        print(f"{branch}: {int(np.sum(fwd & (ev['node'] == names.index(node))))} words")
-    print(f"token accuracy after one epoch {tagged.val_accuracy[-1]:.3f}")
+tagger_run = amp.train(tagger, ner, workers=2, placement="balanced", mode="amp", max_active_keys=16,
+                       epochs=1, optimizer={"name": "adam", "lr": 3e-3}, background=True)
+tagger_dash = Dashboard(tagger_run)
+display(tagger_dash)
+tagged = tagger_run.wait(timeout=300)
+tagger_dash.close()
+ev, names = tagged.trace.events(), tagged.trace.node_names
+fwd = ev["phase"] == 0
+for branch, node in (("b0, word embedding", "word_embed"), ("b1, characters", "char_embed")):
+    print(f"{branch}: {int(np.sum(fwd & (ev['node'] == names.index(node))))} words")
+print(f"token accuracy after one epoch {tagged.val_accuracy[-1]:.3f}")
