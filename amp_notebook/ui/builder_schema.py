@@ -14,6 +14,7 @@ was found and how to fix it. Nothing is evaluated: numbers are parsed, expressio
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import numbers
@@ -125,7 +126,8 @@ def fields(kind: str) -> list[dict[str, Any]]:
 
 
 def default_config(kind: str) -> dict[str, Any]:
-    return {f["name"]: f["default"] for f in fields(kind)}
+    """A fresh copy of op ``kind``'s default configuration (the caller may change it: the defaults stay)."""
+    return copy.deepcopy({f["name"]: f["default"] for f in fields(kind)})
 
 
 def make_op(kind: str, config: Mapping[str, Any], where: str = "") -> Op:

@@ -418,3 +418,11 @@ def test_widget_trains_in_the_background() -> None:
     run = b.train(data, epochs=1, optimizer={"name": "adam", "lr": 2e-3})
     result = run.wait(timeout=60)
     assert result.train_instances > 0
+
+
+def test_a_default_config_is_a_copy_the_palette_keeps_its_defaults() -> None:
+    from amp_notebook.ui.builder_schema import default_config
+
+    config = default_config("split")
+    config["sizes"].append(True)  # a caller (or a fuzzed intent) changing what it was given
+    assert default_config("split") == {"sizes": [32, 32]}
