@@ -25,17 +25,23 @@ ours 0.19 to 0.38 (median 0.23, against 0.27; 1 of 18 above 0.35), torch's media
 
 - ours: keys of ``GRAPHS_PER_KEY`` = 10 graphs (``TORCH_BATCH``) as one disjoint union
   (``data.graphs.ggsnn_bucket``; validation keys of ``EVAL_BATCH`` graphs, the torch sides' evaluation
-  batch), the fused edge step (one Linear 'edges' for all edge types, one TypedEdgeSum), mode amp, 2
-  workers in the "balanced" placement (propagation on one, GRU and readout on the other: a two-stage
-  pipeline), ``max_active_keys`` = 4 keys in flight (molecules: 2, round robin; ``OURS_BY_TASK``), no trace
-  recording. Updates: one per key, as torch's one per minibatch: the nodes outside the loop update after
-  each gradient (one per key), the three inside it ('edges', 'gru_x', 'gru_h', ``LOOP_NODES``) get one
-  gradient per propagation step and so update after ``STEPS`` of them.
+  batch), the fused edge step (one Linear 'edges' for all edge types, one TypedEdgeSum), mode amp, one
+  worker thread, ``max_active_keys`` = 8 keys in flight (molecules: 2; ``OURS_BY_TASK``), messages of up to
+  4 keys run as one call (``max_bundle``, the inbox serving the node with the most messages waiting), no
+  trace recording. Updates: one per key, as torch's one per minibatch: the nodes outside the loop update
+  after each gradient (one per key), the three inside it ('edges', 'gru_x', 'gru_h', ``LOOP_NODES``) get
+  one gradient per propagation step and so update after ``STEPS`` of them.
+- ours_2_workers: the setting measured before bundling: 2 workers in the "balanced" placement
+  (propagation on one, GRU and readout on the other: a two-stage pipeline), 4 keys in flight, no bundling.
 - ours_per_graph: the paper's layout, one graph per key (validation keys too), with message bundling:
-  ``max_active_keys`` 64 graphs in flight, each node running up to ``max_bundle`` 64 of the messages
-  waiting for it as one call (the inbox serving the node with the most messages waiting), the same
-  placement and update rule (the loop's Linears after ``STEPS`` gradients: one graph's worth);
-  ``ratio_per_graph_vs_dense``, ``ratio_per_graph_vs_scatter``.
+  ``max_active_keys`` 128 graphs in flight, each node running up to ``max_bundle`` 128 of the messages
+  waiting for it as one call, one worker; the same update rule (the loop's Linears after ``STEPS``
+  gradients: one graph's worth); ``ratio_per_graph_vs_dense``, ``ratio_per_graph_vs_scatter``.
+- ours_per_graph_2_workers: the same on 2 workers in the balanced placement.
+
+One worker thread, because every message's Python glue holds the GIL: two worker threads on this 2-core VM
+take turns rather than overlap, and each hand-off between them costs a wake-up and a GIL hand-over (both
+settings are reported).
 - torch_dense: minibatches padded to the largest graph, one dense (B, N, N) adjacency per edge type (the
   paper's TensorFlow baseline); node selection takes a cross-entropy over each graph's padded row of node
   scores (padding at -inf).
@@ -59,6 +65,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -76,12 +83,22 @@ HIDDEN, STEPS = 32, 4
 OPTIMIZER: dict[str, Any] = {"name": "adam", "lr": 3e-3}
 # Per task, added to OPTIMIZER on every side (see the module docstring): the molecules' lr decays per epoch.
 OPTIMIZER_BY_TASK: dict[str, dict[str, Any]] = {"molecules": {"lr_decay": 0.7}}
-OURS: dict[str, Any] = {"mode": "amp", "workers": 2, "max_active_keys": 4, "min_update_frequency": 1,
-                        "placement": "balanced", "dtype": "float32", "trace": False}  # fmt: skip
+OURS: dict[str, Any] = {"mode": "amp", "workers": 1, "max_active_keys": 8, "min_update_frequency": 1,
+                        "max_bundle": 4, "order": "largest_bundle", "dtype": "float32", "trace": False}  # fmt: skip
+# the same on two worker threads, in the layout measured before bundling (2 stages: propagation, GRU + readout)
+OURS_2_WORKERS: dict[str, Any] = {"workers": 2, "max_active_keys": 4, "max_bundle": 1, "order": "oldest_key",
+                                  "placement": "balanced"}  # fmt: skip
 # The molecules' regression with 4 keys in flight ends noisier (more staleness; validation MAE median 0.30 over
 # seeds 0-3 with the lr decay, 0.34 without, against 0.22 with 2 keys in round robin): there, ours runs with 2.
 OURS_BY_TASK: dict[str, dict[str, Any]] = {"molecules": {"max_active_keys": 2, "placement": "round_robin"}}
-OURS_PER_GRAPH: dict[str, Any] = {"max_active_keys": 64, "max_bundle": 64, "order": "largest_bundle"}
+OURS_PER_GRAPH: dict[str, Any] = {"max_active_keys": 128, "max_bundle": 128, "order": "largest_bundle"}
+# our sides: name -> (one graph per key?, settings over OURS and OURS_BY_TASK)
+SIDES: dict[str, tuple[bool, dict[str, Any]]] = {
+    "ours": (False, {}),
+    "ours_2_workers": (False, OURS_2_WORKERS),
+    "ours_per_graph": (True, OURS_PER_GRAPH),
+    "ours_per_graph_2_workers": (True, {**OURS_PER_GRAPH, "workers": 2, "placement": "balanced"}),
+}
 LOOP_NODES = ("edges", "gru_x", "gru_h")  # the parameterized nodes inside the propagation loop
 GRAPHS_PER_KEY = 10  # a key is a bucket of graphs (their disjoint union): one update per TORCH_BATCH graphs
 TORCH_THREADS, TORCH_BATCH, EVAL_BATCH = 2, 10, 100
@@ -135,14 +152,15 @@ def make_graphs(task: str, n_train: int, n_val: int, seed: int, inflate_to: int)
 
 
 def ours(
-    task: str, train_g: list[GraphInstance], val_g: list[GraphInstance], epochs: int, seed: int, per_graph: bool = False
+    task: str, train_g: list[GraphInstance], val_g: list[GraphInstance], epochs: int, seed: int, side: str = "ours"
 ) -> dict[str, Any]:  # fmt: skip
-    """Our side: keys of ``GRAPHS_PER_KEY`` graphs, or with ``per_graph`` one graph per key, bundled."""
+    """One of our sides (``SIDES``): keys of ``GRAPHS_PER_KEY`` graphs, or one graph per key."""
     from amp_notebook.models.ggsnn import ggsnn
     from amp_notebook.runtime.train import TrainResult, train
 
     spec = task_spec(task)
-    settings = {**OURS, **OURS_BY_TASK.get(task, {}), **(OURS_PER_GRAPH if per_graph else {})}
+    per_graph, overrides = SIDES[side]
+    settings = {**OURS, **OURS_BY_TASK.get(task, {}), **overrides}
     classes = spec["outputs"] if spec["kind"] == "classification" else None
     per_key = 1 if per_graph else GRAPHS_PER_KEY
     data = ggsnn_dataset(
@@ -291,25 +309,30 @@ def compare(
     """
     train_g, val_g = make_graphs(task, n_train, n_val, seed, inflate_to)
     load_before = os.getloadavg()
-    sides = {
-        "ours": lambda: ours(task, train_g, val_g, epochs, seed),
-        "ours_per_graph": lambda: ours(task, train_g, val_g, epochs, seed, per_graph=True),
-        "torch_dense": lambda: torch_side(task, train_g, val_g, epochs, seed, scatter=False),
-        "torch_scatter": lambda: torch_side(task, train_g, val_g, epochs, seed, scatter=True),
-    }
+
+    def our_side(name: str) -> Callable[[], dict[str, Any]]:
+        return lambda: ours(task, train_g, val_g, epochs, seed, name)
+
+    sides: dict[str, Callable[[], dict[str, Any]]] = {name: our_side(name) for name in SIDES}
+    sides["torch_dense"] = lambda: torch_side(task, train_g, val_g, epochs, seed, scatter=False)
+    sides["torch_scatter"] = lambda: torch_side(task, train_g, val_g, epochs, seed, scatter=True)
     runs = interleaved_runs(repeats, sides)
-    a, per_graph, dense, scatter = (median_run(runs[name]) for name in sides)
+    medians = {name: median_run(runs[name]) for name in sides}
+    a, per_graph, dense, scatter = (medians[n] for n in ("ours", "ours_per_graph", "torch_dense", "torch_scatter"))
     metric = "val MAE" if task_spec(task)["kind"] == "regression" else "val accuracy"
     target = TARGETS.get(task)
     if target is not None:
-        for side in (a, per_graph, dense, scatter):
+        for side in medians.values():
             side["epochs_to_target"] = epochs_to_target(side["curve"], target)
             side["reached_target"] = side["epochs_to_target"] is not None
     pairs = zip(runs["ours"], runs["torch_dense"], strict=True)
     per_round = [o["instances_per_s"] / d["instances_per_s"] for o, d in pairs]
     result = {
-        "ours": a, "ours_per_graph": per_graph, "torch_dense": dense, "torch_scatter": scatter,
+        **medians,
         "ratio_vs_dense": a["instances_per_s"] / dense["instances_per_s"],
+        "ratio_2_workers_vs_dense": medians["ours_2_workers"]["instances_per_s"] / dense["instances_per_s"],
+        "ratio_per_graph_2_workers_vs_dense": medians["ours_per_graph_2_workers"]["instances_per_s"]
+        / dense["instances_per_s"],
         "ratio_vs_scatter": a["instances_per_s"] / scatter["instances_per_s"],
         "ratio_per_graph_vs_dense": per_graph["instances_per_s"] / dense["instances_per_s"],
         "ratio_per_graph_vs_scatter": per_graph["instances_per_s"] / scatter["instances_per_s"],
@@ -320,7 +343,10 @@ def compare(
         **({"inflate_to": inflate_to} if task == "babi15" else {}),
     }  # fmt: skip
     rows: list[tuple[str, Any]] = [(task, f"graphs/s (median epoch)   {metric}   epochs to {target}")]
-    for name, side in (("ours (amp, 2 workers)", a), ("ours, one graph per key, bundled", per_graph),
+    for name, side in (("ours: 10 graphs per key, 1 worker", a),
+                       ("ours: 10 graphs per key, 2 workers", medians["ours_2_workers"]),
+                       ("ours: one graph per key, bundled, 1 worker", per_graph),
+                       ("ours: one graph per key, bundled, 2 workers", medians["ours_per_graph_2_workers"]),
                        ("torch dense", dense), ("torch scatter", scatter)):  # fmt: skip
         reached = side.get("epochs_to_target", "-")
         rows.append((name, f"{side['instances_per_s']:>10.0f}   {side['final_metric']:>18.4f}   {reached}"))

@@ -1,24 +1,32 @@
-"""The binary Tree-LSTM, ours (asynchronous, 2 workers) against two PyTorch baselines, same data, same run.
+"""The binary Tree-LSTM, ours (asynchronous) against two PyTorch baselines, same data, same run.
 
 Data: ``sentiment_tree_dataset`` (synthetic compositional sentiment trees, 3..12 words, a 5-class label at
 every node). Model everywhere: embedding 64, hidden 64, binary Tree-LSTM leaf and branch cells, a classifier
 at every node (``models.tree_lstm``; the torch side is ``bench.torch_baselines.TorchTreeLSTM``, the same
 math, checked against our interpreter in ``tests/bench/test_bench_dynamic.py``). Optimizer: Adam, same learning rate.
 
+Our sides (settings in ``SIDES``), mode amp, no trace recording, every side starting from the torch sides'
+initial weights:
+
 - ours: forest keys (``data.forest``): ``TREES_PER_KEY`` = 25 trees per key (the torch minibatch), run level
   by level by ``models.tree_lstm_forest`` (same cells, weights and node names; validation forests of
-  ``EVAL_BATCH`` trees, the torch sides' evaluation batch), mode amp, 2 workers,
-  ``max_active_keys`` forests in flight, every node updating after each gradient, no trace recording. A
-  forest key's loss is the mean over its nodes (torch: the mean over trees of each tree's mean). The trees
-  are bucketed once before training (``bucketing_s``, counted in ``overall_instances_per_s``); the key
-  order is shuffled every epoch, the buckets stay.
+  ``EVAL_BATCH`` trees, the torch sides' evaluation batch), every node updating after each gradient,
+  6 forests in flight, messages of up to 8 forests run as one call (``max_bundle``, the inbox serving the
+  node with the most messages waiting), one worker thread. A forest key's loss is the mean over its nodes
+  (torch: the mean over trees of each tree's mean). The trees are bucketed once before training
+  (``bucketing_s``, counted in ``overall_instances_per_s``); the key order is shuffled every epoch.
+- ours_2_workers: the same on 2 worker threads (the forests' Linears on one, their cells on the other).
 - ours_per_tree: the paper's layout, one tree per key walked node by node with Collect (``models.tree_lstm``,
   fused cells), the paper's per-node update frequencies (embedding 1000 gradients, other nodes 50), with
-  message bundling: ``max_active_keys`` 64 trees in flight, each node running up to ``max_bundle`` 64 of
-  the messages waiting for it as one call, the inbox serving the node with the most messages waiting
-  (``order="largest_bundle"``); ``ratio_per_tree_vs_eager``.
-- ours_per_tree_unbundled: the same layout without bundling (``max_active_keys`` 8, one message per call,
-  the default inbox order), as before bundling existed; ``ratio_per_tree_unbundled_vs_eager``.
+  message bundling: 128 trees in flight, each node running up to ``max_bundle`` 128 of the messages waiting
+  for it as one call, one worker thread; ``ratio_per_tree_vs_eager``.
+- ours_per_tree_2_workers: the same on 2 worker threads.
+- ours_per_tree_unbundled: the same layout without bundling on 2 workers, 8 trees in flight, as measured
+  before bundling existed; ``ratio_per_tree_unbundled_vs_eager``.
+
+Why one worker thread: every message's Python glue holds the GIL, so two worker threads on this 2-core VM
+take turns rather than overlap, and each hand-off between them costs a wake-up and a GIL hand-over; with
+these small messages one thread measured faster (both are reported).
 - torch_eager: one tree at a time, a Python loop over its nodes (``eager_tree_losses``); gradients of a
   minibatch of 25 trees accumulate before each Adam step.
 - torch_batched: minibatches of 25 trees run level by level (``batched_tree_losses``), one branch cell per
@@ -52,18 +60,26 @@ from amp_notebook.data.sentiment import sentiment_tree_dataset
 
 EMBED, HIDDEN, CLASSES = 64, 64, 5
 OPTIMIZER: dict[str, Any] = {"name": "adam", "lr": 3e-3}
-OURS: dict[str, Any] = {"mode": "amp", "workers": 2, "max_active_keys": 3, "min_update_frequency": 1, "trace": False}
 TREES_PER_KEY = 25  # = TORCH_BATCH: a forest key holds as many trees as a torch minibatch
-OURS_PER_TREE: dict[str, Any] = {"mode": "amp", "workers": 2, "max_active_keys": 64, "trace": False,
-                                 "max_bundle": 64, "order": "largest_bundle"}  # fmt: skip
-OURS_PER_TREE_UNBUNDLED: dict[str, Any] = {"mode": "amp", "workers": 2, "max_active_keys": 8, "trace": False}
+_FOREST: dict[str, Any] = {"mode": "amp", "max_active_keys": 6, "min_update_frequency": 1, "trace": False,
+                           "max_bundle": 8, "order": "largest_bundle"}  # fmt: skip
+_PER_TREE: dict[str, Any] = {"mode": "amp", "max_active_keys": 128, "trace": False, "max_bundle": 128,
+                             "order": "largest_bundle"}  # fmt: skip
+# our sides: name -> (layout, train settings)
+SIDES: dict[str, tuple[str, dict[str, Any]]] = {
+    "ours": ("forest", {**_FOREST, "workers": 1}),
+    "ours_2_workers": ("forest", {**_FOREST, "workers": 2}),
+    "ours_per_tree": ("per_tree", {**_PER_TREE, "workers": 1}),
+    "ours_per_tree_2_workers": ("per_tree", {**_PER_TREE, "workers": 2}),
+    "ours_per_tree_unbundled": ("per_tree", {"mode": "amp", "workers": 2, "max_active_keys": 8, "trace": False}),
+}
 TORCH_THREADS, TORCH_BATCH, EVAL_BATCH = 2, 25, 250
 
 
-def ours(data: Dataset, epochs: int, seed: int, per_tree: bool = False, bundled: bool = True) -> dict[str, Any]:
-    """Our side: forest keys (``TREES_PER_KEY`` trees each, level by level), or with ``per_tree`` the paper's
-    layout (one tree per key, node by node, the paper's update frequencies; ``bundled``: with message
-    bundling). Starts from the torch sides' initial weights."""
+def ours(data: Dataset, epochs: int, seed: int, side: str = "ours") -> dict[str, Any]:
+    """One of our sides (``SIDES``): forest keys (``TREES_PER_KEY`` trees each, level by level), or the
+    paper's layout (one tree per key, node by node, the paper's update frequencies). Starts from the torch
+    sides' initial weights."""
     from amp_notebook.bench.torch_baselines import TorchTreeLSTM
     from amp_notebook.data.forest import forest_dataset
     from amp_notebook.models.tree_lstm import (
@@ -78,16 +94,16 @@ def ours(data: Dataset, epochs: int, seed: int, per_tree: bool = False, bundled:
     vocab = int(data.meta["vocab_size"])  # type: ignore[call-overload]
     start_from = TorchTreeLSTM(vocab, EMBED, HIDDEN, CLASSES, seed=seed).export()
     bucketing_s = 0.0
-    if per_tree:
-        run_settings = OURS_PER_TREE if bundled else OURS_PER_TREE_UNBUNDLED
+    layout, run_settings = SIDES[side]
+    if layout == "per_tree":
         graph, keys, settings = tree_lstm(vocab, EMBED, HIDDEN, CLASSES), data, dict(run_settings)
         settings["min_update_frequency"] = {"embed": PAPER_EMBED_UPDATE_FREQUENCY, "others": PAPER_UPDATE_FREQUENCY}
     else:
         t0 = time.perf_counter()
         keys = forest_dataset(data, TREES_PER_KEY, val_trees_per_key=EVAL_BATCH)
         bucketing_s = time.perf_counter() - t0
-        graph, settings = tree_lstm_forest(vocab, EMBED, HIDDEN, CLASSES), {**OURS, "trees_per_key": TREES_PER_KEY}
-        run_settings = OURS
+        graph = tree_lstm_forest(vocab, EMBED, HIDDEN, CLASSES)
+        settings = {**run_settings, "trees_per_key": TREES_PER_KEY}
     r = train(graph, keys, epochs=epochs, seed=seed, optimizer=OPTIMIZER, params=start_from, **run_settings)
     assert isinstance(r, TrainResult)
     per_epoch: list[float] = []
@@ -206,22 +222,24 @@ def run(
         n_train, n_val, epochs, repeats = 200, 60, 3, 1
     data = sentiment_tree_dataset(n_train=n_train, n_val=n_val, seed=seed)
     load_before = os.getloadavg()
-    runs = interleaved_runs(
-        repeats,
-        {
-            "ours": lambda: ours(data, epochs, seed),
-            "ours_per_tree": lambda: ours(data, epochs, seed, per_tree=True),
-            "ours_per_tree_unbundled": lambda: ours(data, epochs, seed, per_tree=True, bundled=False),
-            "torch_eager": lambda: torch_side(data, epochs, seed, batched=False),
-            "torch_batched": lambda: torch_side(data, epochs, seed, batched=True),
-        },
-    )
-    a, per_tree, unbundled, eager, batched = (median_run(runs[name]) for name in runs)
+
+    def side(name: str) -> Callable[[], dict[str, Any]]:
+        return lambda: ours(data, epochs, seed, name)
+
+    contenders: dict[str, Callable[[], dict[str, Any]]] = {name: side(name) for name in SIDES}
+    contenders["torch_eager"] = lambda: torch_side(data, epochs, seed, batched=False)
+    contenders["torch_batched"] = lambda: torch_side(data, epochs, seed, batched=True)
+    runs = interleaved_runs(repeats, contenders)
+    medians = {name: median_run(runs[name]) for name in runs}
+    a, per_tree, unbundled = medians["ours"], medians["ours_per_tree"], medians["ours_per_tree_unbundled"]
+    eager, batched = medians["torch_eager"], medians["torch_batched"]
     result = {
-        "ours": a, "ours_per_tree": per_tree, "ours_per_tree_unbundled": unbundled, "torch_eager": eager,
-        "torch_batched": batched,
+        **medians,
         "ratio_per_tree_vs_eager": per_tree["instances_per_s"] / eager["instances_per_s"],
+        "ratio_per_tree_2_workers_vs_eager": medians["ours_per_tree_2_workers"]["instances_per_s"]
+        / eager["instances_per_s"],
         "ratio_per_tree_unbundled_vs_eager": unbundled["instances_per_s"] / eager["instances_per_s"],
+        "ratio_2_workers_vs_batched": medians["ours_2_workers"]["instances_per_s"] / batched["instances_per_s"],
         "ratio_per_tree_vs_batched": per_tree["instances_per_s"] / batched["instances_per_s"],
         "ratio_per_tree_vs_eager_per_round": [
             o["instances_per_s"] / e["instances_per_s"]
@@ -237,8 +255,10 @@ def run(
         "load_average_1min": {"before": load_before[0], "after": os.getloadavg()[0], "cpus": os.cpu_count()},
     }  # fmt: skip
     rows: list[tuple[str, Any]] = [("", "trees/s (median epoch)   val node acc   val root acc")]
-    sides = (("ours (amp, 2 workers, forests)", a), ("ours, one tree per key, bundled", per_tree),
-             ("ours, one tree per key, unbundled", unbundled), ("torch eager", eager),
+    sides = (("ours: forests, bundled, 1 worker", a), ("ours: forests, bundled, 2 workers", medians["ours_2_workers"]),
+             ("ours: one tree per key, bundled, 1 worker", per_tree),
+             ("ours: one tree per key, bundled, 2 workers", medians["ours_per_tree_2_workers"]),
+             ("ours: one tree per key, unbundled, 2 workers", unbundled), ("torch eager", eager),
              ("torch level-batched", batched))  # fmt: skip
     for name, side in sides:
         rows.append((name, f"{side['instances_per_s']:>10.0f}   {side['final_metric']:>20.4f}"
