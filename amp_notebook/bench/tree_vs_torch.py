@@ -11,8 +11,9 @@ initial weights:
 - ours: forest keys (``data.forest``): ``TREES_PER_KEY`` = 25 trees per key (the torch minibatch), run level
   by level by ``models.tree_lstm_forest`` (same cells, weights and node names; validation forests of
   ``EVAL_BATCH`` trees, the torch sides' evaluation batch), every node updating after each gradient,
-  6 forests in flight, messages of up to 8 forests run as one call (``max_bundle``, the inbox serving the
-  node with the most messages waiting), one worker thread. A forest key's loss is the mean over its nodes
+  6 forests in flight, messages of up to 8 forests run as one call (``max_bundle``; the inbox serves the
+  oldest key's messages first: serving the node with the most messages waiting ran 10% faster but ended
+  at 97.8% node / 86.4% root accuracy instead of 99.7% / 97.6%, more stale gradients), one worker thread. A forest key's loss is the mean over its nodes
   (torch: the mean over trees of each tree's mean). The trees are bucketed once before training
   (``bucketing_s``, counted in ``overall_instances_per_s``); the key order is shuffled every epoch.
 - ours_2_workers: the same on 2 worker threads (the forests' Linears on one, their cells on the other).
@@ -62,7 +63,7 @@ EMBED, HIDDEN, CLASSES = 64, 64, 5
 OPTIMIZER: dict[str, Any] = {"name": "adam", "lr": 3e-3}
 TREES_PER_KEY = 25  # = TORCH_BATCH: a forest key holds as many trees as a torch minibatch
 _FOREST: dict[str, Any] = {"mode": "amp", "max_active_keys": 6, "min_update_frequency": 1, "trace": False,
-                           "max_bundle": 8, "order": "largest_bundle"}  # fmt: skip
+                           "max_bundle": 8, "order": "oldest_key"}  # fmt: skip
 _PER_TREE: dict[str, Any] = {"mode": "amp", "max_active_keys": 128, "trace": False, "max_bundle": 128,
                              "order": "largest_bundle"}  # fmt: skip
 # our sides: name -> (layout, train settings)

@@ -99,9 +99,15 @@ class Inbox:
     def take(self, allow_forward: bool = True) -> list[Message] | None:
         """The next bundle (one message and those that join it), or None when nothing may be taken."""
         bwd, fwd = self._heaps
-        heap = bwd if self._top(bwd) is not None else None
-        if allow_forward and self._top(fwd) is not None and (heap is None or (self._fifo and fwd[0][0] < bwd[0][0])):
-            heap = fwd
+        live = self._live
+        while bwd and live.get(bwd[0][2]) != bwd[0][1]:  # drop superseded entries (as _top, inlined: hot path)
+            heapq.heappop(bwd)
+        heap = bwd if bwd else None
+        if allow_forward:
+            while fwd and live.get(fwd[0][2]) != fwd[0][1]:
+                heapq.heappop(fwd)
+            if fwd and (heap is None or (self._fifo and fwd[0][0] < bwd[0][0])):
+                heap = fwd
         if heap is None:
             return None
         if self._largest:
@@ -111,15 +117,20 @@ class Inbox:
                 key=lambda g: (len(self._groups[g]), -self._groups[g][0][0]),
             )
         else:
-            _, _, group = heapq.heappop(heap)
+            group = heapq.heappop(heap)[2]
         waiting = self._groups[group]
+        if len(waiting) == 1:  # the common case without bundling: nothing joins
+            del self._groups[group]
+            del live[group]
+            self._size -= 1
+            return [waiting[0][2]]
         node = group[0]
         cap = 1
         if self.max_bundle[node] > 1:
             cap = self.max_bundle[node] if self.limit is None else self.limit(node, group[1])
         if len(waiting) <= cap:
             del self._groups[group]
-            del self._live[group]
+            del live[group]
             self._size -= len(waiting)
             return [item[2] for item in waiting]
         bundle = [item[2] for item in waiting[:cap]]
@@ -128,7 +139,7 @@ class Inbox:
         rank = waiting[0][0]
         seq = self._seq = self._seq + 1
         heapq.heappush(heap, (rank, seq, group))
-        self._live[group] = seq
+        live[group] = seq
         return bundle
 
     def _top(self, heap: list[tuple[int, int, Group]]) -> tuple[int, int, Group] | None:

@@ -101,10 +101,10 @@ class Worker:
     ) -> tuple[list[int], list[int], float]:
         """Handle ``bundle`` and do what follows (module docstring); returns the keys and flushes that
         completed and when the step ended (after any local updates)."""
-        t0 = timer.start()
-        outs = self.handle_bundle(bundle)
-        t1 = timer.handled(t0, bundle)
         first = bundle[0]
+        t0 = timer.start()
+        outs = self.handle(first) if len(bundle) == 1 else self.handle_bundle(bundle)
+        t1 = timer.handled(t0, bundle)
         if self.tracing:
             if len(bundle) == 1:
                 self.buffer.record(first.node, first.direction, first.key, t0, t1, depth)
