@@ -13,9 +13,10 @@ initial weights:
   ``EVAL_BATCH`` trees, the torch sides' evaluation batch), every node updating after each gradient,
   6 forests in flight, messages of up to 8 forests run as one call (``max_bundle``; the inbox serves the
   oldest key's messages first: serving the node with the most messages waiting ran 10% faster but ended
-  at 97.8% node / 86.4% root accuracy instead of 99.7% / 97.6%, more stale gradients), one worker thread. A forest key's loss is the mean over its nodes
-  (torch: the mean over trees of each tree's mean). The trees are bucketed once before training
-  (``bucketing_s``, counted in ``overall_instances_per_s``); the key order is shuffled every epoch.
+  at 97.8% node / 86.4% root accuracy instead of 99.7% / 97.6%, more stale gradients), one worker thread.
+  A forest key's loss is the mean over its nodes (torch: the mean over trees of each tree's mean). The
+  trees are bucketed once before training (``bucketing_s``, counted in ``overall_instances_per_s``); the
+  key order is shuffled every epoch.
 - ours_2_workers: the same on 2 worker threads (the forests' Linears on one, their cells on the other).
 - ours_per_tree: the paper's layout, one tree per key walked node by node with Collect (``models.tree_lstm``,
   fused cells), the paper's per-node update frequencies (embedding 1000 gradients, other nodes 50), with
