@@ -153,6 +153,9 @@ def test_bench_quick_json_contract(name: str, keys: set[str], capsys: pytest.Cap
              "ggsnn-vs-torch": ("ours", "ours_per_graph", "torch_dense", "torch_scatter"),
              "tagger-vs-torch": ("ours_mak32", "ours_mak1", "ours_mak32_bundled", "torch_eager",
                                  "torch_batched")}.get(name, ())  # fmt: skip
+    if name == "bundling":  # every setting handled messages, bundles of at least one message each
+        for model in ("tree", "ggsnn"):
+            assert all(v > 0 for v in out[f"{model}_messages_per_s"].values())
     for side in sides:
         assert {"instances_per_s", "final_metric", "settings"} <= out[side].keys()
         assert out[side]["instances_per_s"] > 0 and 0.0 <= out[side]["final_metric"] <= 1.0

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -60,21 +61,23 @@ def measure(graph: Any, data: Any, max_bundle: int, seed: int) -> dict[str, floa
     from amp_notebook.runtime.worker import Worker
 
     calls = [0, 0]  # bundles, messages
-    original = Worker.handle_bundle
+    lock = threading.Lock()  # two worker threads count
+    original = Worker.step
 
-    def counting(self: Worker, bundle: list[Any]) -> list[Any]:
-        calls[0] += 1
-        calls[1] += len(bundle)
-        return original(self, bundle)
+    def counting(self: Worker, bundle: list[Any], *rest: Any) -> Any:
+        with lock:
+            calls[0] += 1
+            calls[1] += len(bundle)
+        return original(self, bundle, *rest)
 
     order = "largest_bundle" if max_bundle > 1 else "oldest_key"
-    Worker.handle_bundle = counting  # type: ignore[method-assign]
+    Worker.step = counting  # type: ignore[method-assign]
     try:
         t0 = time.perf_counter()
         r = train(graph, data, epochs=1, seed=seed, optimizer=OPTIMIZER, max_bundle=max_bundle, order=order, **RUN)
         wall = time.perf_counter() - t0
     finally:
-        Worker.handle_bundle = original  # type: ignore[method-assign]
+        Worker.step = original  # type: ignore[method-assign]
     assert isinstance(r, TrainResult)
     return {
         "instances_per_s": len(data.train) / wall,
