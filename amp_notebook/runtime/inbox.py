@@ -100,14 +100,9 @@ class Inbox:
         """The next bundle (one message and those that join it), or None when nothing may be taken."""
         bwd, fwd = self._heaps
         live = self._live
-        while bwd and live.get(bwd[0][2]) != bwd[0][1]:  # drop superseded entries (as _top, inlined: hot path)
-            heapq.heappop(bwd)
-        heap = bwd if bwd else None
-        if allow_forward:
-            while fwd and live.get(fwd[0][2]) != fwd[0][1]:
-                heapq.heappop(fwd)
-            if fwd and (heap is None or (self._fifo and fwd[0][0] < bwd[0][0])):
-                heap = fwd
+        heap = bwd if self._top(bwd) is not None else None
+        if allow_forward and self._top(fwd) is not None and (heap is None or (self._fifo and fwd[0][0] < bwd[0][0])):
+            heap = fwd
         if heap is None:
             return None
         if self._largest:
