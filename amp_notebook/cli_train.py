@@ -1,0 +1,474 @@
+"""``amp-notebook train`` and ``amp-notebook demo``: a zoo model on its embedded data, from the shell.
+
+``train`` builds the model and its dataset (:func:`model_and_data`), trains it with :func:`~amp_notebook.train`
+while a progress bar and one line per epoch go to stderr, and prints the summary to stdout: as text, or with
+``--json`` as one JSON object and nothing else. ``demo`` is ``train`` with the main job's settings.
+
+The text summary says which update frequency each parameterized node used: the zoo's Tree-LSTM and tagger
+give their nodes their own ``min_update_frequency`` (the paper's 1000 for the embedding and 50 for the rest;
+about a sentence's gradients), which overrides the run's value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from amp_notebook.cli import CommandLineError, positive_int
+
+if TYPE_CHECKING:
+    from amp_notebook.data.batch import Dataset
+    from amp_notebook.ir.graph import Graph
+    from amp_notebook.runtime.train import TrainResult
+
+TRAIN_MODELS = ("mlp", "rnn", "tree-lstm", "ggsnn", "bilstm-tagger")
+# The train defaults; what each reaches on its embedded data, and within how many epochs, is in the docs'
+# command-line page and checked in a short form by tests/models/test_defaults_learn.py.
+DEFAULT_LR = {"mlp": 1e-3, "rnn": 3e-3, "tree-lstm": 0.01, "ggsnn": 0.003, "bilstm-tagger": 3e-3}
+DEFAULT_OPTIMIZER = {"mlp": "adam", "rnn": "adam", "tree-lstm": "adam", "ggsnn": "adam", "bilstm-tagger": "adam"}
+DEFAULT_OPTIMIZER_SETTINGS: dict[str, dict[str, Any]] = {
+    "mlp": {"lr_decay": 0.7},
+    "rnn": {"clip_norm": 5.0, "lr_decay": 0.85},
+    "bilstm-tagger": {"clip_norm": 5.0},
+}
+DEFAULT_SIZES = {
+    "rnn": (100_000, 10_000),
+    "tree-lstm": (2_000, 500),
+    "ggsnn": (1_000, 200),
+    "bilstm-tagger": (1_000, 200),
+}
+DEFAULT_BATCH_SIZE = {"mlp": 25}  # digits (or MNIST) per key
+DEFAULT_MIN_UPDATE_FREQUENCY = {"rnn": 10}  # the others: 1
+CHECKPOINT_NAME = "checkpoint.npz"
+
+
+def add_train_arguments(t: argparse.ArgumentParser) -> None:
+    from amp_notebook.data.graphs import TASKS
+    from amp_notebook.runtime.inbox import ORDERS, PRIORITIES
+    from amp_notebook.runtime.placement import STRATEGIES
+
+    t.add_argument("--model", choices=TRAIN_MODELS, required=True, help="which zoo model: %(choices)s")
+    t.add_argument("--replicas", type=positive_int, default=1, help="replicas of the RNN step (rnn only)")
+    add_run_arguments(t)
+    t.add_argument(
+        "--placement",
+        choices=(*STRATEGIES, "auto"),
+        default="round_robin",
+        help="heavy ops round-robin over workers (the paper), in contiguous cost-balanced stages, or auto: "
+        "the fastest of these and a local search, judged on the simulator with costs measured here",
+    )
+    t.add_argument(
+        "--priority",
+        choices=PRIORITIES,
+        default="backward_first",
+        help="worker inbox order across directions: backward messages first (the paper) or arrival order",
+    )
+    t.add_argument(
+        "--order",
+        choices=ORDERS,
+        default="oldest_key",
+        help="worker inbox order within a direction: the key admitted earliest first, arrival order, or the node "
+        "with the most messages waiting (bigger bundles)",
+    )
+    t.add_argument(
+        "--max-bundle",
+        type=positive_int,
+        default=1,
+        help="messages of different keys a node may run as one call (1: none; try 16 with one tree per key)",
+    )
+    t.add_argument("--seed", type=int, default=0, help="seed of the data, the initial weights and the shuffling")
+    t.add_argument(
+        "--optimizer",
+        choices=("sgd", "momentum", "adam"),
+        default=None,
+        help="the update rule (default: adam with the model's settings)",
+    )
+    t.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help="learning rate (default per model: mlp 1e-3, rnn 3e-3, tree-lstm 0.01, ggsnn 3e-3, bilstm-tagger 3e-3)",
+    )
+    t.add_argument(
+        "--n-train",
+        type=positive_int,
+        default=None,
+        help="training instances: lists (rnn, 100000), trees (tree-lstm, 2000), graphs (ggsnn, 1000), sentences "
+        "(bilstm-tagger, 1000)",
+    )
+    t.add_argument("--n-val", type=positive_int, default=None, help="validation instances (10000, 500, 200, 200)")
+    t.add_argument(
+        "--task",
+        choices=TASKS,
+        default="node_selection",
+        help="ggsnn: bAbI-15 node_selection (default) or classification, or molecule regression",
+    )
+    t.add_argument(
+        "--graph-nodes",
+        type=positive_int,
+        default=8,
+        help="ggsnn bAbI-15: nodes per graph (8 = the original task; the paper inflates to 54)",
+    )
+    t.add_argument("--steps", type=positive_int, default=4, help="ggsnn propagation steps")
+    t.add_argument(
+        "--per-key",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="tree-lstm: trees per key, run level by level (forests); ggsnn: graphs per key (their "
+        "disjoint union); bilstm-tagger: sentences of one length per key. 1 (default) = one instance per key, "
+        "the paper's layout",
+    )
+    t.add_argument(
+        "--mnist",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="train the mlp on MNIST IDX files in DIR instead of the embedded digits",
+    )
+    t.add_argument(
+        "--conll",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="train the bilstm-tagger on a CoNLL-style file ('token tag' per line; 10%% held out for validation) "
+        "instead of the synthetic NER sentences",
+    )
+    add_output_arguments(t, trace_default=None)
+    t.add_argument(
+        "--trace-window",
+        type=float,
+        nargs=2,
+        default=None,
+        metavar=("START_S", "END_S"),
+        help="only export slices starting in this window of seconds",
+    )
+    t.add_argument(
+        "--backend",
+        choices=("threads", "ray"),
+        default="threads",
+        help="worker threads in this process (default), or one Ray actor per worker (pip install '.[ray]')",
+    )
+    t.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="HOST:PORT",
+        help="with --backend ray: the cluster to run on (from `ray start --head`); default: start a local Ray",
+    )
+    t.add_argument("--quiet", action="store_true", help="no progress bar")
+    t.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help=f"save a checkpoint as DIR/{CHECKPOINT_NAME} every --every-epochs epochs and at the end",
+    )
+    t.add_argument("--every-epochs", type=positive_int, default=1, metavar="N", help="checkpoint every N epochs")
+    t.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on from the checkpoint in --checkpoint DIR (--epochs counts its epochs too)",
+    )
+
+
+def add_run_arguments(t: argparse.ArgumentParser) -> None:
+    """The run's settings (``amp.train``'s keywords of the same names)."""
+    from amp_notebook.runtime.controller import MODES
+
+    t.add_argument("--workers", type=positive_int, default=2, help="worker threads the nodes are placed on")
+    t.add_argument(
+        "--max-active-keys",
+        type=positive_int,
+        default=4,
+        help="keys (buckets of instances) in flight at once in amp and pipeline mode",
+    )
+    t.add_argument(
+        "--min-update-frequency",
+        type=positive_int,
+        default=None,
+        help="gradients a node holds before it updates (amp mode); default 10 (rnn), 1 (the others); given, it "
+        "replaces the per-node values of tree-lstm and bilstm-tagger",
+    )
+    t.add_argument(
+        "--mode",
+        choices=MODES,
+        default="amp",
+        help="amp: asynchronous, local updates; sync: one key at a time, update after each; pipeline: fill "
+        "max-active-keys keys, drain, update all",
+    )
+    t.add_argument("--epochs", type=positive_int, default=3, help="passes over the training data")
+
+
+def add_output_arguments(t: argparse.ArgumentParser, trace_default: Path | None) -> None:
+    t.add_argument(
+        "--trace",
+        type=Path,
+        default=trace_default,
+        metavar="PATH",
+        help="write a Chrome/Perfetto trace JSON here" + (f" (default {trace_default})" if trace_default else ""),
+    )
+    t.add_argument("--target", type=float, default=None, help="stop once validation accuracy reaches this")
+    t.add_argument("--json", action="store_true", help="print the summary as one JSON object on stdout, nothing else")
+
+
+def add_demo_arguments(d: argparse.ArgumentParser) -> None:
+    add_output_arguments(d, trace_default=Path("amp_demo.trace.json"))
+    d.add_argument("--epochs", type=positive_int, default=20, help="at most this many epochs")
+    d.set_defaults(target=0.97)
+
+
+def model_and_data(args: argparse.Namespace) -> tuple[Graph, Dataset]:
+    """The zoo graph named by ``args.model`` and its dataset, sized by the options."""
+    per_key = getattr(args, "per_key", 1)
+    if per_key != 1 and args.model not in ("tree-lstm", "ggsnn", "bilstm-tagger"):
+        raise CommandLineError("--per-key applies to --model tree-lstm, ggsnn and bilstm-tagger only")
+    if getattr(args, "conll", None) is not None and args.model != "bilstm-tagger":
+        raise CommandLineError("--conll applies to --model bilstm-tagger only")
+    if args.replicas != 1 and args.model != "rnn":
+        raise CommandLineError("--replicas applies to --model rnn only")
+    from amp_notebook import data as D
+    from amp_notebook import models as M
+
+    if args.model == "mlp":
+        batch = DEFAULT_BATCH_SIZE["mlp"]
+        if getattr(args, "mnist", None) is not None:
+            data = D.load_mnist_dataset(args.mnist, batch_size=batch, seed=args.seed)
+        else:
+            data = D.load_digits_dataset(batch_size=batch, seed=args.seed)
+        return M.mlp(input_width=int(data.meta["input_width"]), hidden=784), data
+    n_train, n_val = DEFAULT_SIZES[args.model]
+    n_train, n_val = getattr(args, "n_train", None) or n_train, getattr(args, "n_val", None) or n_val
+    if args.model == "bilstm-tagger":
+        from amp_notebook.models.bilstm_tagger import UPDATE_FREQUENCY
+
+        conll = getattr(args, "conll", None)
+        if conll is not None:
+            data = D.load_conll(conll, per_key=per_key, seed=args.seed)
+        else:
+            data = D.synthetic_ner_dataset(n_train=n_train, n_val=n_val, seed=args.seed, per_key=per_key)
+        sizes = {k: int(data.meta[k]) for k in ("vocab_size", "char_vocab_size", "num_tags")}  # type: ignore[call-overload]
+        # the model's per-node frequencies (about a sentence's worth of gradients) unless --min-update-frequency
+        per_node = getattr(args, "min_update_frequency", None) is None
+        return M.bilstm_tagger(**sizes, update_frequency=UPDATE_FREQUENCY if per_node else None), data
+    if args.model == "tree-lstm":
+        from amp_notebook.data.forest import forest_dataset
+
+        data = D.sentiment_tree_dataset(n_train=n_train, n_val=n_val, seed=args.seed)
+        if per_key > 1:  # forests: one update per key unless --min-update-frequency says otherwise
+            forests = forest_dataset(data, per_key)
+            forests.meta["trees"] = data  # the trees themselves, for the root accuracy
+            return M.tree_lstm_forest(int(data.meta["vocab_size"])), forests  # type: ignore[call-overload]
+        # the paper's per-node frequencies (embedding 1000, the rest 50) unless --min-update-frequency is given
+        paper = getattr(args, "min_update_frequency", None) is None
+        graph = M.tree_lstm(
+            int(data.meta["vocab_size"]),  # type: ignore[call-overload]
+            embed_update_frequency=1000 if paper else None, update_frequency=50 if paper else None,
+        )  # fmt: skip
+        return graph, data
+    if args.model == "ggsnn":
+        return ggsnn_and_data(args, n_train, n_val, per_key)
+    data = D.list_reduction_dataset(n_train=n_train, n_val=n_val, seed=args.seed)
+    return M.rnn(replicas=args.replicas), data
+
+
+def ggsnn_and_data(args: argparse.Namespace, n_train: int, n_val: int, per_key: int) -> tuple[Graph, Dataset]:
+    from amp_notebook.data.graphs import BABI15_FEATURE_WIDTH, BABI15_TYPES, babi15_graphs, ggsnn_dataset
+    from amp_notebook.data.molecules import molecule_graphs
+    from amp_notebook.models import ggsnn
+
+    task = getattr(args, "task", "node_selection")
+    steps = getattr(args, "steps", 4)
+    if task == "regression":
+        train_graphs, val_graphs = molecule_graphs(n_train, seed=args.seed), molecule_graphs(n_val, seed=args.seed + 1)
+        data = ggsnn_dataset(
+            train_graphs, 3, "regression", steps, val_instances=val_graphs, name="molecules", graphs_per_key=per_key
+        )
+        return ggsnn(3, train_graphs[0].feature_width, steps=steps, task="regression"), data
+    nodes = getattr(args, "graph_nodes", 8)
+    train_graphs = babi15_graphs(n_train, seed=args.seed, inflate_to=nodes, task=task)
+    val_graphs = babi15_graphs(n_val, seed=args.seed + 1, inflate_to=nodes, task=task)
+    classes = len(BABI15_TYPES) if task == "classification" else None
+    data = ggsnn_dataset(
+        train_graphs, 4, task, steps, val_instances=val_graphs, num_classes=classes, name="babi15",
+        graphs_per_key=per_key,
+    )  # fmt: skip
+    return ggsnn(4, BABI15_FEATURE_WIDTH, steps=steps, task=task, classes=classes), data
+
+
+def run_training(
+    args: argparse.Namespace, graph: Graph, data: Dataset, muf: int, optimizer: dict[str, Any]
+) -> TrainResult:
+    """``amp.train`` with a progress bar over every key (training and validation) and a line per epoch."""
+    from amp_notebook.runtime.train import train
+
+    bar = None
+    if not args.quiet:
+        from tqdm import tqdm
+
+        total = args.epochs * (len(data.train) + len(data.val))
+        bar = tqdm(total=total, unit="key", file=sys.stderr, desc=f"{graph.name} {args.mode}", dynamic_ncols=True)
+
+    def say(message: str) -> None:
+        (bar.write if bar is not None else print)(message, file=sys.stderr)
+
+    def on_key(_: Any) -> None:
+        if bar is not None:
+            bar.update(1)
+
+    def on_epoch(stats: Any) -> bool:
+        acc = "n/a" if stats.val_accuracy is None else f"{stats.val_accuracy:.3f}"
+        say(f"epoch {stats.epoch + 1}: train loss {stats.train_loss:.4f}, val accuracy {acc}, t={stats.end_s:.1f}s")
+        reached = args.target is not None and (stats.val_accuracy or 0.0) >= args.target
+        if reached:
+            say(f"reached the target validation accuracy {args.target:.3f}; stopping")
+        return reached
+
+    try:
+        result = train(
+            graph, data, workers=args.workers, mode=args.mode, max_active_keys=args.max_active_keys,
+            min_update_frequency=muf, optimizer=optimizer, epochs=args.epochs, seed=args.seed,
+            placement=getattr(args, "placement", "round_robin"), priority=getattr(args, "priority", "backward_first"),
+            order=getattr(args, "order", "oldest_key"), max_bundle=getattr(args, "max_bundle", 1),
+            on_key_done=on_key, on_epoch=on_epoch, **backend_options(args), **checkpoint_options(args),
+        )  # fmt: skip
+        if bar is not None:  # the run may end early (a target reached, a resumed run): the bar ends where it did
+            bar.total = bar.n
+            bar.refresh()
+        return result
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def checkpoint_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``train`` keywords for --checkpoint DIR [--every-epochs N] [--resume]."""
+    directory = getattr(args, "checkpoint", None)
+    if directory is None:
+        if getattr(args, "resume", False):
+            raise CommandLineError("--resume needs --checkpoint DIR (where the checkpoint is)")
+        return {}
+    path = directory / CHECKPOINT_NAME
+    options: dict[str, Any] = {"checkpoint": path, "checkpoint_every": args.every_epochs}
+    if args.resume:
+        from amp_notebook.runtime.checkpoint import load_checkpoint
+
+        if not path.exists():
+            raise CommandLineError(f"--resume: no checkpoint {path}; train without --resume first")
+        options["resume"] = load_checkpoint(path)
+        print(f"resuming from {path}: {options['resume']}", file=sys.stderr)
+    return options
+
+
+def backend_options(args: argparse.Namespace) -> dict[str, Any]:
+    backend, address = getattr(args, "backend", "threads"), getattr(args, "ray_address", None)
+    if address is not None and backend != "ray":
+        raise CommandLineError("--ray-address needs --backend ray")
+    return {"backend": backend, "address": address} if backend == "ray" else {}
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    graph, data = model_and_data(args)
+    muf = args.min_update_frequency or DEFAULT_MIN_UPDATE_FREQUENCY.get(args.model, 1)
+    name = args.optimizer or DEFAULT_OPTIMIZER[args.model]
+    optimizer: dict[str, Any] = {"name": name, "lr": args.lr or DEFAULT_LR[args.model]}
+    optimizer.update(DEFAULT_OPTIMIZER_SETTINGS.get(args.model, {}))
+    result = run_training(args, graph, data, muf, optimizer)
+    summary = result.summary(model=args.model, replicas=args.replicas, backend=getattr(args, "backend", "threads"))
+    if result.backend_stats.get("backend") == "ray":
+        summary["ray"] = result.backend_stats
+    summary["node_min_update_frequency"] = {
+        n: graph.nodes[n].min_update_frequency or muf for n in graph.parameterized()
+    }  # fmt: skip
+    if args.model == "tree-lstm":
+        from amp_notebook.models.tree_lstm import root_accuracy
+
+        trees = data.meta.get("trees", data)  # forests keep their trees in meta
+        summary["val_root_accuracy"] = root_accuracy(result.params, trees.val)  # val_accuracy is per tree node
+        summary["per_key"] = getattr(args, "per_key", 1)
+    if args.model == "bilstm-tagger":  # val_accuracy is token accuracy
+        summary["per_key"] = getattr(args, "per_key", 1)
+        for key in ("val_majority_fraction", "rare_token_fraction", "frequent_threshold"):
+            summary[key] = data.meta[key]
+    if args.model == "ggsnn":
+        summary["task"] = getattr(args, "task", "node_selection")
+        summary["val_metric"] = [e.val_loss for e in result.history] if summary["task"] == "regression" else None
+    if args.trace is not None:
+        result.trace.to_chrome(args.trace, window=tuple(args.trace_window) if args.trace_window else None)
+        summary["trace"] = str(args.trace)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(summary_text(summary))
+    return 0
+
+
+def update_frequencies_text(per_node: dict[str, int]) -> str:
+    """``per node: 50 (lstm, out), 1000 (embed)``; one figure when every node has the same."""
+    groups: dict[int, list[str]] = {}
+    for node, value in per_node.items():
+        groups.setdefault(value, []).append(node)
+    if len(groups) == 1:
+        return str(next(iter(groups)))
+    shown = []
+    for value, nodes in sorted(groups.items()):
+        names = ", ".join(nodes) if len(nodes) <= 3 else f"{len(nodes)} nodes"
+        shown.append(f"{value} ({names})")
+    return "per node: " + ", ".join(shown)
+
+
+def summary_text(s: dict[str, Any]) -> str:
+    """The human-readable summary of ``amp-notebook train`` (the JSON summary's main figures)."""
+    acc = ", ".join("n/a" if a is None else f"{a:.3f}" for a in s["val_accuracy"])
+    st = s["staleness"]
+    per_node = s.get("node_min_update_frequency") or {}
+    muf = update_frequencies_text(per_node) if per_node else str(s["min_update_frequency"])
+    accuracy_label = {"tree-lstm": "val node acc/epoch", "bilstm-tagger": "val token acc/epoch"}.get(
+        s.get("model", ""), "val accuracy/epoch"
+    )
+    lines = [
+        f"model {s.get('model')} ({s['mode']}, {s['workers']} workers, max_active_keys {s['max_active_keys']}, "
+        f"replicas {s.get('replicas', 1)})",
+        f"  min_update_frequency {muf}",
+        f"  wall time            {s['wall_s']:.2f} s",
+        f"  training throughput  {s['train_instances_per_s']:,.0f} instances/s",
+        f"  {accuracy_label:<21}{acc}",
+    ]
+    if s.get("val_root_accuracy") is not None:
+        lines.append(f"  val root accuracy    {s['val_root_accuracy']:.3f} (after the last epoch)")
+    lines += [
+        f"  staleness            mean {st['mean']:.2f}, p95 {st['p95']:.0f}, max {st['max']:.0f} (updates)",
+        f"  worker utilization   {', '.join(f'{u:.0%}' for u in s['utilization'])}",
+    ]
+    if "autoplace" in s:
+        a = s["autoplace"]
+        lines.append(
+            f"  placement (auto)     {a['chosen']} {a['heavy']}: predicted {a['predicted_per_s']:,.0f}, "
+            f"measured {a['measured_per_s']:,.0f} instances/s ({len(a['candidates'])} candidates simulated)"
+        )
+    if "trace" in s:
+        lines.append(f"  trace                {s['trace']} (open in https://ui.perfetto.dev)")
+    return "\n".join(lines)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The main job: the list-reduction RNN, asynchronous on 2 workers, on generated data."""
+    print(
+        "amp-notebook demo: the paper's list-reduction RNN (Fig. 2 graph: Ungroup, Embedding, Concat, Linear, "
+        f"ReLU, Isu, Cond, Phi) trained asynchronously on 2 worker threads until {args.target:.0%} validation "
+        "accuracy.",
+        file=sys.stderr,
+    )
+    ns = argparse.Namespace(
+        model="rnn", replicas=1, workers=2, max_active_keys=4, min_update_frequency=None, mode="amp",
+        epochs=args.epochs, seed=0, optimizer=None, lr=None, n_train=100_000, n_val=10_000, trace=args.trace,
+        trace_window=(0.0, 1.0), json=args.json, quiet=False, target=args.target,
+    )  # fmt: skip
+    start = time.perf_counter()
+    code = cmd_train(ns)
+    print(f"demo finished in {time.perf_counter() - start:.1f} s; the trace holds the first second of the run.",
+          file=sys.stderr)  # fmt: skip
+    return code
