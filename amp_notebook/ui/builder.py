@@ -291,7 +291,7 @@ class GraphBuilder(anywidget.AnyWidget):
         """Mirror the run's status into ``run_status`` until it ends."""
         while True:
             s = run.status
-            loss = "" if s["recent_loss"] is None else f", loss {s['recent_loss']:.3f}"
+            loss = "" if s["recent_loss"] is None else f", recent train loss {s['recent_loss']:.3f}"
             self.run_status = (
                 f"run {s['state']}: epoch {s['epoch'] + 1}/{s['epochs']}, {s['keys_done']} keys done{loss}"
                 + (f" ({s['error']})" if s["error"] else "")

@@ -4,6 +4,9 @@ Checks: a value the inspector sends and Python refuses ("many" for ``min_update_
 notice, and the field shows the value in effect again, not the refused text; the export dialog's code
 follows an edit made while it is open; loading another model from the toolbar closes the notice, the export
 dialog and the inspector of the graph before.
+
+It also writes ``docs/images/builder.png``: the builder holding the zoo's RNN (the paper's Fig. 2), loaded
+from its toolbar.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.browser.conftest import WAIT_MS, open_and_run, write_notebook
+from tests.browser.screenshots import save_screenshot
 
 pytestmark = pytest.mark.browser
 
@@ -84,4 +88,14 @@ def test_refusals_exports_and_the_inspector_follow_the_graph(lab: Any, page: Any
     assert rnn.locator(".amp-notice").count() == 0
     assert rnn.locator(".amp-export").count() == 0
     assert rnn.locator(".amp-inspector").count() == 0
+
+    # the picture of the builder, once every node of the loaded model is drawn and the canvas fitted to it
+    page.wait_for_function(
+        "() => { const b = document.querySelector('.amp-builder[data-graph=\"rnn\"]');"
+        " return b.querySelectorAll('.react-flow__node').length === Number(b.dataset.nodes); }",
+        timeout=WAIT_MS,
+    )
+    page.wait_for_timeout(500)
+    page.mouse.move(0, 0)
+    print(f"builder: {save_screenshot(rnn, 'builder.png')}")
     assert not page.errors, page.errors

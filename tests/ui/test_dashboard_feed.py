@@ -187,6 +187,33 @@ def test_snapshot_holds_the_recent_window_and_moves_the_cursor(digits: Dataset) 
         run.stop()
 
 
+def test_a_view_of_a_short_run_shows_keys_in_flight_as_a_replay_does(digits: Dataset) -> None:
+    """Samples a few times a second miss a run of a second; a view opened after it ended once showed 0 keys
+    in flight throughout, while the replay of the same run showed up to max_active_keys. The last frame
+    and a late view's first frame carry the series rebuilt from the rows, as the replay has it."""
+    run = background(digits, epochs=2, max_active_keys=4)
+    feed = LiveFeed(run)
+    while not feed.finished:
+        last = feed.poll()
+        time.sleep(0.05)
+    replayed = static_frames(run.trace)[-1].content["meta"]["keys_in_flight"]
+    assert max(v for _, v in replayed) == 4
+    assert last.content["meta"]["keys_in_flight"] == replayed
+    assert last.content["meta"]["status"]["keys_in_flight"] == 0  # none in flight at the end, truly
+    late = LiveFeed(run).snapshot(history_s=60.0)  # a view that opens after the run ended
+    assert late.content["meta"]["keys_in_flight"] == replayed
+
+
+def test_a_finished_run_reports_its_rate_over_the_whole_run(digits: Dataset) -> None:
+    run = background(digits, epochs=2)
+    result = run.wait()
+    meta = LiveFeed(run).poll().content["meta"]
+    status = meta["status"]
+    assert meta["run_throughput"] == pytest.approx(status["train_instances_done"] / status["elapsed_s"])
+    assert meta["run_throughput"] == pytest.approx(result.train_instances_per_s, rel=0.05)
+    assert meta["run_throughput"] > 0
+
+
 # ---------------------------------------------------------------------------- static traces
 def test_static_frames_carry_every_row_in_chunks_then_the_metrics(finished: TrainResult) -> None:
     frames = static_frames(finished.trace, run=1, history=[e.as_dict() for e in finished.history], chunk_rows=500)
