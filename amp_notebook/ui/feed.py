@@ -7,7 +7,8 @@ a few copies, not 10^5 JSON objects.
 
 * :class:`LiveFeed` follows a running :class:`~amp_notebook.runtime.run.Run`: each :meth:`LiveFeed.poll`
   takes only the rows written since the last one (a trace cursor), the run's status, a sample of the
-  series that are not in the trace (keys in flight, moving averages of loss and accuracy, throughput),
+  series that are not in the trace (keys in flight, moving averages of loss and accuracy, throughput over
+  the last seconds),
   and the exact whole-run metrics (staleness histograms, utilization) from the trace's running totals.
   Samples taken a few times a second miss a short run, so keys in flight are also rebuilt from the rows,
   as a replay rebuilds them, in a view's first frame (:meth:`LiveFeed.snapshot`) and in the last one.
@@ -21,6 +22,7 @@ benchmark read them directly.
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +45,7 @@ MEMBER_WIRE = (("worker", "<u2"), ("row", "<u4"), ("key", "<i4"))
 MAX_ROWS_PER_FRAME = 200_000  # a feed that fell further behind sends the newest rows and counts the rest
 STATIC_CHUNK_ROWS = 250_000
 MAX_SERIES_POINTS = 2_000
+RATE_WINDOW_S = 2.0  # the live throughput is taken over this many seconds
 HISTORY_S = 60.0  # a view opened while a run goes gets this many seconds of its rows
 
 
@@ -138,7 +141,7 @@ class LiveFeed:
         self.rows_skipped = 0
         self.epochs_sent = 0
         self.finished = False  # the run had ended when the last poll began: that poll read every row
-        self._last = (time.perf_counter(), 0)
+        self._counts: deque[tuple[float, int]] = deque([(time.perf_counter(), 0)])  # (time, instances done)
         # Whole-run figures kept up from the rows read, so a poll costs what is new, not what is held;
         # if rows were dropped before this feed read them, it falls back to the trace's exact totals.
         self._complete = True
@@ -209,10 +212,14 @@ class LiveFeed:
     def meta(self) -> dict[str, Any]:
         status = self.run.status
         now = time.perf_counter()
-        t_prev, n_prev = self._last
         n = status["train_instances_done"]
+        # instances/s over the last RATE_WINDOW_S (from one frame to the next it jumps by whole keys)
+        counts = self._counts
+        counts.append((now, n))
+        while len(counts) > 2 and counts[1][0] <= now - RATE_WINDOW_S:
+            counts.popleft()
+        t_prev, n_prev = counts[0]
         throughput = (n - n_prev) / (now - t_prev) if now > t_prev else 0.0
-        self._last = (now, n)
         history = self.run.history
         new_epochs = [e.as_dict() for e in history[self.epochs_sent :]]
         self.epochs_sent = len(history)
@@ -225,7 +232,7 @@ class LiveFeed:
                 "keys_in_flight": status["keys_in_flight"],
                 "loss": status["recent_loss"],
                 "accuracy": status["recent_accuracy"],
-                "throughput": throughput,  # since the last frame
+                "throughput": throughput,  # recent: over the last RATE_WINDOW_S
             },
             "run_throughput": n / elapsed if elapsed > 0 else None,  # training instances/s over the run
             "epochs": new_epochs,

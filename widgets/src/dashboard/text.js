@@ -43,8 +43,8 @@ export function runEnded(status) {
 }
 
 // The status line of a live run. status: Run.status; meta: the feed's last meta (run_throughput,
-// keys_in_flight rebuilt from the rows at the end); last: the last sample (throughput since the frame
-// before). An ended run shows its rate over the whole run, and the most keys it had in flight.
+// keys_in_flight rebuilt from the rows at the end); last: the last sample (throughput over the last
+// seconds). An ended run shows its rate over the whole run, and the most keys it had in flight.
 export function liveStatusText(status, meta = {}, last = {}) {
   const s = status || {};
   const ended = runEnded(s);
