@@ -1,6 +1,6 @@
 // The side panels: palette (drag an op onto the canvas), inspector (properties of the selected node),
 // toolbar, notices and the export dialog. Each sends intents; none changes the graph locally.
-import { useEffect, useRef, useState } from "react";
+import { useEffect, useMemo, useRef, useState } from "react";
 
 const GROUP_TITLES = { io: "inputs & sinks", payload: "payload", "control flow": "control flow", aggregation: "aggregation", loss: "loss", cells: "compound cells" };
 
@@ -143,10 +143,12 @@ export function Inspector({ node, entry, workers, send, settled }) {
   );
 }
 
+// The export's text in a dialog over the canvas, with a download link (one object URL per text, revoked
+// when the text changes or the dialog closes) and a copy button.
 export function ExportDialog({ exported, onClose }) {
-  if (!exported) return null;
   const type = exported.format === "python" ? "text/x-python" : "application/json";
-  const href = URL.createObjectURL(new Blob([exported.text], { type }));
+  const href = useMemo(() => URL.createObjectURL(new Blob([exported.text], { type })), [exported.text, type]);
+  useEffect(() => () => URL.revokeObjectURL(href), [href]);
   const file = exported.format === "python" ? "graph.py" : "graph.json";
   return (
     <div className="amp-export" data-format={exported.format}>
