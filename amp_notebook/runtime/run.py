@@ -61,6 +61,7 @@ from amp_notebook.trace.trace import Trace
 if TYPE_CHECKING:
     from amp_notebook.runtime.backends.threads import ThreadedBackend
     from amp_notebook.runtime.checkpoint import Checkpoint
+    from amp_notebook.runtime.plan import Plan
     from amp_notebook.runtime.session import EpochStats, Session
     from amp_notebook.runtime.train import TrainResult
     from amp_notebook.ui.report import Report
@@ -184,6 +185,16 @@ class Run:
     def history(self) -> list[EpochStats]:
         """Statistics of the epochs completed so far."""
         return list(self._session.history)
+
+    @property
+    def plan(self) -> Plan:
+        """The compiled plan this run executes (node names, placement, which nodes are parameterized)."""
+        return self._session.plan
+
+    @property
+    def mode(self) -> str:
+        """``amp``, ``sync`` or ``pipeline``."""
+        return self._controller.mode
 
     @property
     def result(self) -> TrainResult | None:

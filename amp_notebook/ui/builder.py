@@ -59,8 +59,10 @@ class GraphBuilder(anywidget.AnyWidget):
     view = t.Dict().tag(sync=True)
     palette = t.List().tag(sync=True)
     zoo = t.List().tag(sync=True)
-    notice = t.Dict().tag(sync=True)  # the last refusal or message: {"seq", "level", "text"}
-    export = t.Dict().tag(sync=True)  # the last export asked for from the canvas: {"seq", "format", "text"}
+    notice = t.Dict().tag(sync=True)  # the last refusal or message: {"seq", "level", "text"}; {} after a load
+    # the last export asked for from the canvas, {"seq", "format", "text"}: its text follows the graph's
+    # edits; {} after a load
+    export = t.Dict().tag(sync=True)
     run_status = t.Unicode("").tag(sync=True)
     perf = t.Dict().tag(sync=True)  # set by the browser: {"nodes", "layout_ms", "render_ms"} of the last layout
     height = t.Int(0).tag(sync=True)  # canvas height in px; 0: fits the graph (builder/fit.js)
@@ -68,6 +70,7 @@ class GraphBuilder(anywidget.AnyWidget):
     def __init__(self, graph: Graph | None = None, workers: int = 2, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.model = BuilderModel(graph, workers=workers)
+        self._generation = self.model.generation  # of the graph the notice and the export are about
         self.model.on_change = self._sync
         self.palette = S.palette()
         self.zoo = list(ZOO_MODELS)
@@ -240,7 +243,20 @@ class GraphBuilder(anywidget.AnyWidget):
         self.notice = {"seq": self._seq, "level": level, "text": text}
 
     def _sync(self) -> None:
-        self.view = self.model.view()
+        """Send the view; a notice and an export about another graph (one loaded before) go first, and an
+        export of this graph is kept current (its dialog in the browser may be open)."""
+        view = self.model.view()
+        if view["generation"] != self._generation:
+            self._generation = view["generation"]
+            self.notice = {}
+            self.export = {}
+        elif self.export:
+            self.export = self._export_text(self.export["format"], self.export["seq"])
+        self.view = view
+
+    def _export_text(self, fmt: str, seq: int) -> dict[str, Any]:
+        text = self.to_python() if fmt == "python" else self.to_json()
+        return {"seq": seq, "format": fmt, "text": text}
 
     def _on_msg(self, _widget: Any, content: dict[str, Any], _buffers: Any) -> None:
         problem = refusal("builder message", content)  # junk is refused before anything acts on it
@@ -252,10 +268,8 @@ class GraphBuilder(anywidget.AnyWidget):
             if kind == "intent":
                 self.model.apply(content.get("intent"))
             elif kind == "export":
-                fmt = content.get("format")
-                text = self.to_python() if fmt == "python" else self.to_json()
                 self._seq += 1
-                self.export = {"seq": self._seq, "format": "python" if fmt == "python" else "json", "text": text}
+                self.export = self._export_text("python" if content.get("format") == "python" else "json", self._seq)
             elif kind == "train":
                 self._start_run(None, {})
         except BuilderError as exc:
@@ -277,7 +291,7 @@ class GraphBuilder(anywidget.AnyWidget):
         """Mirror the run's status into ``run_status`` until it ends."""
         while True:
             s = run.status
-            loss = "" if s["recent_loss"] is None else f", loss {s['recent_loss']:.3f}"
+            loss = "" if s["recent_loss"] is None else f", recent train loss {s['recent_loss']:.3f}"
             self.run_status = (
                 f"run {s['state']}: epoch {s['epoch'] + 1}/{s['epochs']}, {s['keys_done']} keys done{loss}"
                 + (f" ({s['error']})" if s["error"] else "")

@@ -82,6 +82,7 @@ class BuilderModel:
         self.direction: str | None = None  # of the layout the positions came from (module docstring)
         self.workers = workers
         self.revision = 0
+        self.generation = 0  # bumped by every load: which graph this is, for what belongs to the last one
         self.on_change: Callable[[], None] | None = None
         self._undo: list[Snapshot] = []
         self._redo: list[Snapshot] = []
@@ -228,12 +229,17 @@ class BuilderModel:
         """Replace the graph (a Graph, or its JSON dict: data only, never code); one undo step."""
         if not isinstance(graph, (Graph, dict)):
             raise BuilderError(f"load: expected a Graph or its JSON dict, got {type(graph).__name__}")
-        with self._edit():
-            new = graph_from_dict(graph, "load") if isinstance(graph, dict) else graph
-            self._replace_graph(new)
-            self.graph.compiled_from = new.compiled_from  # amp.compile's record (to_python(form="source"))
-            self.positions.clear()
-            self.direction = None
+        self.generation += 1  # before the view is drawn; put back if the load is refused
+        try:
+            with self._edit():
+                new = graph_from_dict(graph, "load") if isinstance(graph, dict) else graph
+                self._replace_graph(new)
+                self.graph.compiled_from = new.compiled_from  # amp.compile's record (to_python(form="source"))
+                self.positions.clear()
+                self.direction = None
+        except BaseException:
+            self.generation -= 1
+            raise
 
     def load_model(self, model: str) -> None:
         zoo = _zoo()

@@ -141,6 +141,7 @@ def build_view(model: BuilderModel) -> dict[str, Any]:
     return {
         "name": graph.name,
         "revision": model.revision,
+        "generation": model.generation,
         "nodes": nodes,
         "edges": edges,
         "direction": model.direction,

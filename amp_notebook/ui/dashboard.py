@@ -38,7 +38,7 @@ from amp_notebook.ir.graph import Graph
 from amp_notebook.runtime.run import Run
 from amp_notebook.trace.io import load_trace
 from amp_notebook.trace.trace import Trace
-from amp_notebook.ui.feed import Frame, LiveFeed, static_frames
+from amp_notebook.ui.feed import HISTORY_S, Frame, LiveFeed, static_frames
 from amp_notebook.ui.messages import CONTROL_ACTIONS, refusal
 
 STATIC = Path(__file__).parent / "static"
@@ -91,7 +91,7 @@ class Dashboard(anywidget.AnyWidget):
         rate_hz: float = 4.0,
         window_s: float = 5.0,
         max_boxes: int = 250_000,
-        history_s: float = 60.0,
+        history_s: float = HISTORY_S,
         export_path: str | Path | None = None,
         checkpoint_path: str | Path | None = None,
         **kwargs: Any,
@@ -120,16 +120,16 @@ class Dashboard(anywidget.AnyWidget):
                     f"Dashboard(run): expected a Run from train(..., background=True), got {type(run).__name__}; "
                     "for a finished result or a saved trace use Dashboard.replay(...)"
                 )
-            plan = run._session.plan
+            plan = run.plan
             self.runs = [self._describe(run.trace, "run", plan.parameterized, plan.graph)]
             self.controls = {
-                "mode": run._controller.mode,
+                "mode": run.mode,
                 "max_active_keys": {"min": 1, "max": max(64, run.status["max_active_keys"])},
                 "min_update_frequency": {"min": 1, "max": 1000},
                 "max_bundle": {"min": 1, "max": max(64, run.status["max_bundle"])},
                 "checkpoint": True,
             }
-            self._feed = LiveFeed(run)
+            self._feed = LiveFeed(run, history_s=history_s)
             self._thread = threading.Thread(target=self._stream, name="amp-dashboard-feed", daemon=True)
             self._thread.start()
 

@@ -426,3 +426,32 @@ def test_a_default_config_is_a_copy_the_palette_keeps_its_defaults() -> None:
     config = default_config("split")
     config["sizes"].append(True)  # a caller (or a fuzzed intent) changing what it was given
     assert default_config("split") == {"sizes": [32, 32]}
+
+
+def test_loading_another_graph_clears_the_notice_and_the_export_about_the_last() -> None:
+    pytest.importorskip("anywidget")
+    from amp_notebook.ui import GraphBuilder
+
+    b = GraphBuilder()
+    b.load_model("mlp")
+    first = b.view["generation"]
+    b._on_msg(b, {"type": "intent", "intent": {"type": "set_property", "node": "linear1",
+                                                "field": "min_update_frequency", "value": "many"}}, [])  # fmt: skip
+    assert "many" in b.notice["text"]
+    b._on_msg(b, {"type": "export", "format": "python"}, [])
+    assert "linear1" in b.export["text"]
+    # an edit keeps both, and the export's text follows it
+    b.set_property("linear1", "name", "first")
+    assert "first" in b.export["text"] and "linear1" not in b.export["text"] and b.notice
+    # a refused load changes nothing
+    with pytest.raises(BuilderError):
+        b.load_model("no_such_model")
+    assert b.view["generation"] == first and "no_such_model" in b.notice["text"] and b.export
+    # another graph, from the canvas's load: the notice and the export of the last one are gone
+    b._on_msg(b, {"type": "intent", "intent": {"type": "load_model", "model": "rnn"}}, [])
+    assert b.view["generation"] == first + 1 and b.view["name"] != "mlp"
+    assert b.notice == {} and b.export == {}
+    # undoing the load is an edit: the graph comes back, and a new export shows it
+    b.undo()
+    b._on_msg(b, {"type": "export", "format": "json"}, [])
+    assert '"first"' in b.export["text"]
