@@ -24,8 +24,8 @@ SCREENSHOTS = ("docs/images/dashboard.png", "docs/images/builder.png")
 
 def test_readme_is_short_and_shows_the_dashboard_and_the_builder() -> None:
     assert len(README.splitlines()) <= 200
-    for path in SCREENSHOTS:
-        assert f"]({path})" in README
+    for path in SCREENSHOTS:  # written by the browser tests (tests/browser/screenshots.py)
+        assert f"]({path})" in README and (ROOT / path).is_file()
 
 
 def test_the_ideas_are_explained_before_they_are_used() -> None:
