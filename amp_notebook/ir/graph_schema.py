@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from amp_notebook.ir import ops as O
-from amp_notebook.ir.ops.facts import FIELD_NAME, MAX_NAME, SHARED_TYPES
+from amp_notebook.ir.ops.field_types import FIELD_NAME, MAX_NAME, SHARED_TYPES
 from amp_notebook.ir.serialize import SCHEMA as SCHEMA_NAME
 from amp_notebook.ir.serialize import VERSION
 from amp_notebook.optim import OPTIMIZERS
