@@ -31,6 +31,7 @@ from amp_notebook.ir.ops import (
     Cond,
     Discard,
     Distribute,
+    Dropout,
     Embedding,
     Flatmap,
     Gather,
@@ -39,6 +40,7 @@ from amp_notebook.ir.ops import (
     Identity,
     Input,
     Isu,
+    LayerNorm,
     Linear,
     LSTMStart,
     LSTMUpdate,
@@ -132,6 +134,24 @@ def _cases() -> list[Case]:
             [("in", np.array([[0, 4, 4], [1, 0, 4]]), s)],
             {"E": randn(5, 2)},
         ),
+        # normalized over the last axis with a learned gain and bias; rows of very different scales
+        Case(
+            "layer_norm",
+            LayerNorm(5),
+            [("in", randn(4, 5) * np.array([[0.1], [1.0], [3.0], [20.0]]) + 2.0, s)],
+            {"g": randn(5), "b": randn(5)},
+        ),
+        Case("layer_norm_3d_eps", LayerNorm(3, eps=0.5), [("in", randn(2, 4, 3), s)], {"g": randn(3), "b": randn(3)}),
+        Case(
+            "layer_norm_params_only",
+            LayerNorm(4),
+            [("in", randn(3, 4), s)],
+            {"g": randn(4), "b": randn(4)},
+            grad_inputs=frozenset(),
+        ),
+        # the mask is a function of the message's state: two messages, two masks, each checked
+        Case("dropout", Dropout(0.3, seed=5), [("in", randn(4, 6), st(t=1)), ("in", randn(4, 6), st(t=2))]),
+        Case("dropout_all_kept", Dropout(0.0), [("in", randn(3, 2), s)]),
         Case("relu", ReLU(), [("in", away_from_zero(4, 5), s)]),
         Case("tanh", Tanh(), [("in", 2.0 * randn(4, 5), s)]),
         Case(

@@ -14,16 +14,18 @@ from collections.abc import Callable
 
 # the op modules, in the palette's order: importing one defines, so registers, its ops
 # isort: off
-from amp_notebook.ir.ops import payload, control, aggregate, dynamic, sparse, loss, fused  # noqa: F401
+from amp_notebook.ir.ops import payload, norm, dropout, control, aggregate, dynamic, sparse, loss, fused  # noqa: F401
 
 # isort: on
 from amp_notebook.ir.ops.aggregate import Bcast, Concat, Group, Split, Ungroup
 from amp_notebook.ir.ops.base import REGISTRY, NodeContext, Op, OpError
 from amp_notebook.ir.ops.control import Cond, Isu, Phi
+from amp_notebook.ir.ops.dropout import Dropout
 from amp_notebook.ir.ops.dynamic import Collect, Distribute, Flatmap, Partition
 from amp_notebook.ir.ops.facts import Field, describe_op
 from amp_notebook.ir.ops.fused import GRUUpdate, LSTMStart, LSTMUpdate, TreeLSTMBranch, TreeLSTMLeaf
 from amp_notebook.ir.ops.loss import LOSS_PORT, MSE, SegmentSoftmaxCrossEntropy, Sink, SoftmaxCrossEntropy
+from amp_notebook.ir.ops.norm import LayerNorm
 from amp_notebook.ir.ops.payload import (
     Add,
     Discard,
@@ -72,9 +74,9 @@ INPUTS = frozenset({Input.kind})
 __all__ = [
     "AGGREGATION", "CONTROL_FLOW", "FUSED_CELLS", "HEAVY", "INPUTS", "LOSSES", "LOSS_PORT", "MSE", "OPS",
     "PARAMETERIZED", "STATE_UPDATING", "TRAINING_LOSSES", "Add", "Bcast", "Collect", "Concat", "Cond", "Discard",
-    "Distribute",
+    "Distribute", "Dropout",
     "Embedding", "Field", "Flatmap", "GRUUpdate", "Gather", "Group", "Identity", "Input", "Isu", "LSTMStart",
-    "LSTMUpdate", "Linear", "MeanRows", "Mul",
+    "LSTMUpdate", "LayerNorm", "Linear", "MeanRows", "Mul",
     "NodeContext", "Op", "OpError", "Partition", "Phi", "ReLU", "ScatterMean", "ScatterSum",
     "SegmentSoftmaxCrossEntropy", "SelectRows", "Sigmoid", "Sink", "SoftmaxCrossEntropy", "Split", "Sub", "SumRows",
     "Tanh",
