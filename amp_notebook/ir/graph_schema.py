@@ -23,11 +23,12 @@ from typing import Any
 
 from amp_notebook.ir import ops as O
 from amp_notebook.ir.ops.field_types import FIELD_NAME, MAX_NAME, SHARED_TYPES
+from amp_notebook.ir.schema import SCHEMA_FILE
 from amp_notebook.ir.serialize import SCHEMA as SCHEMA_NAME
 from amp_notebook.ir.serialize import VERSION
 from amp_notebook.optim import OPTIMIZERS
 
-SCHEMA_PATH = Path(__file__).with_name("graph.schema.json")
+SCHEMA_PATH = Path(__file__).with_name(SCHEMA_FILE)
 MAX_NODE_NAME = 256  # characters of a node or graph name
 MAX_PORT_NAME = 64
 MAX_NODES = 100_000
