@@ -155,7 +155,7 @@ def describe_op(cls: Any) -> dict[str, Any]:
     return {
         "kind": cls.kind, "class": cls.__name__, "group": cls.group, "bundling": cls.bundling,
         "parameterized": cls.parameterized, "heavy": cls.heavy, "objective": cls.objective,
-        "updates_state": cls.updates_state, "training_dependent": cls.training_dependent,
+        "updates_state": cls.updates_state, "fused_cell": cls.fused_cell, "training_dependent": cls.training_dependent,
         "element_flops": None if cls.element_flops is None else list(cls.element_flops),
         "nondiff_inputs": sorted(cls.nondiff_inputs), "fields": [f.describe() for f in cls.fields],
         "nn": None if cls.nn_form is None else cls.nn_form.name,

@@ -15,6 +15,7 @@ import math
 import numbers
 import re
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from amp_notebook.errors import AmpError
@@ -263,7 +264,7 @@ class Updates(FieldType):
     """An Isu's state updates: field name -> expression, or None to remove the field; kept compiled."""
 
     code = "updates"
-    fallback = {"t": "t + 1"}  # noqa: RUF012 - never mutated: palette defaults are deep-copied
+    fallback = MappingProxyType({"t": "t + 1"})  # read-only: a palette default is rebuilt from it
     ref = "updates"
     expression = True
 
