@@ -21,6 +21,7 @@ analysis sends one back to it (``ir/analysis.py``) even when nothing before it l
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Any
 
 import numpy as np
@@ -36,11 +37,20 @@ _MIX2 = np.uint64(0x94D049BB133111EB)
 
 def uniforms(base: int, n: int) -> np.ndarray:
     """``n`` numbers in [0, 1): splitmix64 of the counters ``base + (i + 1) * golden`` (i = 0 .. n-1), top 53 bits."""
-    z = np.arange(1, n + 1, dtype=np.uint64) * _GOLDEN + np.uint64(base)  # uint64 arithmetic wraps, as intended
-    z = (z ^ (z >> np.uint64(30))) * _MIX1
-    z = (z ^ (z >> np.uint64(27))) * _MIX2
-    z ^= z >> np.uint64(31)
-    return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
+    z = np.arange(1, n + 1, dtype=np.uint64)
+    z *= _GOLDEN  # uint64 arithmetic wraps modulo 2**64, as the hash intends
+    z += np.uint64(base)
+    shifted = np.empty_like(z)
+    for shift, factor in ((30, _MIX1), (27, _MIX2)):
+        np.right_shift(z, np.uint64(shift), out=shifted)
+        z ^= shifted
+        z *= factor
+    np.right_shift(z, np.uint64(31), out=shifted)
+    z ^= shifted
+    z >>= np.uint64(11)
+    out = z.astype(np.float64)
+    out *= 2.0**-53
+    return out
 
 
 def message_base(seed: int, node: str, state: State) -> int:
@@ -85,8 +95,7 @@ class Dropout(Op):
 
     def keep(self, node: str, state: State, shape: tuple[int, ...]) -> np.ndarray:
         """The message's mask: True where an element is kept."""
-        n = int(np.prod(shape))
-        return (uniforms(message_base(self.seed, node, state), n) >= self.p).reshape(shape)
+        return (uniforms(message_base(self.seed, node, state), math.prod(shape)) >= self.p).reshape(shape)
 
     def _drop(self, ctx: NodeContext, x: np.ndarray, state: State) -> np.ndarray:
         scale = 0.0 if self.p >= 1.0 else 1.0 / (1.0 - self.p)
