@@ -1,7 +1,10 @@
 """Static analyses of a graph that every executor relies on: which outputs carry gradients.
 
-Gradient flow is decided statically. An output *requires grad* when its node has parameters or one of
-its differentiable inputs is fed by an output that requires grad (a fixed point, so loops settle). An
+Gradient flow is decided statically. An output *requires grad* when its node has parameters, when its
+forward depends on whether the key trains (a Dropout: ``ctx.train``, which a runtime sets only where a
+backward comes back, must tell it, so a backward comes back to it even when nothing before it learns), or
+when one of its differentiable inputs is fed by an output that requires grad (a fixed point, so loops
+settle). An
 edge carries a backward message when its source output requires grad and its destination port is
 differentiable (a loss's ``target`` and an Embedding's ids are not). A node caches for backward only
 when a backward will come back to it; otherwise (token streams, validation keys) it caches nothing, so
@@ -18,7 +21,7 @@ from amp_notebook.ir.graph import Edge, Graph
 
 
 def requires_grad(graph: Graph) -> set[tuple[str, str]]:
-    """The output ports (node, port) whose values depend on parameters."""
+    """The output ports (node, port) whose values depend on parameters (or on whether the key trains)."""
     needs: set[tuple[str, str]] = set()
     incoming = {n: graph.incoming(n) for n in graph.nodes}
     changed = True
@@ -26,8 +29,12 @@ def requires_grad(graph: Graph) -> set[tuple[str, str]]:
         changed = False
         for name, node in graph.nodes.items():
             op = node.op
-            live = node.kind in O.PARAMETERIZED or any(
-                (e.src, e.src_port) in needs for port, e in incoming[name].items() if port not in op.nondiff_inputs
+            live = (
+                node.kind in O.PARAMETERIZED
+                or op.training_dependent
+                or any(
+                    (e.src, e.src_port) in needs for port, e in incoming[name].items() if port not in op.nondiff_inputs
+                )
             )
             if not live:
                 continue

@@ -120,11 +120,17 @@ def _assign(node: Node, var_name: str, call: str) -> tuple[str, dict[tuple[str, 
     outs = list(node.op.output_ports())
     if not outs:
         return call, {}
-    if len(outs) == 1 and outs[0] == "out" and node.kind not in ("split", "bcast", "cond", "distribute"):
+    if len(outs) == 1 and outs[0] == "out" and not _returns_refs(node.kind):
         return f"{var_name} = {call}", {(node.name, "out"): var_name}
     targets = [f"{var_name}_{_identifier(p)}" for p in outs]
     lhs = ", ".join(targets) + ("," if len(targets) == 1 else "")
     return f"{lhs} = {call}", {(node.name, p): t for p, t in zip(outs, targets, strict=True)}
+
+
+def _returns_refs(kind: str) -> bool:
+    """Whether the builder method ``g.<kind>`` returns a tuple of Refs (one per output, even for one output)."""
+    method = getattr(Graph, kind, None)
+    return method is not None and str(inspect.signature(method).return_annotation).startswith("tuple")
 
 
 def _attributes(node: Node, var: str) -> list[str]:

@@ -287,6 +287,22 @@ class Graph:
     def sigmoid(self, x: Ref, name: str | None = None) -> Ref:
         return self._single(O.Sigmoid(), [x], name, {})
 
+    def layer_norm(
+        self, x: Ref, name: str | None = None, width: int | None = None, eps: float = 1e-5, **attrs: Any
+    ) -> Ref:
+        """``x`` normalized over its last axis, times a learned gain plus a learned bias; ``width`` defaults to
+        the inferred width of ``x``."""
+        if width is None:
+            width = self.width(x)
+            if width is None:
+                raise GraphError(f"layer_norm({x}): the width of {x} is not known yet; pass width=...")
+        return self._single(O.LayerNorm(width, eps), [x], name, attrs)
+
+    def dropout(self, x: Ref, p: float = 0.5, name: str | None = None, seed: int = 0) -> Ref:
+        """Zeroes elements with probability ``p`` (scaling the rest by 1 / (1 - p)) for training keys, with a
+        mask drawn from the message's state; validation keys pass through."""
+        return self._single(O.Dropout(p, seed), [x], name, {})
+
     def add(self, a: Ref, b: Ref, name: str | None = None, match_on: Sequence[str] | None = None) -> Ref:
         return self._single(O.Add(match_on), [a, b], name, {})
 
