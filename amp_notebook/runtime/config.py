@@ -117,20 +117,7 @@ class Setting:
 
     def _fits(self, value: Any, tp: Any, inside: bool = False) -> bool:
         """Whether ``value`` is of type ``tp`` within the minimum (and, but ``inside`` a dict, the choices)."""
-        if tp is Any:
-            return True
-        if tp is NoneType:
-            return value is None
-        if isinstance(tp, UnionType) or typing.get_origin(tp) is typing.Union:
-            return any(self._fits(value, t, inside) for t in typing.get_args(tp))
-        if typing.get_origin(tp) is dict:
-            key_type, value_type = typing.get_args(tp)
-            return isinstance(value, Mapping) and all(
-                self._fits(k, key_type, True) and self._fits(v, value_type, True) for k, v in value.items()
-            )
-        if tp is bool:
-            return isinstance(value, bool | np.bool_)
-        if tp in (int, float):
+        if tp is int or tp is float:
             kinds: tuple[type, ...] = (int, np.integer) if tp is int else (int, float, np.integer, np.floating)
             if isinstance(value, bool | np.bool_) or not isinstance(value, kinds):
                 return False
@@ -139,6 +126,19 @@ class Setting:
             return bool(value > self.minimum) if self.above else bool(value >= self.minimum)
         if tp is str:
             return isinstance(value, str) and (inside or not self.choices or value in self.choices)
+        if tp is bool:
+            return isinstance(value, bool | np.bool_)
+        if tp is NoneType:
+            return value is None
+        if tp is Any:
+            return True
+        if isinstance(tp, UnionType) or typing.get_origin(tp) is typing.Union:
+            return any(self._fits(value, t, inside) for t in typing.get_args(tp))
+        if typing.get_origin(tp) is dict:
+            key_type, value_type = typing.get_args(tp)
+            return isinstance(value, Mapping) and all(
+                self._fits(k, key_type, True) and self._fits(v, value_type, True) for k, v in value.items()
+            )
         return isinstance(value, tp)
 
     def to_json(self, value: Any) -> Any:
