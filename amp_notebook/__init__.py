@@ -12,7 +12,7 @@ and a trace of every message.
 
 from amp_notebook import data, models, trace
 from amp_notebook.compiler import CompileError, compile, nn
-from amp_notebook.errors import AmpError
+from amp_notebook.errors import AmpError, SettingError
 from amp_notebook.interop import from_torch
 from amp_notebook.ir.graph import Graph, GraphError, Ref
 from amp_notebook.ir.interpret import Interpreter
@@ -21,7 +21,9 @@ from amp_notebook.ir.serialize import GraphFileError, load_graph, load_params, s
 from amp_notebook.ir.validate import ValidationError
 from amp_notebook.runtime.checkpoint import Checkpoint, load_checkpoint
 from amp_notebook.runtime.checkpoint_file import CheckpointError
+from amp_notebook.runtime.config import RunConfig
 from amp_notebook.runtime.costs import CostModel, NodeCost
+from amp_notebook.runtime.launch import simulate
 from amp_notebook.runtime.numerics import NonFiniteError
 from amp_notebook.runtime.run import Run
 from amp_notebook.runtime.train import TrainResult, resume, train
@@ -33,7 +35,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AmpError", "Checkpoint", "CheckpointError", "CompileError", "CostModel", "Graph", "GraphError", "GraphFileError",
-    "Interpreter", "NodeCost", "NodeError", "NonFiniteError", "Ref", "Run", "State", "StuckRunError", "TrainResult",
-    "ValidationError", "compile", "data", "from_torch", "load_checkpoint", "load_graph", "load_params", "models", "nn",
-    "resume", "save_graph", "save_params", "sweep", "trace", "train", "whatif",
+    "Interpreter", "NodeCost", "NodeError", "NonFiniteError", "Ref", "Run", "RunConfig", "SettingError", "State",
+    "StuckRunError", "TrainResult", "ValidationError", "compile", "data", "from_torch", "load_checkpoint", "load_graph",
+    "load_params", "models", "nn", "resume", "save_graph", "save_params", "simulate", "sweep", "trace", "train",
+    "whatif",
 ]  # fmt: skip
