@@ -25,4 +25,13 @@ class AmpError(Exception):
     """Base class of every error amp_notebook raises on bad input (graphs, data, configurations, messages)."""
 
 
-__all__ = ["AmpError"]
+class SettingError(AmpError, ValueError):
+    """A run setting (a ``train`` keyword, a :class:`~amp_notebook.runtime.config.RunConfig` field) given a
+    value it cannot take; ``setting`` names it, and the message says what it expected and what to pass."""
+
+    def __init__(self, setting: str, message: str) -> None:
+        self.setting = setting
+        super().__init__(message)
+
+
+__all__ = ["AmpError", "SettingError"]

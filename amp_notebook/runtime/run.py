@@ -62,8 +62,8 @@ if TYPE_CHECKING:
     from amp_notebook.runtime.backends.threads import ThreadedBackend
     from amp_notebook.runtime.checkpoint import Checkpoint
     from amp_notebook.runtime.plan import Plan
+    from amp_notebook.runtime.result import TrainResult
     from amp_notebook.runtime.session import EpochStats, Session
-    from amp_notebook.runtime.train import TrainResult
     from amp_notebook.ui.report import Report
 
 STATES = ("running", "paused", "stopping", "finished", "failed")
@@ -261,13 +261,11 @@ class Run:
 
     def report(self) -> Report:
         """Plotly figures and the summary table of the run so far (of the whole run once it has ended);
-        ``.write_html(path)`` writes them as one self-contained HTML file."""
-        from amp_notebook.ui.report import Report
-
+        ``.write_html(path)`` writes them as one self-contained HTML file (``TrainResult.report``, the hook)."""
         if self._driver.done.is_set():
             return self.wait().report()
         so_far = self._driver.make_result()
-        return Report(replace(so_far, wall_s=self._backend.now(), history=list(self._session.history)))
+        return replace(so_far, wall_s=self._backend.now(), history=list(self._session.history)).report()
 
     def save(self, path: str | Path, meta: dict[str, Any] | None = None, timeout: float | None = None) -> Path:
         """Write a checkpoint of the run to ``path`` (an .npz, atomically) and return the path; the run goes

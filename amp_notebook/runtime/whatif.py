@@ -38,7 +38,8 @@ import numpy as np
 from amp_notebook.data.batch import Batch, Dataset
 from amp_notebook.ir.graph import Graph
 from amp_notebook.runtime.costs import CostModel
-from amp_notebook.runtime.train import TrainResult, train
+from amp_notebook.runtime.launch import simulate
+from amp_notebook.runtime.result import TrainResult
 
 
 @dataclass
@@ -103,10 +104,10 @@ def whatif(
         if value is not None:
             changes[name] = value
     model = base.with_(**changes) if changes else base
-    r = train(
-        graph, data, workers=devices, mode=mode, max_active_keys=max_active_keys,
+    r = simulate(
+        graph, data, costs=model, params=params, workers=devices, mode=mode, max_active_keys=max_active_keys,
         min_update_frequency=min_update_frequency, optimizer=optimizer, epochs=epochs, seed=seed,
-        validate=validate, placement=placement, params=params, trace=trace, backend="simulated", costs=model,
+        validate=validate, placement=placement if placement is not None else "round_robin", trace=trace,
     )  # fmt: skip
     return summarize(r, model, train_keys=epochs * len(data.train))
 

@@ -31,7 +31,6 @@ Run it::
 from __future__ import annotations
 
 import argparse
-import copy
 import io
 import json
 import pickle
@@ -254,8 +253,7 @@ def run_case(seed: Seed, data: bytes, directory: Path) -> str:
 
 
 def _restore(seed: Seed, ckpt: Checkpoint) -> None:
-    config = copy.copy(seed.config)
-    config.epochs = max(ckpt.position.epoch, ckpt.epochs_completed) + 2
+    config = seed.config.replace(epochs=max(ckpt.position.epoch, ckpt.epochs_completed) + 2)
     problems = ckpt.problems(seed.graph)
     if problems:
         raise CheckpointError("resume", problems)

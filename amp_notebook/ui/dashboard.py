@@ -35,6 +35,7 @@ import traitlets
 
 from amp_notebook.errors import AmpError
 from amp_notebook.ir.graph import Graph
+from amp_notebook.runtime.config import RunConfig, Setting
 from amp_notebook.runtime.run import Run
 from amp_notebook.trace.io import load_trace
 from amp_notebook.trace.trace import Trace
@@ -43,6 +44,7 @@ from amp_notebook.ui.messages import CONTROL_ACTIONS, refusal
 
 STATIC = Path(__file__).parent / "static"
 MAX_DOWNLOAD_BYTES = 64 * 2**20  # larger exports are written to a file only
+SLIDER_MAX = {"max_active_keys": 64, "min_update_frequency": 1000, "max_bundle": 64}  # or the run's value if larger
 
 
 class ControlError(AmpError, ValueError):
@@ -122,11 +124,10 @@ class Dashboard(anywidget.AnyWidget):
                 )
             plan = run.plan
             self.runs = [self._describe(run.trace, "run", plan.parameterized, plan.graph)]
-            self.controls = {
+            status = run.status
+            self.controls = {  # a slider per live knob: its least value declared by the setting
                 "mode": run.mode,
-                "max_active_keys": {"min": 1, "max": max(64, run.status["max_active_keys"])},
-                "min_update_frequency": {"min": 1, "max": 1000},
-                "max_bundle": {"min": 1, "max": max(64, run.status["max_bundle"])},
+                **{s.name: _slider(s, status[s.name]) for s in RunConfig.settings() if s.live},
                 "checkpoint": True,
             }
             self._feed = LiveFeed(run, history_s=history_s)
@@ -311,6 +312,13 @@ class Dashboard(anywidget.AnyWidget):
         super().close()
 
 
+def _slider(knob: Setting, now: int | dict[str, int]) -> dict[str, int]:
+    """A live knob's slider: from the setting's least value to SLIDER_MAX or the run's value (its largest
+    over nodes for a per-node knob), whichever is larger."""
+    largest = max(now.values(), default=1) if isinstance(now, dict) else now
+    return {"min": int(knob.minimum or 0), "max": max(SLIDER_MAX.get(knob.name, 64), largest)}
+
+
 def _as_int(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or int(value) != value:
         raise ControlError(f"{name}: expected a whole number, got {value!r}")
@@ -319,7 +327,7 @@ def _as_int(value: Any, name: str) -> int:
 
 def _as_trace(source: Any) -> tuple[Trace, list[dict[str, Any]] | None, str | None]:
     """(trace, epoch history as dicts or None, a label) of a TrainResult, Run, Trace or trace file."""
-    from amp_notebook.runtime.train import TrainResult
+    from amp_notebook.runtime.result import TrainResult
 
     if isinstance(source, Trace):
         return source, None, None

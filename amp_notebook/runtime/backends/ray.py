@@ -151,12 +151,10 @@ class RayBackend:
     # ------------------------------------------------------------------ deployment
     def _deploy(self) -> None:
         session, plan, config = self.session, self.session.plan, self.session.config
-        setup = {
+        setup = {  # the settings as JSON; the plan's per-node knobs and the optimizer as the run has them now
             "graph": graph_to_dict(plan.graph), "placement": {n: plan.owner[i] for i, n in enumerate(plan.names)},
-            "workers": config.workers, "mode": config.mode, "optimizer": _default_optimizer_spec(plan),
+            "config": config.as_json(), "optimizer": _default_optimizer_spec(plan),
             "min_update_frequency": list(plan.min_update_frequency), "max_bundle": list(plan.max_bundle),
-            "priority": config.priority, "order": config.order, "trace": config.trace,
-            "trace_capacity": config.trace_capacity,
         }  # fmt: skip
         nodes = alive_nodes()
         host = host_class()
