@@ -94,6 +94,15 @@ def positive_int(text: str) -> int:
     return value
 
 
+def decided_later(group: Any, defaults: dict[str, str]) -> None:
+    """Help for settings whose option defaults to None because the command decides the value later (per
+    model): ``defaults`` maps each such setting to the words that replace its "(default: None)"."""
+    for action in group._group_actions:
+        if action.dest in defaults:
+            words = defaults[action.dest].replace("%", "%%")
+            action.help = (action.help or "").replace("(default: None)", f"(default: {words})")
+
+
 def add_debug_option(parser: argparse.ArgumentParser, default: Any) -> None:
     parser.add_argument(
         "--debug", action="store_true", default=default, help="on an error, show the full traceback (for a bug report)"

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from amp_notebook.cli import positive_int
+from amp_notebook.cli import decided_later, positive_int
 
 SI_PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 SIM_MODELS = ("mlp", "rnn", "ggsnn-like")
@@ -36,8 +36,12 @@ def quantity(text: str) -> float:
     return value
 
 
+# the run settings a simulation takes from the command line (devices stand for workers)
+RUN_SETTINGS = ("mode", "max_active_keys", "min_update_frequency", "epochs", "seed")
+
+
 def add_simulate_arguments(s: argparse.ArgumentParser) -> None:
-    from amp_notebook.runtime.controller import MODES
+    from amp_notebook.runtime.config_cli import add_setting_arguments
 
     s.add_argument("--model", choices=SIM_MODELS, required=True, help="which model: %(choices)s")
     s.add_argument("--devices", type=positive_int, default=4, help="simulated devices (one worker each)")
@@ -51,16 +55,9 @@ def add_simulate_arguments(s: argparse.ArgumentParser) -> None:
         default="float32",
         help="precision of payloads on the links",
     )
-    s.add_argument("--max-active-keys", type=positive_int, default=4, help="keys in flight at once")
-    s.add_argument(
-        "--min-update-frequency",
-        type=positive_int,
-        default=None,
-        help="gradients a node holds before it updates; default 1 (mlp), 10 (rnn)",
-    )
-    s.add_argument("--mode", choices=MODES, default="amp", help="amp, sync or pipeline (as in train)")
-    s.add_argument("--epochs", type=positive_int, default=1, help="passes over the training data")
-    s.add_argument("--seed", type=int, default=0, help="seed of the data and the initial weights")
+    settings = s.add_argument_group("run settings (as in train; from the RunConfig declarations)")
+    add_setting_arguments(settings, RUN_SETTINGS, defaults={"epochs": 1, "min_update_frequency": None})
+    decided_later(settings, {"min_update_frequency": "10 for rnn, 1 for the others"})
     s.add_argument("--n-train", type=positive_int, default=2_000, help="list-reduction training instances (rnn)")
     s.add_argument("--trace", type=Path, default=None, help="write a Chrome/Perfetto trace JSON (virtual time)")
     s.add_argument("--json", action="store_true", help="print the summary as one JSON object on stdout, nothing else")

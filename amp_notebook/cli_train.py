@@ -4,6 +4,12 @@
 while a progress bar and one line per epoch go to stderr, and prints the summary to stdout: as text, or with
 ``--json`` as one JSON object and nothing else. ``demo`` is ``train`` with the main job's settings.
 
+Options. The run's settings (``--workers``, ``--mode``, ``--max-active-keys``, ...) are not listed here: one
+option per :class:`~amp_notebook.runtime.config.RunConfig` setting is made from its declaration
+(:mod:`amp_notebook.runtime.config_cli`: name, type, choices, doc), except those in :data:`NOT_OPTIONS`. The
+settings a model recommends (:func:`recommended`) default to the model's value; the rest to the declared
+default. The options here are the ones that choose the model and its data, and what to write.
+
 The text summary says which update frequency each parameterized node used: the zoo's Tree-LSTM and tagger
 give their nodes their own ``min_update_frequency`` (the paper's 1000 for the embedding and 50 for the rest;
 about a sentence's gradients), which overrides the run's value.
@@ -18,7 +24,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from amp_notebook.cli import CommandLineError, positive_int
+from amp_notebook.cli import CommandLineError, decided_later, positive_int
 
 if TYPE_CHECKING:
     from amp_notebook.data.batch import Dataset
@@ -48,50 +54,11 @@ CHECKPOINT_NAME = "checkpoint.npz"
 
 def add_train_arguments(t: argparse.ArgumentParser) -> None:
     from amp_notebook.data.graphs import TASKS
-    from amp_notebook.runtime.inbox import ORDERS, PRIORITIES
-    from amp_notebook.runtime.placement import STRATEGIES
 
     t.add_argument("--model", choices=TRAIN_MODELS, required=True, help="which zoo model: %(choices)s")
     t.add_argument("--replicas", type=positive_int, default=1, help="replicas of the RNN step (rnn only)")
-    add_run_arguments(t)
     t.add_argument(
-        "--placement",
-        choices=(*STRATEGIES, "auto"),
-        default="round_robin",
-        help="heavy ops round-robin over workers (the paper), in contiguous cost-balanced stages, or auto: "
-        "the fastest of these and a local search, judged on the simulator with costs measured here",
-    )
-    t.add_argument(
-        "--priority",
-        choices=PRIORITIES,
-        default="backward_first",
-        help="worker inbox order across directions: backward messages first (the paper) or arrival order",
-    )
-    t.add_argument(
-        "--order",
-        choices=ORDERS,
-        default="oldest_key",
-        help="worker inbox order within a direction: the key admitted earliest first, arrival order, or the node "
-        "with the most messages waiting (bigger bundles)",
-    )
-    t.add_argument(
-        "--max-bundle",
-        type=positive_int,
-        default=1,
-        help="messages of different keys a node may run as one call (1: none; try 16 with one tree per key)",
-    )
-    t.add_argument("--seed", type=int, default=0, help="seed of the data, the initial weights and the shuffling")
-    t.add_argument(
-        "--optimizer",
-        choices=("sgd", "momentum", "adam"),
-        default=None,
-        help="the update rule (default: adam with the model's settings)",
-    )
-    t.add_argument(
-        "--lr",
-        type=float,
-        default=None,
-        help="learning rate (default per model: mlp 1e-3, rnn 3e-3, tree-lstm 0.01, ggsnn 3e-3, bilstm-tagger 3e-3)",
+        "--lr", type=float, default=None, help="the optimizer's learning rate (default: the model's, as --optimizer)"
     )
     t.add_argument(
         "--n-train",
@@ -147,60 +114,84 @@ def add_train_arguments(t: argparse.ArgumentParser) -> None:
         metavar=("START_S", "END_S"),
         help="only export slices starting in this window of seconds",
     )
-    t.add_argument(
-        "--backend",
-        choices=("threads", "ray"),
-        default="threads",
-        help="worker threads in this process (default), or one Ray actor per worker (pip install '.[ray]')",
-    )
-    t.add_argument(
-        "--ray-address",
-        default=None,
-        metavar="HOST:PORT",
-        help="with --backend ray: the cluster to run on (from `ray start --head`); default: start a local Ray",
-    )
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.add_argument(
         "--checkpoint",
         type=Path,
         default=None,
         metavar="DIR",
-        help=f"save a checkpoint as DIR/{CHECKPOINT_NAME} every --every-epochs epochs and at the end",
+        help=f"save a checkpoint as DIR/{CHECKPOINT_NAME} every --checkpoint-every epochs and at the end",
     )
-    t.add_argument("--every-epochs", type=positive_int, default=1, metavar="N", help="checkpoint every N epochs")
     t.add_argument(
         "--resume",
         action="store_true",
         help="go on from the checkpoint in --checkpoint DIR (--epochs counts its epochs too)",
     )
+    add_setting_options(t, TRAIN_MODELS)
 
 
-def add_run_arguments(t: argparse.ArgumentParser) -> None:
-    """The run's settings (``amp.train``'s keywords of the same names)."""
-    from amp_notebook.runtime.controller import MODES
+# RunConfig settings that are not options here, and why (every other setting is one).
+NOT_OPTIONS = {"trace": "--trace PATH names the Chrome trace file to write; tracing is always on"}
 
-    t.add_argument("--workers", type=positive_int, default=2, help="worker threads the nodes are placed on")
-    t.add_argument(
-        "--max-active-keys",
-        type=positive_int,
-        default=4,
-        help="keys (buckets of instances) in flight at once in amp and pipeline mode",
-    )
-    t.add_argument(
-        "--min-update-frequency",
-        type=positive_int,
-        default=None,
-        help="gradients a node holds before it updates (amp mode); default 10 (rnn), 1 (the others); given, it "
-        "replaces the per-node values of tree-lstm and bilstm-tagger",
-    )
-    t.add_argument(
-        "--mode",
-        choices=MODES,
-        default="amp",
-        help="amp: asynchronous, local updates; sync: one key at a time, update after each; pipeline: fill "
-        "max-active-keys keys, drain, update all",
-    )
-    t.add_argument("--epochs", type=positive_int, default=3, help="passes over the training data")
+
+def setting_names() -> list[str]:
+    """The run settings that are options of ``train``: every declared one but :data:`NOT_OPTIONS`."""
+    from amp_notebook.runtime.config import RunConfig
+
+    return [s.name for s in RunConfig.settings() if s.name not in NOT_OPTIONS]
+
+
+def add_setting_options(t: argparse.ArgumentParser, models: tuple[str, ...]) -> None:
+    """One option per run setting, from its declaration. A setting that a model recommends a value for
+    defaults to None here (``settings_for`` fills in the model's) and its help says so."""
+    from amp_notebook.runtime.config_cli import add_setting_arguments
+
+    per_model = {name: {m: value for m in models for n, value in recommended(m).items() if n == name}
+                 for name in recommended(models[0])}  # fmt: skip
+    group = t.add_argument_group("run settings (the keywords of amp.train, one per RunConfig setting)")
+    add_setting_arguments(group, setting_names(), defaults=dict.fromkeys(per_model))
+    decided_later(group, {name: describe_per_model(values) for name, values in per_model.items()})
+
+
+def describe_per_model(values: dict[str, Any]) -> str:
+    """``3`` when every model has 3, else ``the model's: mlp 1, rnn 10, ...``."""
+
+    def text(value: Any) -> str:
+        if isinstance(value, dict):  # an optimizer: its name and learning rate
+            return f"{value['name']} lr {value['lr']:g}" if "lr" in value else str(value["name"])
+        return str(value)
+
+    shown = {model: text(v) for model, v in values.items()}
+    if len(set(shown.values())) == 1:
+        return next(iter(shown.values()))
+    return "the model's: " + ", ".join(f"{m} {v}" for m, v in shown.items())
+
+
+def recommended(model: str) -> dict[str, Any]:
+    """The settings ``model`` trains with unless the command line says otherwise (``amp.train`` keywords)."""
+    optimizer = {"name": DEFAULT_OPTIMIZER[model], "lr": DEFAULT_LR[model], **DEFAULT_OPTIMIZER_SETTINGS.get(model, {})}
+    return {"workers": 2, "mode": "amp", "max_active_keys": 4, "epochs": 3, "optimizer": optimizer,
+            "min_update_frequency": DEFAULT_MIN_UPDATE_FREQUENCY.get(model, 1)}  # fmt: skip
+
+
+def settings_for(args: argparse.Namespace) -> dict[str, Any]:
+    """The run's settings: the options given, the model's recommended values for the rest."""
+    from amp_notebook.runtime.config_cli import settings_from_args
+
+    settings = settings_from_args(args, setting_names())
+    model_settings = recommended(args.model)
+    optimizer = dict(model_settings["optimizer"])
+    if isinstance(settings.get("optimizer"), str):  # --optimizer NAME keeps the model's learning rate and extras
+        optimizer["name"] = settings["optimizer"]
+    if getattr(args, "lr", None) is not None:
+        optimizer["lr"] = args.lr
+    for name, value in model_settings.items():
+        if settings.get(name) is None:
+            settings[name] = value
+    settings["optimizer"] = optimizer
+    if settings.get("address") is not None and settings.get("backend") != "ray":
+        raise CommandLineError("--address needs --backend ray")
+    return settings
 
 
 def add_output_arguments(t: argparse.ArgumentParser, trace_default: Path | None) -> None:
@@ -299,9 +290,7 @@ def ggsnn_and_data(args: argparse.Namespace, n_train: int, n_val: int, per_key: 
     return ggsnn(4, BABI15_FEATURE_WIDTH, steps=steps, task=task, classes=classes), data
 
 
-def run_training(
-    args: argparse.Namespace, graph: Graph, data: Dataset, muf: int, optimizer: dict[str, Any]
-) -> TrainResult:
+def run_training(args: argparse.Namespace, graph: Graph, data: Dataset, settings: dict[str, Any]) -> TrainResult:
     """``amp.train`` with a progress bar over every key (training and validation) and a line per epoch."""
     from amp_notebook.runtime.train import train
 
@@ -309,8 +298,9 @@ def run_training(
     if not args.quiet:
         from tqdm import tqdm
 
-        total = args.epochs * (len(data.train) + len(data.val))
-        bar = tqdm(total=total, unit="key", file=sys.stderr, desc=f"{graph.name} {args.mode}", dynamic_ncols=True)
+        total = settings["epochs"] * (len(data.train) + len(data.val))
+        desc = f"{graph.name} {settings['mode']}"
+        bar = tqdm(total=total, unit="key", file=sys.stderr, desc=desc, dynamic_ncols=True)
 
     def say(message: str) -> None:
         (bar.write if bar is not None else print)(message, file=sys.stderr)
@@ -329,12 +319,8 @@ def run_training(
 
     try:
         result = train(
-            graph, data, workers=args.workers, mode=args.mode, max_active_keys=args.max_active_keys,
-            min_update_frequency=muf, optimizer=optimizer, epochs=args.epochs, seed=args.seed,
-            placement=getattr(args, "placement", "round_robin"), priority=getattr(args, "priority", "backward_first"),
-            order=getattr(args, "order", "oldest_key"), max_bundle=getattr(args, "max_bundle", 1),
-            on_key_done=on_key, on_epoch=on_epoch, **backend_options(args), **checkpoint_options(args),
-        )  # fmt: skip
+            graph, data, **settings, on_key_done=on_key, on_epoch=on_epoch, **checkpoint_options(args, settings)
+        )
         if bar is not None:  # the run may end early (a target reached, a resumed run): the bar ends where it did
             bar.total = bar.n
             bar.refresh()
@@ -344,15 +330,15 @@ def run_training(
             bar.close()
 
 
-def checkpoint_options(args: argparse.Namespace) -> dict[str, Any]:
-    """``train`` keywords for --checkpoint DIR [--every-epochs N] [--resume]."""
+def checkpoint_options(args: argparse.Namespace, settings: dict[str, Any]) -> dict[str, Any]:
+    """``train`` keywords for --checkpoint DIR [--resume] (how often: the setting ``checkpoint_every``)."""
     directory = getattr(args, "checkpoint", None)
     if directory is None:
         if getattr(args, "resume", False):
             raise CommandLineError("--resume needs --checkpoint DIR (where the checkpoint is)")
         return {}
     path = directory / CHECKPOINT_NAME
-    options: dict[str, Any] = {"checkpoint": path, "checkpoint_every": args.every_epochs}
+    options: dict[str, Any] = {"checkpoint": path}
     if args.resume:
         from amp_notebook.runtime.checkpoint import load_checkpoint
 
@@ -363,25 +349,15 @@ def checkpoint_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
-def backend_options(args: argparse.Namespace) -> dict[str, Any]:
-    backend, address = getattr(args, "backend", "threads"), getattr(args, "ray_address", None)
-    if address is not None and backend != "ray":
-        raise CommandLineError("--ray-address needs --backend ray")
-    return {"backend": backend, "address": address} if backend == "ray" else {}
-
-
 def cmd_train(args: argparse.Namespace) -> int:
+    settings = settings_for(args)
     graph, data = model_and_data(args)
-    muf = args.min_update_frequency or DEFAULT_MIN_UPDATE_FREQUENCY.get(args.model, 1)
-    name = args.optimizer or DEFAULT_OPTIMIZER[args.model]
-    optimizer: dict[str, Any] = {"name": name, "lr": args.lr or DEFAULT_LR[args.model]}
-    optimizer.update(DEFAULT_OPTIMIZER_SETTINGS.get(args.model, {}))
-    result = run_training(args, graph, data, muf, optimizer)
-    summary = result.summary(model=args.model, replicas=args.replicas, backend=getattr(args, "backend", "threads"))
+    result = run_training(args, graph, data, settings)
+    summary = result.summary(model=args.model, replicas=args.replicas, backend=settings["backend"])
     if result.backend_stats.get("backend") == "ray":
         summary["ray"] = result.backend_stats
     summary["node_min_update_frequency"] = {
-        n: graph.nodes[n].min_update_frequency or muf for n in graph.parameterized()
+        n: graph.nodes[n].min_update_frequency or settings["min_update_frequency"] for n in graph.parameterized()
     }  # fmt: skip
     if args.model == "tree-lstm":
         from amp_notebook.models.tree_lstm import root_accuracy
@@ -462,11 +438,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         "accuracy.",
         file=sys.stderr,
     )
-    ns = argparse.Namespace(
-        model="rnn", replicas=1, workers=2, max_active_keys=4, min_update_frequency=None, mode="amp",
-        epochs=args.epochs, seed=0, optimizer=None, lr=None, n_train=100_000, n_val=10_000, trace=args.trace,
-        trace_window=(0.0, 1.0), json=args.json, quiet=False, target=args.target,
-    )  # fmt: skip
+    train_options = argparse.ArgumentParser(prog="amp-notebook demo")
+    add_train_arguments(train_options)
+    ns = train_options.parse_args(["--model", "rnn", "--epochs", str(args.epochs)])
+    ns.trace, ns.trace_window, ns.json, ns.target = args.trace, (0.0, 1.0), args.json, args.target
     start = time.perf_counter()
     code = cmd_train(ns)
     print(f"demo finished in {time.perf_counter() - start:.1f} s; the trace holds the first second of the run.",

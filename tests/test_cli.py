@@ -62,7 +62,7 @@ def test_console_entry_point_runs_as_module() -> None:
 def test_bad_arguments_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["train", "--model", "mlp", "--workers", "0"])
-    assert "expected an integer >= 1" in capsys.readouterr().err
+    assert "--workers: workers: expected an int >= 1, got 0" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["bench", "no-such-benchmark"])
     capsys.readouterr()
@@ -70,7 +70,7 @@ def test_bad_arguments_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
         "--replicas applies to --model rnn only": ["--model", "mlp", "--replicas", "2"],
         "--per-key applies to --model tree-lstm, ggsnn and bilstm-tagger only": ["--model", "mlp", "--per-key", "4"],
         "--conll applies to --model bilstm-tagger only": ["--model", "rnn", "--conll", "x.conll"],
-        "--ray-address needs --backend ray": ["--model", "mlp", "--ray-address", "127.0.0.1:6379"],
+        "--address needs --backend ray": ["--model", "mlp", "--address", "127.0.0.1:6379"],
     }
     for message, argv in refused.items():  # one line naming the problem, exit status 2, no traceback
         assert main(["train", *argv, "--quiet"]) == 2

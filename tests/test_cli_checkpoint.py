@@ -1,4 +1,4 @@
-"""``amp-notebook train --checkpoint DIR [--every-epochs N] [--resume]``: 2 epochs in one go, and 1 epoch then
+"""``amp-notebook train --checkpoint DIR [--checkpoint-every N] [--resume]``: 2 epochs in one go, and 1 epoch then
 ``--epochs 2 --resume``, print the same JSON figures in sync mode."""
 
 from __future__ import annotations

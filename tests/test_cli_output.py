@@ -90,3 +90,17 @@ def test_every_command_is_filled_in_lazily_and_answers_help(capsys: pytest.Captu
             main([name, "--help"])
         assert exit_.value.code == 0
         assert f"usage: amp-notebook {name}" in capsys.readouterr().out
+
+
+def test_train_offers_every_run_setting_from_its_declaration() -> None:
+    from amp_notebook.runtime.config import RunConfig
+    from amp_notebook.runtime.config_cli import option
+
+    (subparsers,) = [a for a in build_parser(["train"])._actions if isinstance(a, argparse._SubParsersAction)]
+    train = subparsers.choices["train"]
+    for setting in RunConfig.settings():
+        if setting.name in cli_train.NOT_OPTIONS:
+            continue
+        action = train._option_string_actions[option(setting.name)]
+        assert setting.doc in (action.help or ""), setting.name
+    assert set(cli_train.NOT_OPTIONS) <= {s.name for s in RunConfig.settings()}  # no stale entry
