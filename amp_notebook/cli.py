@@ -38,8 +38,7 @@ from amp_notebook.data.molecules import molecule_graphs
 from amp_notebook.data.ner import load_conll, synthetic_ner_dataset
 from amp_notebook.data.sentiment import sentiment_tree_dataset
 from amp_notebook.ir.graph import Graph
-from amp_notebook.models import bilstm_tagger, ggsnn, mlp, rnn, tree_lstm
-from amp_notebook.models.bilstm_tagger import UPDATE_FREQUENCY as TAGGER_UPDATE_FREQUENCY
+from amp_notebook.models import bilstm_tagger, ggsnn, mlp, rnn, zoo
 from amp_notebook.models.tree_lstm import root_accuracy, tree_lstm_forest
 from amp_notebook.reproduce.command import add_parser as add_reproduce_parser
 from amp_notebook.reproduce.command import command as cmd_reproduce
@@ -52,23 +51,18 @@ from amp_notebook.runtime.train import TrainResult, train
 
 MODELS = ("mlp", "rnn")  # also simulated; the dynamic models train only
 TRAIN_MODELS = (*MODELS, "tree-lstm", "ggsnn", "bilstm-tagger")
-# The train defaults; what each reaches on its embedded data, and within how many epochs, is in the README's
-# command-line section and checked in a short form by tests/models/test_defaults_learn.py.
-DEFAULT_LR = {"mlp": 1e-3, "rnn": 3e-3, "tree-lstm": 0.01, "ggsnn": 0.003, "bilstm-tagger": 3e-3}
-DEFAULT_OPTIMIZER = {"mlp": "adam", "rnn": "adam", "tree-lstm": "adam", "ggsnn": "adam", "bilstm-tagger": "adam"}
+# The train defaults come from the model zoo's registry (amp_notebook/models/zoo.py); what each reaches on its
+# embedded data, and within how many epochs, is in the README's command-line section and checked in a short
+# form by tests/models/test_defaults_learn.py.
+RECOMMENDED = {name: zoo.get(name).settings for name in TRAIN_MODELS}
+DEFAULT_LR = {name: s.optimizer["lr"] for name, s in RECOMMENDED.items()}
+DEFAULT_OPTIMIZER = {name: s.optimizer["name"] for name, s in RECOMMENDED.items()}
 DEFAULT_OPTIMIZER_SETTINGS: dict[str, dict[str, Any]] = {
-    "mlp": {"lr_decay": 0.7},
-    "rnn": {"clip_norm": 5.0, "lr_decay": 0.85},
-    "bilstm-tagger": {"clip_norm": 5.0},
+    name: {k: v for k, v in s.optimizer.items() if k not in ("name", "lr")} for name, s in RECOMMENDED.items()
 }
-DEFAULT_SIZES = {
-    "rnn": (100_000, 10_000),
-    "tree-lstm": (2_000, 500),
-    "ggsnn": (1_000, 200),
-    "bilstm-tagger": (1_000, 200),
-}
-DEFAULT_BATCH_SIZE = {"mlp": 25}  # digits (or MNIST) per key
-DEFAULT_MIN_UPDATE_FREQUENCY = {"rnn": 10}  # the others: 1
+DEFAULT_SIZES = {name: zoo.get(name).sizes["default"] for name in TRAIN_MODELS if zoo.get(name).sizes}
+DEFAULT_BATCH_SIZE = {"mlp": zoo.DIGITS_PER_KEY}  # digits (or MNIST) per key
+DEFAULT_MIN_UPDATE_FREQUENCY = {name: s.min_update_frequency for name, s in RECOMMENDED.items()}
 CHECKPOINT_NAME = "checkpoint.npz"
 
 
@@ -249,22 +243,22 @@ def model_and_data(args: argparse.Namespace) -> tuple[Graph, Dataset]:
             data = load_conll(conll, per_key=per_key, seed=args.seed)
         else:
             data = synthetic_ner_dataset(n_train=n_train, n_val=n_val, seed=args.seed, per_key=per_key)
+        # the zoo's per-node frequencies (about a sentence's worth of gradients) unless --min-update-frequency
+        if getattr(args, "min_update_frequency", None) is None:
+            return zoo.get("bilstm-tagger").graph(data), data
         sizes = {k: int(data.meta[k]) for k in ("vocab_size", "char_vocab_size", "num_tags")}  # type: ignore[call-overload]
-        # the model's per-node frequencies (about a sentence's worth of gradients) unless --min-update-frequency
-        per_node = getattr(args, "min_update_frequency", None) is None
-        return bilstm_tagger(**sizes, update_frequency=TAGGER_UPDATE_FREQUENCY if per_node else None), data
+        return bilstm_tagger(**sizes, update_frequency=None), data
     if args.model == "tree-lstm":
         data = sentiment_tree_dataset(n_train=n_train, n_val=n_val, seed=args.seed)
         if per_key > 1:  # forests: one update per key unless --min-update-frequency says otherwise
             forests = forest_dataset(data, per_key)
             forests.meta["trees"] = data  # the trees themselves, for the root accuracy
             return tree_lstm_forest(int(data.meta["vocab_size"])), forests  # type: ignore[call-overload]
-        # the paper's per-node frequencies (embedding 1000, the rest 50) unless --min-update-frequency is given
-        paper = getattr(args, "min_update_frequency", None) is None
-        graph = tree_lstm(
-            int(data.meta["vocab_size"]),  # type: ignore[call-overload]
-            embed_update_frequency=1000 if paper else None, update_frequency=50 if paper else None,
-        )  # fmt: skip
+        # the zoo's (the paper's) per-node frequencies, embedding 1000 and the rest 50, unless --min-update-frequency
+        graph = zoo.get("tree-lstm").graph(data)
+        if getattr(args, "min_update_frequency", None) is not None:
+            for node in graph.parameterized():
+                graph.nodes[node].min_update_frequency = None
         return graph, data
     if args.model == "ggsnn":
         task = getattr(args, "task", "node_selection")
