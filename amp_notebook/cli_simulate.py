@@ -91,7 +91,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     summary = {"model": args.model, "virtual": True, "real_s": time.perf_counter() - start, **run.as_dict()}
     if args.trace is not None:
         run.result.trace.to_chrome(args.trace)
-        summary["trace"] = str(args.trace)
+        summary["trace_file"] = str(args.trace)
     if args.json:
         print(json.dumps(summary, default=str))
         return 0

@@ -31,62 +31,52 @@ if TYPE_CHECKING:
     from amp_notebook.ir.graph import Graph
     from amp_notebook.runtime.train import TrainResult
 
-TRAIN_MODELS = ("mlp", "rnn", "tree-lstm", "ggsnn", "bilstm-tagger")
-# The train defaults; what each reaches on its embedded data, and within how many epochs, is in the docs'
-# command-line page and checked in a short form by tests/models/test_defaults_learn.py.
-DEFAULT_LR = {"mlp": 1e-3, "rnn": 3e-3, "tree-lstm": 0.01, "ggsnn": 0.003, "bilstm-tagger": 3e-3}
-DEFAULT_OPTIMIZER = {"mlp": "adam", "rnn": "adam", "tree-lstm": "adam", "ggsnn": "adam", "bilstm-tagger": "adam"}
-DEFAULT_OPTIMIZER_SETTINGS: dict[str, dict[str, Any]] = {
-    "mlp": {"lr_decay": 0.7},
-    "rnn": {"clip_norm": 5.0, "lr_decay": 0.85},
-    "bilstm-tagger": {"clip_norm": 5.0},
-}
-DEFAULT_SIZES = {
-    "rnn": (100_000, 10_000),
-    "tree-lstm": (2_000, 500),
-    "ggsnn": (1_000, 200),
-    "bilstm-tagger": (1_000, 200),
-}
-DEFAULT_BATCH_SIZE = {"mlp": 25}  # digits (or MNIST) per key
-DEFAULT_MIN_UPDATE_FREQUENCY = {"rnn": 10}  # the others: 1
 CHECKPOINT_NAME = "checkpoint.npz"
 
 
 def add_train_arguments(t: argparse.ArgumentParser) -> None:
-    from amp_notebook.data.graphs import TASKS
+    from amp_notebook.models import zoo
 
-    t.add_argument("--model", choices=TRAIN_MODELS, required=True, help="which zoo model: %(choices)s")
+    t.add_argument(
+        "--model",
+        type=zoo_name,
+        required=True,
+        metavar="{" + ",".join(zoo.NAMES) + "}",
+        help="which zoo model (an alias such as tree_lstm works too): "
+        + "; ".join(f"{e.name}: {e.description}" for e in zoo.ENTRIES),
+    )
     t.add_argument("--replicas", type=positive_int, default=1, help="replicas of the RNN step (rnn only)")
     t.add_argument(
         "--lr", type=float, default=None, help="the optimizer's learning rate (default: the model's, as --optimizer)"
     )
+    sized = [e for e in zoo.ENTRIES if e.sizes]
     t.add_argument(
         "--n-train",
         type=positive_int,
         default=None,
-        help="training instances: lists (rnn, 100000), trees (tree-lstm, 2000), graphs (ggsnn, 1000), sentences "
-        "(bilstm-tagger, 1000)",
+        help="training instances (default: "
+        + ", ".join(f"{e.name} {e.sizes['default'][0]}" for e in sized)
+        + "; the mlp's digits have one size)",
     )
-    t.add_argument("--n-val", type=positive_int, default=None, help="validation instances (10000, 500, 200, 200)")
     t.add_argument(
-        "--task",
-        choices=TASKS,
-        default="node_selection",
-        help="ggsnn: bAbI-15 node_selection (default) or classification, or molecule regression",
+        "--n-val",
+        type=positive_int,
+        default=None,
+        help="validation instances (default: " + ", ".join(f"{e.name} {e.sizes['default'][1]}" for e in sized) + ")",
     )
     t.add_argument(
         "--graph-nodes",
         type=positive_int,
-        default=8,
-        help="ggsnn bAbI-15: nodes per graph (8 = the original task; the paper inflates to 54)",
+        default=None,
+        help="ggsnn bAbI-15: nodes per graph (default 8, the original task; the paper inflates to 54)",
     )
-    t.add_argument("--steps", type=positive_int, default=4, help="ggsnn propagation steps")
+    t.add_argument("--steps", type=positive_int, default=None, help="ggsnn propagation steps (default 4)")
     t.add_argument(
         "--per-key",
         type=positive_int,
         default=1,
         metavar="N",
-        help="tree-lstm: trees per key, run level by level (forests); ggsnn: graphs per key (their "
+        help="tree-lstm: trees per key, run level by level (forests); ggsnn*: graphs per key (their "
         "disjoint union); bilstm-tagger: sentences of one length per key. 1 (default) = one instance per key, "
         "the paper's layout",
     )
@@ -127,7 +117,7 @@ def add_train_arguments(t: argparse.ArgumentParser) -> None:
         action="store_true",
         help="go on from the checkpoint in --checkpoint DIR (--epochs counts its epochs too)",
     )
-    add_setting_options(t, TRAIN_MODELS)
+    add_setting_options(t, zoo.NAMES)
 
 
 # RunConfig settings that are not options here, and why (every other setting is one).
@@ -167,11 +157,22 @@ def describe_per_model(values: dict[str, Any]) -> str:
     return "the model's: " + ", ".join(f"{m} {v}" for m, v in shown.items())
 
 
+def zoo_name(text: str) -> str:
+    """An argparse type: a zoo model's name (``tree_lstm`` and other aliases give ``tree-lstm``)."""
+    from amp_notebook.models import zoo
+
+    try:
+        return zoo.canonical(text)
+    except zoo.ZooError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def recommended(model: str) -> dict[str, Any]:
-    """The settings ``model`` trains with unless the command line says otherwise (``amp.train`` keywords)."""
-    optimizer = {"name": DEFAULT_OPTIMIZER[model], "lr": DEFAULT_LR[model], **DEFAULT_OPTIMIZER_SETTINGS.get(model, {})}
-    return {"workers": 2, "mode": "amp", "max_active_keys": 4, "epochs": 3, "optimizer": optimizer,
-            "min_update_frequency": DEFAULT_MIN_UPDATE_FREQUENCY.get(model, 1)}  # fmt: skip
+    """The settings ``model`` trains with unless the command line says otherwise: the zoo's (``amp.train``
+    keywords)."""
+    from amp_notebook.models import zoo
+
+    return zoo.get(model).settings.train_kwargs()
 
 
 def settings_for(args: argparse.Namespace) -> dict[str, Any]:
@@ -212,82 +213,97 @@ def add_demo_arguments(d: argparse.ArgumentParser) -> None:
     d.set_defaults(target=0.97)
 
 
+GGSNN_OPTIONS = ("graph_nodes", "steps")
+
+
 def model_and_data(args: argparse.Namespace) -> tuple[Graph, Dataset]:
-    """The zoo graph named by ``args.model`` and its dataset, sized by the options."""
-    per_key = getattr(args, "per_key", 1)
-    if per_key != 1 and args.model not in ("tree-lstm", "ggsnn", "bilstm-tagger"):
-        raise CommandLineError("--per-key applies to --model tree-lstm, ggsnn and bilstm-tagger only")
-    if getattr(args, "conll", None) is not None and args.model != "bilstm-tagger":
+    """The zoo graph named by ``args.model`` and its dataset: the zoo's own (``zoo.get(model)``) at its
+    default size, or what the options ask for (MNIST files, a CoNLL file, several instances per key, other
+    bAbI-15 graphs, RNN replicas). ``--min-update-frequency`` replaces the model's per-node frequencies."""
+    from amp_notebook.models import zoo
+
+    entry, per_key = zoo.get(args.model), args.per_key
+    ggsnn = args.model.startswith("ggsnn")
+    if per_key != 1 and not (ggsnn or args.model in ("tree-lstm", "bilstm-tagger")):
+        raise CommandLineError("--per-key applies to the ggsnn models, tree-lstm and bilstm-tagger only")
+    if args.conll is not None and args.model != "bilstm-tagger":
         raise CommandLineError("--conll applies to --model bilstm-tagger only")
+    if args.mnist is not None and args.model != "mlp":
+        raise CommandLineError("--mnist applies to --model mlp only")
     if args.replicas != 1 and args.model != "rnn":
         raise CommandLineError("--replicas applies to --model rnn only")
-    from amp_notebook import data as D
-    from amp_notebook import models as M
+    if not ggsnn and any(getattr(args, o) is not None for o in GGSNN_OPTIONS):
+        raise CommandLineError("--graph-nodes and --steps apply to the ggsnn models only")
+    if ggsnn and (per_key != 1 or any(getattr(args, o) is not None for o in GGSNN_OPTIONS)):
+        graph, data = ggsnn_and_data(args, entry, per_key)
+    elif args.model == "mlp" and args.mnist is not None:
+        from amp_notebook.data.mnist import load_mnist_dataset
 
-    if args.model == "mlp":
-        batch = DEFAULT_BATCH_SIZE["mlp"]
-        if getattr(args, "mnist", None) is not None:
-            data = D.load_mnist_dataset(args.mnist, batch_size=batch, seed=args.seed)
-        else:
-            data = D.load_digits_dataset(batch_size=batch, seed=args.seed)
-        return M.mlp(input_width=int(data.meta["input_width"]), hidden=784), data
-    n_train, n_val = DEFAULT_SIZES[args.model]
-    n_train, n_val = getattr(args, "n_train", None) or n_train, getattr(args, "n_val", None) or n_val
-    if args.model == "bilstm-tagger":
-        from amp_notebook.models.bilstm_tagger import UPDATE_FREQUENCY
+        data = load_mnist_dataset(args.mnist, batch_size=zoo.DIGITS_PER_KEY, seed=args.seed)
+        graph = entry.graph(data)
+    elif args.model == "bilstm-tagger" and (args.conll is not None or per_key != 1):
+        from amp_notebook.data.ner import load_conll, synthetic_ner_dataset
 
-        conll = getattr(args, "conll", None)
-        if conll is not None:
-            data = D.load_conll(conll, per_key=per_key, seed=args.seed)
+        if args.conll is not None:
+            data = load_conll(args.conll, per_key=per_key, seed=args.seed)
         else:
-            data = D.synthetic_ner_dataset(n_train=n_train, n_val=n_val, seed=args.seed, per_key=per_key)
-        sizes = {k: int(data.meta[k]) for k in ("vocab_size", "char_vocab_size", "num_tags")}  # type: ignore[call-overload]
-        # the model's per-node frequencies (about a sentence's worth of gradients) unless --min-update-frequency
-        per_node = getattr(args, "min_update_frequency", None) is None
-        return M.bilstm_tagger(**sizes, update_frequency=UPDATE_FREQUENCY if per_node else None), data
-    if args.model == "tree-lstm":
+            n_train, n_val = sizes(entry, args)
+            data = synthetic_ner_dataset(n_train=n_train, n_val=n_val, seed=args.seed, per_key=per_key)
+        graph = entry.graph(data)
+    elif args.model == "tree-lstm" and per_key != 1:  # forests: one update per key unless the option says
         from amp_notebook.data.forest import forest_dataset
+        from amp_notebook.models.tree_lstm import tree_lstm_forest
 
-        data = D.sentiment_tree_dataset(n_train=n_train, n_val=n_val, seed=args.seed)
-        if per_key > 1:  # forests: one update per key unless --min-update-frequency says otherwise
-            forests = forest_dataset(data, per_key)
-            forests.meta["trees"] = data  # the trees themselves, for the root accuracy
-            return M.tree_lstm_forest(int(data.meta["vocab_size"])), forests  # type: ignore[call-overload]
-        # the paper's per-node frequencies (embedding 1000, the rest 50) unless --min-update-frequency is given
-        paper = getattr(args, "min_update_frequency", None) is None
-        graph = M.tree_lstm(
-            int(data.meta["vocab_size"]),  # type: ignore[call-overload]
-            embed_update_frequency=1000 if paper else None, update_frequency=50 if paper else None,
-        )  # fmt: skip
-        return graph, data
-    if args.model == "ggsnn":
-        return ggsnn_and_data(args, n_train, n_val, per_key)
-    data = D.list_reduction_dataset(n_train=n_train, n_val=n_val, seed=args.seed)
-    return M.rnn(replicas=args.replicas), data
+        trees = entry.dataset("default", seed=args.seed, n_train=args.n_train, n_val=args.n_val)
+        data = forest_dataset(trees, per_key)
+        data.meta["trees"] = trees  # the trees themselves, for the root accuracy
+        graph = tree_lstm_forest(int(trees.meta["vocab_size"]))  # type: ignore[call-overload]
+    else:
+        data = entry.dataset("default", seed=args.seed, **({"n_train": args.n_train, "n_val": args.n_val}
+                                                              if entry.sizes else {}))  # fmt: skip
+        graph = entry.graph(data)
+        if args.replicas != 1:
+            from amp_notebook.models.rnn import rnn
+
+            graph = rnn(vocab_size=int(data.meta["vocab_size"]), replicas=args.replicas)  # type: ignore[call-overload]
+    if args.min_update_frequency is not None:  # the run's value for every node
+        for node in graph.parameterized():
+            graph.nodes[node].min_update_frequency = None
+    return graph, data
 
 
-def ggsnn_and_data(args: argparse.Namespace, n_train: int, n_val: int, per_key: int) -> tuple[Graph, Dataset]:
+def sizes(entry: Any, args: argparse.Namespace) -> tuple[int, int]:
+    """(n_train, n_val): the options, or the zoo entry's default size."""
+    n_train, n_val = entry.sizes["default"]
+    return args.n_train or n_train, args.n_val or n_val
+
+
+def ggsnn_and_data(args: argparse.Namespace, entry: Any, per_key: int) -> tuple[Graph, Dataset]:
+    """A ggsnn zoo model on bAbI-15 graphs of ``--graph-nodes`` nodes (or molecules), ``--steps`` propagation
+    steps and ``--per-key`` graphs per key; the task is the model's (``ggsnn-classification`` ...)."""
     from amp_notebook.data.graphs import BABI15_FEATURE_WIDTH, BABI15_TYPES, babi15_graphs, ggsnn_dataset
     from amp_notebook.data.molecules import molecule_graphs
-    from amp_notebook.models import ggsnn
+    from amp_notebook.models import zoo
+    from amp_notebook.models.ggsnn import ggsnn
 
-    task = getattr(args, "task", "node_selection")
-    steps = getattr(args, "steps", 4)
+    n_train, n_val = sizes(entry, args)
+    task = args.model.removeprefix("ggsnn-") if args.model != "ggsnn" else "node_selection"
+    steps = args.steps or zoo.GGSNN_STEPS
     if task == "regression":
         train_graphs, val_graphs = molecule_graphs(n_train, seed=args.seed), molecule_graphs(n_val, seed=args.seed + 1)
         data = ggsnn_dataset(
             train_graphs, 3, "regression", steps, val_instances=val_graphs, name="molecules", graphs_per_key=per_key
         )
         return ggsnn(3, train_graphs[0].feature_width, steps=steps, task="regression"), data
-    nodes = getattr(args, "graph_nodes", 8)
-    train_graphs = babi15_graphs(n_train, seed=args.seed, inflate_to=nodes, task=task)
-    val_graphs = babi15_graphs(n_val, seed=args.seed + 1, inflate_to=nodes, task=task)
+    nodes = args.graph_nodes or zoo.BABI15_NODES
+    train_graphs = babi15_graphs(n_train, seed=args.seed, inflate_to=nodes, task=task)  # type: ignore[arg-type]
+    val_graphs = babi15_graphs(n_val, seed=args.seed + 1, inflate_to=nodes, task=task)  # type: ignore[arg-type]
     classes = len(BABI15_TYPES) if task == "classification" else None
     data = ggsnn_dataset(
-        train_graphs, 4, task, steps, val_instances=val_graphs, num_classes=classes, name="babi15",
+        train_graphs, 4, task, steps, val_instances=val_graphs, num_classes=classes, name="babi15",  # type: ignore[arg-type]
         graphs_per_key=per_key,
     )  # fmt: skip
-    return ggsnn(4, BABI15_FEATURE_WIDTH, steps=steps, task=task, classes=classes), data
+    return ggsnn(4, BABI15_FEATURE_WIDTH, steps=steps, task=task, classes=classes), data  # type: ignore[arg-type]
 
 
 def run_training(args: argparse.Namespace, graph: Graph, data: Dataset, settings: dict[str, Any]) -> TrainResult:
@@ -364,17 +380,17 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         trees = data.meta.get("trees", data)  # forests keep their trees in meta
         summary["val_root_accuracy"] = root_accuracy(result.params, trees.val)  # val_accuracy is per tree node
-        summary["per_key"] = getattr(args, "per_key", 1)
+        summary["per_key"] = args.per_key
     if args.model == "bilstm-tagger":  # val_accuracy is token accuracy
-        summary["per_key"] = getattr(args, "per_key", 1)
+        summary["per_key"] = args.per_key
         for key in ("val_majority_fraction", "rare_token_fraction", "frequent_threshold"):
             summary[key] = data.meta[key]
-    if args.model == "ggsnn":
-        summary["task"] = getattr(args, "task", "node_selection")
+    if args.model.startswith("ggsnn"):
+        summary["task"] = str(data.meta["task"])
         summary["val_metric"] = [e.val_loss for e in result.history] if summary["task"] == "regression" else None
     if args.trace is not None:
         result.trace.to_chrome(args.trace, window=tuple(args.trace_window) if args.trace_window else None)
-        summary["trace"] = str(args.trace)
+        summary["trace_file"] = str(args.trace)
     if args.json:
         print(json.dumps(summary))
     else:
@@ -425,8 +441,8 @@ def summary_text(s: dict[str, Any]) -> str:
             f"  placement (auto)     {a['chosen']} {a['heavy']}: predicted {a['predicted_per_s']:,.0f}, "
             f"measured {a['measured_per_s']:,.0f} instances/s ({len(a['candidates'])} candidates simulated)"
         )
-    if "trace" in s:
-        lines.append(f"  trace                {s['trace']} (open in https://ui.perfetto.dev)")
+    if "trace_file" in s:
+        lines.append(f"  trace                {s['trace_file']} (open in https://ui.perfetto.dev)")
     return "\n".join(lines)
 
 

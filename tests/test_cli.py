@@ -68,7 +68,7 @@ def test_bad_arguments_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     capsys.readouterr()
     refused = {
         "--replicas applies to --model rnn only": ["--model", "mlp", "--replicas", "2"],
-        "--per-key applies to --model tree-lstm, ggsnn and bilstm-tagger only": ["--model", "mlp", "--per-key", "4"],
+        "--per-key applies to the ggsnn models, tree-lstm and bilstm-tagger only": ["--model", "mlp", "--per-key", "4"],
         "--conll applies to --model bilstm-tagger only": ["--model", "rnn", "--conll", "x.conll"],
         "--address needs --backend ray": ["--model", "mlp", "--address", "127.0.0.1:6379"],
     }

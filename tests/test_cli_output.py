@@ -11,7 +11,7 @@ import pytest
 from amp_notebook import cli, cli_train
 from amp_notebook.cli import build_parser, main
 
-TINY_TREES = ["train", "--model", "tree-lstm", "--n-train", "60", "--n-val", "20", "--epochs", "1"]
+TINY_TREES = ["train", "--model", "tree_lstm", "--n-train", "60", "--n-val", "20", "--epochs", "1"]
 
 
 def test_the_text_summary_goes_to_stdout_with_per_node_settings(capsys: pytest.CaptureFixture[str]) -> None:
@@ -22,6 +22,7 @@ def test_the_text_summary_goes_to_stdout_with_per_node_settings(capsys: pytest.C
     assert "min_update_frequency per node: 50 (" in captured.out and "1000 (embed)" in captured.out
     assert re.search(r"val root accuracy +[01]\.\d{3}", captured.out)
     assert "epoch 1:" in captured.err and "model tree-lstm" not in captured.err
+    assert "  trace " not in captured.out  # no trace file was asked for
 
 
 def test_json_leaves_stdout_to_one_json_object(capsys: pytest.CaptureFixture[str]) -> None:
@@ -30,6 +31,7 @@ def test_json_leaves_stdout_to_one_json_object(capsys: pytest.CaptureFixture[str
     assert len(out.splitlines()) == 1
     summary = json.loads(out)
     assert summary["node_min_update_frequency"]["embed"] == 1000 and 0.0 <= summary["val_root_accuracy"] <= 1.0
+    assert summary["model"] == "tree-lstm" and "trace_file" not in summary
 
 
 def test_update_frequencies_text() -> None:

@@ -144,7 +144,7 @@ class GraphBuilder(anywidget.AnyWidget):
         self._do(self.model.load, graph)
 
     def load_model(self, name: str) -> None:
-        """Load a model-zoo graph: one of ``ZOO_MODELS`` (mlp, rnn, rnn_x2, tree_lstm, ggsnn, ...)."""
+        """Load a model-zoo graph: one of ``ZOO_MODELS`` (mlp, rnn, rnn-x2, tree-lstm, ggsnn, ...)."""
         self._do(self.model.load_model, name)
 
     def auto_layout(self, direction: str | None = None) -> None:
