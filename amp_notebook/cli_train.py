@@ -134,10 +134,16 @@ def setting_names() -> list[str]:
 def add_setting_options(t: argparse.ArgumentParser, models: tuple[str, ...]) -> None:
     """One option per run setting, from its declaration. A setting that a model recommends a value for
     defaults to None here (``settings_for`` fills in the model's) and its help says so."""
+    from amp_notebook.runtime.config import RunConfig
     from amp_notebook.runtime.config_cli import add_setting_arguments
 
-    per_model = {name: {m: value for m in models for n, value in recommended(m).items() if n == name}
-                 for name in recommended(models[0])}  # fmt: skip
+    per_model: dict[str, dict[str, Any]] = {}
+    for model in models:  # a model that recommends nothing for a setting trains with the declared default
+        for name, value in recommended(model).items():
+            per_model.setdefault(name, {})[model] = value
+    for name, values in per_model.items():
+        for model in models:
+            values.setdefault(model, RunConfig.setting(name).default)
     group = t.add_argument_group("run settings (the keywords of amp.train, one per RunConfig setting)")
     add_setting_arguments(group, setting_names(), defaults=dict.fromkeys(per_model))
     decided_later(group, {name: describe_per_model(values) for name, values in per_model.items()})
@@ -175,6 +181,13 @@ def recommended(model: str) -> dict[str, Any]:
     return zoo.get(model).settings.train_kwargs()
 
 
+def recommended_anywhere() -> set[str]:
+    """The settings some zoo model recommends a value for (their options default to None)."""
+    from amp_notebook.models import zoo
+
+    return {name for model in zoo.NAMES for name in recommended(model)}
+
+
 def settings_for(args: argparse.Namespace) -> dict[str, Any]:
     """The run's settings: the options given, the model's recommended values for the rest."""
     from amp_notebook.runtime.config_cli import settings_from_args
@@ -190,6 +203,9 @@ def settings_for(args: argparse.Namespace) -> dict[str, Any]:
         if settings.get(name) is None:
             settings[name] = value
     settings["optimizer"] = optimizer
+    for name in recommended_anywhere() - set(model_settings):  # left None for the models that recommend it
+        if settings.get(name) is None:
+            del settings[name]  # this model does not: train's default
     if settings.get("address") is not None and settings.get("backend") != "ray":
         raise CommandLineError("--address needs --backend ray")
     return settings
