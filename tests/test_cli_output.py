@@ -106,3 +106,18 @@ def test_train_offers_every_run_setting_from_its_declaration() -> None:
         action = train._option_string_actions[option(setting.name)]
         assert setting.doc in (action.help or ""), setting.name
     assert set(cli_train.NOT_OPTIONS) <= {s.name for s in RunConfig.settings()}  # no stale entry
+
+
+def test_settings_come_from_the_zoo_unless_given_and_an_explicit_none_stays() -> None:
+    from amp_notebook.models import zoo
+
+    parser = argparse.ArgumentParser()
+    cli_train.add_train_arguments(parser)
+    rnn = cli_train.settings_for(parser.parse_args(["--model", "rnn"]))
+    assert rnn["min_update_frequency"] == zoo.get("rnn").settings.min_update_frequency
+    assert rnn["optimizer"] == dict(zoo.get("rnn").settings.optimizer)
+    argv = ["--model", "mlp", "--watchdog-s", "none", "--optimizer", "sgd", "--lr", "0.1", "--epochs", "7"]
+    mlp = cli_train.settings_for(parser.parse_args(argv))
+    assert mlp["watchdog_s"] is None and mlp["epochs"] == 7
+    assert mlp["optimizer"] == {**zoo.get("mlp").settings.optimizer, "name": "sgd", "lr": 0.1}
+    assert all(mlp.get(name) is not None for name in cli_train.recommended_anywhere() if name in mlp)
