@@ -1,8 +1,8 @@
 """``amp-notebook train`` and ``amp-notebook demo``: a zoo model on its embedded data, from the shell.
 
-``train`` builds the model and its dataset (:func:`model_and_data`), trains it with :func:`~amp_notebook.train`
-while a progress bar and one line per epoch go to stderr, and prints the summary to stdout: as text, or with
-``--json`` as one JSON object and nothing else. ``demo`` is ``train`` with the main job's settings.
+``train`` builds the model and its dataset (:func:`model_and_data`), trains it with
+:func:`~amp_notebook.train` while a progress bar and one line per epoch go to stderr, and prints the summary
+to stdout: as text, or with ``--json`` as one JSON object and nothing else (the text then goes to stderr). ``demo`` is ``train`` with the main job's settings.
 
 Options. The run's settings (``--workers``, ``--mode``, ``--max-active-keys``, ...) are not listed here: one
 option per :class:`~amp_notebook.runtime.config.RunConfig` setting is made from its declaration
@@ -407,10 +407,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.trace is not None:
         result.trace.to_chrome(args.trace, window=tuple(args.trace_window) if args.trace_window else None)
         summary["trace_file"] = str(args.trace)
+    print(summary_text(summary), file=sys.stderr if args.json else sys.stdout)  # --json: stdout is the JSON alone
     if args.json:
         print(json.dumps(summary))
-    else:
-        print(summary_text(summary))
     return 0
 
 

@@ -27,8 +27,8 @@ def test_the_text_summary_goes_to_stdout_with_per_node_settings(capsys: pytest.C
 
 def test_json_leaves_stdout_to_one_json_object(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*TINY_TREES, "--quiet", "--json"]) == 0
-    out = capsys.readouterr().out
-    assert len(out.splitlines()) == 1
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 1 and "model tree-lstm (amp" in err  # the text summary went to stderr
     summary = json.loads(out)
     assert summary["node_min_update_frequency"]["embed"] == 1000 and 0.0 <= summary["val_root_accuracy"] <= 1.0
     assert summary["model"] == "tree-lstm" and "trace_file" not in summary
