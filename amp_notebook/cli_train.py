@@ -2,7 +2,8 @@
 
 ``train`` builds the model and its dataset (:func:`model_and_data`), trains it with
 :func:`~amp_notebook.train` while a progress bar and one line per epoch go to stderr, and prints the summary
-to stdout: as text, or with ``--json`` as one JSON object and nothing else (the text then goes to stderr). ``demo`` is ``train`` with the main job's settings.
+to stdout: as text, or with ``--json`` as one JSON object and nothing else (the text then goes to stderr).
+``demo`` is ``train`` with the main job's settings.
 
 Options. The run's settings (``--workers``, ``--mode``, ``--max-active-keys``, ...) are not listed here: one
 option per :class:`~amp_notebook.runtime.config.RunConfig` setting is made from its declaration
