@@ -15,7 +15,7 @@ box, so each fact lives here once:
 
 ``amp.train`` with no settings at all also learns on every entry (its defaults are Adam, which takes
 bounded steps however many partial gradients a node receives per key); the recommended settings learn
-faster. The README's command-line table says what each reaches with them.
+faster. The documentation's command-line page (docs/cli.md) says what each reaches with them.
 
     from amp_notebook.models import zoo
 

@@ -8,12 +8,13 @@ plain defaults *learn* is the slow tier's job (``test_defaults_learn.py``).
 
 from __future__ import annotations
 
+import argparse
 import re
 
 import numpy as np
 import pytest
 
-from amp_notebook import cli
+from amp_notebook import cli_train
 from amp_notebook.data import Dataset
 from amp_notebook.errors import AmpError
 from amp_notebook.models import zoo
@@ -83,8 +84,10 @@ def test_the_builder_and_the_command_line_read_the_registry() -> None:
     assert builder.graph.nodes["embed"].min_update_frequency == 1000
     with pytest.raises(BuilderError, match=r"unknown zoo model 'resnet'"):
         builder.load_model("resnet")
-    for name in cli.TRAIN_MODELS:
-        settings = zoo.get(name).settings
-        assert cli.DEFAULT_LR[name] == settings.optimizer["lr"]
-        assert cli.DEFAULT_OPTIMIZER[name] == settings.optimizer["name"]
-        assert cli.DEFAULT_MIN_UPDATE_FREQUENCY[name] == settings.min_update_frequency
+    parser = argparse.ArgumentParser()
+    cli_train.add_train_arguments(parser)
+    for name in zoo.NAMES:
+        args = parser.parse_args(["--model", name.replace("-", "_")])  # the underscore spelling: the same model
+        assert args.model == name
+        settings = cli_train.settings_for(args)
+        assert settings == {**settings, **zoo.get(name).settings.train_kwargs()}  # every recommended setting
