@@ -13,6 +13,10 @@ rebuilds the graph from the snapshot *in place*, so a ``Graph`` object the user 
 graph. A snapshot of a 200-node graph is a few hundred small dicts: cheaper and far simpler than inverse
 operations for every intent.
 
+A graph loaded from the model zoo (:meth:`BuilderModel.load_model`) keeps the zoo's name beside it
+(:attr:`BuilderModel.zoo_model`, in the undo snapshots too), so the widget's Train brings that model's data
+and recommended settings (amp_notebook/models/zoo.py); any other load forgets it.
+
 Positions are the canvas coordinates of nodes, kept beside the graph (not in it). A node without one
 (a loaded model, nodes made by Python code) is laid out by the browser, which reports the positions back
 with a ``layout`` message that is not an undo step. With them comes the layout's ``direction``: ``"TB"``
@@ -51,7 +55,7 @@ __all__ = ["ZOO_MODELS", "BuilderError", "BuilderModel"]
 
 
 Position = tuple[float, float]
-Snapshot = tuple[dict[str, Any], dict[str, Position], str | None]  # graph JSON, positions, direction
+Snapshot = tuple[dict[str, Any], dict[str, Position], str | None, str | None]  # graph, positions, direction, zoo
 UNDO_LIMIT = 200
 DIRECTIONS = ("TB", "LR")
 
@@ -67,6 +71,9 @@ class BuilderModel:
         self.graph = graph if graph is not None else Graph("graph")
         self.positions: dict[str, Position] = {}
         self.direction: str | None = None  # of the layout the positions came from (module docstring)
+        # the zoo model the graph was loaded as (its registry name), so Train can bring its data and settings;
+        # None after any other load. Kept through edits (a retuned zoo RNN still trains on list reduction)
+        self.zoo_model: str | None = None
         self.workers = workers
         self.revision = 0
         self.generation = 0  # bumped by every load: which graph this is, for what belongs to the last one
@@ -213,7 +220,20 @@ class BuilderModel:
         self._restore(self._redo.pop())
 
     def load(self, graph: Graph | dict[str, Any]) -> None:
-        """Replace the graph (a Graph, or its JSON dict: data only, never code); one undo step."""
+        """Replace the graph (a Graph, or its JSON dict: data only, never code); one undo step. The graph is
+        no zoo model's any more (:attr:`zoo_model` is None), whatever it holds."""
+        self._load(graph, None)
+
+    def load_model(self, model: str) -> None:
+        """Load a zoo model's graph (``zoo.get(model).graph()``: sized for its small dataset) and remember its
+        name (:attr:`zoo_model`, the registry's spelling; the ``_`` spelling is accepted); one undo step."""
+        try:
+            entry = zoo.get(model)
+        except zoo.ZooError as exc:
+            raise BuilderError(str(exc)) from None
+        self._load(entry.graph(), entry.name)
+
+    def _load(self, graph: Graph | dict[str, Any], zoo_model: str | None) -> None:
         if not isinstance(graph, (Graph, dict)):
             raise BuilderError(f"load: expected a Graph or its JSON dict, got {type(graph).__name__}")
         self.generation += 1  # before the view is drawn; put back if the load is refused
@@ -224,17 +244,10 @@ class BuilderModel:
                 self.graph.compiled_from = new.compiled_from  # amp.compile's record (to_python(form="source"))
                 self.positions.clear()
                 self.direction = None
+                self.zoo_model = zoo_model
         except BaseException:
             self.generation -= 1
             raise
-
-    def load_model(self, model: str) -> None:
-        """Load a zoo model's graph (``zoo.get(model).graph()``: sized for its small dataset)."""
-        try:
-            entry = zoo.get(model)
-        except zoo.ZooError as exc:
-            raise BuilderError(str(exc)) from None
-        self.load(entry.graph())
 
     def auto_layout(self, direction: str | None = None) -> None:
         """Forget every position so the browser lays the graph out again (one undo step): ``"TB"`` top to
@@ -341,10 +354,10 @@ class BuilderModel:
             self.on_change()
 
     def _snapshot(self) -> Snapshot:
-        return copy.deepcopy(graph_to_dict(self.graph)), dict(self.positions), self.direction
+        return copy.deepcopy(graph_to_dict(self.graph)), dict(self.positions), self.direction, self.zoo_model
 
     def _restore(self, snapshot: Snapshot, notify: bool = True) -> None:
-        data, positions, direction = snapshot
+        data, positions, direction, self.zoo_model = snapshot
         self._replace_graph(rebuild_graph(copy.deepcopy(data)))  # our own snapshot: no schema check
         self.positions = dict(positions)
         self.direction = direction

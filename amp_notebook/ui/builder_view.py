@@ -142,6 +142,7 @@ def build_view(model: BuilderModel) -> dict[str, Any]:
         "name": graph.name,
         "revision": model.revision,
         "generation": model.generation,
+        "zoo_model": model.zoo_model,
         "nodes": nodes,
         "edges": edges,
         "direction": model.direction,
