@@ -1,0 +1,132 @@
+// Control-flow kernels, the native twins of ir/ops/control.py: Cond, Phi and Isu. They move payloads
+// without touching them and only read or change states; expressions run on the stack machine of
+// expr.h. Never touches Python, payload data or other nodes.
+#include "kernels/kernel.h"
+
+namespace amp {
+
+namespace {
+
+Value run(const KernelSpec& spec, int program, const State& s) {
+  Value v;
+  EvalStatus status = evaluate(spec.programs[program], s, &v);
+  if (status != kOk) throw ExpressionFailure(program, status);
+  return v;
+}
+
+// Cond (control.Cond): the predicate picks the output: truthiness for 2 branches (0 "true", 1 "false"),
+// an int index (not a bool) in [0, branches) otherwise. ints: [branches]; programs: [predicate].
+class CondKernel : public Kernel {
+ public:
+  explicit CondKernel(const KernelSpec& spec) : spec_(spec), branches_(static_cast<int>(spec.ints.at(0))) {}
+
+  void forward(NodeCtx& ctx, int, Span<const Tensor> xs, Span<const State> states, Outputs& out) override {
+    for (size_t i = 0; i < xs.size(); ++i) out.push(choose(states[i], *ctx.layout), xs[i], states[i]);
+  }
+  void backward(NodeCtx&, int, Span<const Tensor> gs, Span<const State> states, Outputs& out) override {
+    for (size_t i = 0; i < gs.size(); ++i) out.push(0, gs[i], states[i]);
+  }
+
+ private:
+  int choose(const State& s, const Layout& layout) const {
+    Value v = run(spec_, 0, s);
+    if (branches_ == 2) return v.v ? 0 : 1;
+    if (v.is_bool || v.v < 0 || v.v >= branches_) {
+      std::string found = v.is_bool ? (v.v ? "True" : "False") : std::to_string(v.v);
+      throw OpError("predicate gave " + found + " on state " + layout.describe(s) + "; a " +
+                    std::to_string(branches_) + "-way Cond needs an int branch index in [0, " +
+                    std::to_string(branches_) + ")");
+    }
+    return static_cast<int>(v.v);
+  }
+  KernelSpec spec_;
+  int branches_;
+};
+AMP_REGISTER_KERNEL("cond", CondKernel);
+
+// Phi (control.Phi): merges its inputs into "out", remembering (for training keys) which input each
+// state came through, so its gradient goes back the same way. ints: [n_inputs].
+class PhiKernel : public Kernel {
+ public:
+  explicit PhiKernel(const KernelSpec&) {}
+
+  void forward(NodeCtx& ctx, int port, Span<const Tensor> xs, Span<const State> states, Outputs& out) override {
+    if (ctx.train) {
+      for (const State& s : states) {
+        bool inserted = false;
+        int& came = came_through_.emplace(s, &inserted);
+        if (!inserted)
+          throw OpError("state " + ctx.layout->describe(s) +
+                        " reached the Phi twice while the first is still in flight; a loop needs an Isu that "
+                        "changes the state on every pass");
+        came = port;
+      }
+    }
+    for (size_t i = 0; i < xs.size(); ++i) out.push(0, xs[i], states[i]);
+  }
+  void backward(NodeCtx& ctx, int, Span<const Tensor> gs, Span<const State> states, Outputs& out) override {
+    for (size_t i = 0; i < gs.size(); ++i) {
+      bool found = false;
+      int port = came_through_.take(states[i], &found);
+      if (!found)
+        throw OpError("a backward message with state " + ctx.layout->describe(states[i]) +
+                      " arrived at the Phi but no forward with that state passed it");
+      out.push(port, gs[i], states[i]);
+    }
+  }
+  size_t held() const override { return came_through_.size(); }
+
+ private:
+  StateMap<int> came_through_;
+};
+AMP_REGISTER_KERNEL("phi", PhiKernel);
+
+// Isu (control.Isu): forward applies the forward updates to the state, backward the inverse ones; each
+// update sets a field to an expression's value (on the state before any update) or deletes it.
+// ints: [n_forward, (slot, program or -1 to delete) * n_forward, n_backward, (slot, program) * n_backward,
+//        key_slot_touched_forward, key_slot_touched_backward].
+class IsuKernel : public Kernel {
+ public:
+  explicit IsuKernel(const KernelSpec& spec) : spec_(spec) {
+    size_t at = 0;
+    for (auto* updates : {&forward_, &backward_}) {
+      int64_t n = spec.ints.at(at++);
+      for (int64_t i = 0; i < n; ++i, at += 2) updates->push_back({static_cast<int>(spec.ints.at(at)),
+                                                                   static_cast<int>(spec.ints.at(at + 1))});
+    }
+    key_forward_ = spec.ints.at(at) != 0;
+    key_backward_ = spec.ints.at(at + 1) != 0;
+  }
+
+  void forward(NodeCtx&, int, Span<const Tensor> xs, Span<const State> states, Outputs& out) override {
+    for (size_t i = 0; i < xs.size(); ++i) out.push(0, xs[i], apply(forward_, key_forward_, states[i]));
+  }
+  void backward(NodeCtx&, int, Span<const Tensor> gs, Span<const State> states, Outputs& out) override {
+    for (size_t i = 0; i < gs.size(); ++i) out.push(0, gs[i], apply(backward_, key_backward_, states[i]));
+  }
+
+ private:
+  struct Update {
+    int slot;
+    int program;  // -1: delete the field
+  };
+  State apply(const std::vector<Update>& updates, bool touches_key, const State& s) const {
+    Value values[kMaxSlots];
+    for (size_t i = 0; i < updates.size(); ++i)  // every value from the state before the update
+      if (updates[i].program >= 0) values[i] = run(spec_, updates[i].program, s);
+    if (touches_key) throw OpError("Isu may not change the 'key' field: the controller counts messages by key");
+    State next = s;
+    for (size_t i = 0; i < updates.size(); ++i) {
+      if (updates[i].program < 0) next.erase(updates[i].slot);
+      else next.set(updates[i].slot, values[i].v, values[i].is_bool);
+    }
+    return next;
+  }
+  KernelSpec spec_;
+  std::vector<Update> forward_, backward_;
+  bool key_forward_ = false, key_backward_ = false;
+};
+AMP_REGISTER_KERNEL("isu", IsuKernel);
+
+}  // namespace
+}  // namespace amp

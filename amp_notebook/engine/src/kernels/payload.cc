@@ -1,0 +1,233 @@
+// Payload kernels, the native twins of ir/ops/payload.py: Input, Identity, Linear, ReLU. Each names the
+// Python op it equals; the math is the Python op's, step by step, so float64 results agree to rounding
+// (matrix products bit for bit: blas.h calls numpy's BLAS as numpy does).
+// Never touches Python, the inbox or other nodes.
+#include <cmath>
+#include <cstring>
+
+#include "blas.h"
+#include "kernels/kernel.h"
+
+namespace amp {
+
+namespace {
+
+// Input (payload.Input): forward passes the injected payload on; gradients stop here.
+class InputKernel : public Kernel {
+ public:
+  explicit InputKernel(const KernelSpec&) {}
+  void forward(NodeCtx&, int, Span<const Tensor> xs, Span<const State> states, Outputs& out) override {
+    for (size_t i = 0; i < xs.size(); ++i) out.push(0, xs[i], states[i]);
+  }
+  void backward(NodeCtx&, int, Span<const Tensor>, Span<const State>, Outputs&) override {}
+};
+AMP_REGISTER_KERNEL("input", InputKernel);
+
+// Identity (payload.Identity): the payload passes through both ways.
+class IdentityKernel : public Kernel {
+ public:
+  explicit IdentityKernel(const KernelSpec&) {}
+  void forward(NodeCtx&, int, Span<const Tensor> xs, Span<const State> states, Outputs& out) override {
+    for (size_t i = 0; i < xs.size(); ++i) out.push(0, xs[i], states[i]);
+  }
+  void backward(NodeCtx&, int, Span<const Tensor> gs, Span<const State> states, Outputs& out) override {
+    for (size_t i = 0; i < gs.size(); ++i) out.push(0, gs[i], states[i]);
+  }
+};
+AMP_REGISTER_KERNEL("identity", IdentityKernel);
+
+// The dtype numpy's promotion gives two float (or int) operands: float64 unless both are float32.
+DType promote(DType a, DType b) { return a == DType::f32 && b == DType::f32 ? DType::f32 : DType::f64; }
+
+// x as a contiguous tensor of `dtype` (a cast copy when it differs: numpy casts before the product).
+Tensor as_dtype(const Tensor& x, DType dtype) {
+  if (x.dtype() == dtype) return x;
+  Tensor src = x.contiguous_copy();
+  Tensor out = Tensor::empty(dtype, src.shape(), src.rank());
+  const int64_t n = src.size();
+  for (int64_t i = 0; i < n; ++i) {
+    double v = src.at(i);
+    if (dtype == DType::f64) out.data<double>()[i] = v;
+    else out.data<float>()[i] = static_cast<float>(v);
+  }
+  return out;
+}
+
+template <class T>
+void add_row_vector(Tensor& y, const Tensor& b) {  // y += b, broadcast over rows (numpy's `y += b`)
+  T* yd = y.data<T>();
+  const int64_t rows = y.dim(0), cols = y.dim(1), bs = b.stride(0);
+  const T* bd = b.data<T>();
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) yd[i * cols + j] += bd[j * bs];
+}
+
+template <class T>
+void sum_rows_into(const Tensor& g, T* out) {  // out = np.sum(g, axis=0): row after row
+  const int64_t rows = g.dim(0), cols = g.dim(1), s0 = g.stride(0), s1 = g.stride(1);
+  const T* gd = g.data<T>();
+  for (int64_t j = 0; j < cols; ++j) out[j] = rows ? gd[j * s1] : T(0);
+  for (int64_t i = 1; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) out[j] += gd[i * s0 + j * s1];
+}
+
+template <class T>
+void add_into(T* dst, const Tensor& src) {
+  const T* s = src.data<T>();
+  for (int64_t i = 0, n = src.size(); i < n; ++i) dst[i] += s[i];
+}
+
+// Linear (payload.Linear): y = x @ W + b over the stacked rows of the bundle; backward accumulates
+// dW = x^T g and db = sum of g's rows (written in place into the first gradient after an update, added
+// afterwards), and sends dx = g @ W^T when the input wants it. ints: [has_bias].
+class LinearKernel : public Kernel {
+ public:
+  explicit LinearKernel(const KernelSpec& spec) : bias_(!spec.ints.empty() && spec.ints[0] != 0) {}
+
+  void forward(NodeCtx& ctx, int, Span<const Tensor> xs, Span<const State> states, Outputs& out) override {
+    std::vector<int64_t> offsets(xs.size() + 1);
+    const Tensor& W = ctx.params[0];
+    DType dtype = promote(xs[0].dtype(), W.dtype());
+    Tensor x = as_dtype(stack_rows(xs, offsets.data()), dtype);
+    Tensor w = as_dtype(W, dtype);
+    Tensor y = Tensor::empty(dtype, {x.dim(0), w.dim(1)});
+    matmul(x, w, y);
+    if (bias_) {
+      Tensor b = as_dtype(ctx.params[1], dtype);
+      if (dtype == DType::f64) add_row_vector<double>(y, b);
+      else add_row_vector<float>(y, b);
+    }
+    if (ctx.train)
+      for (size_t i = 0; i < xs.size(); ++i) cache_.emplace(states[i]) = xs[i];
+    for (size_t i = 0; i < xs.size(); ++i) out.push(0, y.rows(offsets[i], offsets[i + 1]), states[i]);
+  }
+
+  void backward(NodeCtx& ctx, int, Span<const Tensor> gs, Span<const State> states, Outputs& out) override {
+    std::vector<Tensor> cached;
+    cached.reserve(states.size());
+    for (const State& s : states) cached.push_back(take_cached(cache_, s, *ctx.layout));
+    std::vector<int64_t> offsets(gs.size() + 1);
+    Tensor x = stack_rows(Span<const Tensor>(cached.data(), cached.size()), offsets.data());
+    Tensor g = stack_rows(gs, offsets.data());
+    Tensor& gW = ctx.grads[0];
+    const bool in_place = ctx.n_grads == 0 && x.dtype() == g.dtype() && g.dtype() == gW.dtype();
+    if (in_place) {
+      matmul(transposed(x), g, gW);  // np.matmul(x.T, g, out=grads["W"])
+      if (bias_) {
+        if (g.dtype() == DType::f64) sum_rows_into<double>(g, ctx.grads[1].data<double>());
+        else sum_rows_into<float>(g, ctx.grads[1].data<float>());
+      }
+    } else {
+      accumulate(ctx, x, g);
+    }
+    if (!ctx.wants_grad(0)) return;
+    const Tensor& W = ctx.params[0];
+    DType dtype = promote(g.dtype(), W.dtype());
+    Tensor gd = as_dtype(g, dtype);
+    Tensor dx = Tensor::empty(dtype, {gd.dim(0), W.dim(0)});
+    matmul(gd, transposed(as_dtype(W, dtype)), dx);
+    for (size_t i = 0; i < gs.size(); ++i) out.push(0, dx.rows(offsets[i], offsets[i + 1]), states[i]);
+  }
+
+  size_t held() const override { return cache_.size(); }
+
+ private:
+  // NodeContext.accumulate("W", x.T @ g) and ("b", g.sum(axis=0)): the product in numpy's result dtype,
+  // then stored (first gradient) or added into the accumulator.
+  void accumulate(NodeCtx& ctx, const Tensor& x, const Tensor& g) {
+    DType dtype = promote(x.dtype(), g.dtype());
+    Tensor xt = as_dtype(x, dtype);
+    Tensor gt = as_dtype(g, dtype);
+    Tensor dW = Tensor::empty(dtype, {xt.dim(1), gt.dim(1)});
+    matmul(transposed(xt), gt, dW);
+    store(ctx, 0, dW);
+    if (bias_) {
+      Tensor db = Tensor::empty(dtype, {gt.dim(1)});
+      if (dtype == DType::f64) sum_rows_into<double>(gt, db.data<double>());
+      else sum_rows_into<float>(gt, db.data<float>());
+      store(ctx, 1, db);
+    }
+  }
+  static void store(NodeCtx& ctx, int which, const Tensor& value) {
+    Tensor& acc = ctx.grads[which];
+    Tensor v = as_dtype(value, acc.dtype());
+    if (ctx.n_grads == 0) {
+      std::memcpy(acc.raw(), v.raw(), static_cast<size_t>(v.size()) * itemsize(v.dtype()));
+    } else if (acc.dtype() == DType::f64) {
+      add_into<double>(acc.data<double>(), v);
+    } else {
+      add_into<float>(acc.data<float>(), v);
+    }
+  }
+
+  bool bias_;
+  StateMap<Tensor> cache_;
+};
+AMP_REGISTER_KERNEL("linear", LinearKernel);
+
+template <class T, class G>
+void relu_backward(const Tensor& x, const Tensor& g, Tensor& out) {  // g * (x > 0)
+  const T* xd = x.data<T>();
+  const G* gd = g.data<G>();
+  G* od = out.data<G>();
+  for (int64_t i = 0, n = x.size(); i < n; ++i) od[i] = gd[i] * (xd[i] > 0 ? G(1) : G(0));
+}
+
+template <class T>
+void relu_forward(const Tensor& x, Tensor& y) {  // np.maximum(x, 0): NaN stays NaN
+  const T* xd = x.data<T>();
+  T* yd = y.data<T>();
+  for (int64_t i = 0, n = x.size(); i < n; ++i) yd[i] = (xd[i] >= 0 || xd[i] != xd[i]) ? xd[i] : T(0);
+}
+
+// ReLU (payload.ReLU): y = max(x, 0) over the stacked rows; backward g * (x > 0) with x cached per state.
+class ReLUKernel : public Kernel {
+ public:
+  explicit ReLUKernel(const KernelSpec&) {}
+
+  void forward(NodeCtx& ctx, int, Span<const Tensor> xs, Span<const State> states, Outputs& out) override {
+    std::vector<int64_t> offsets(xs.size() + 1);
+    Tensor x = stack_rows(xs, offsets.data()).contiguous_copy();
+    Tensor y = Tensor::empty(x.dtype(), x.shape(), x.rank());
+    switch (x.dtype()) {
+      case DType::f64: relu_forward<double>(x, y); break;
+      case DType::f32: relu_forward<float>(x, y); break;
+      default: relu_forward<int64_t>(x, y); break;
+    }
+    if (ctx.train)
+      for (size_t i = 0; i < xs.size(); ++i) cache_.emplace(states[i]) = xs[i];
+    for (size_t i = 0; i < xs.size(); ++i) out.push(0, y.rows(offsets[i], offsets[i + 1]), states[i]);
+  }
+
+  void backward(NodeCtx& ctx, int, Span<const Tensor> gs, Span<const State> states, Outputs& out) override {
+    std::vector<Tensor> cached;
+    cached.reserve(states.size());
+    for (const State& s : states) cached.push_back(take_cached(cache_, s, *ctx.layout));
+    std::vector<int64_t> offsets(gs.size() + 1);
+    Tensor x = stack_rows(Span<const Tensor>(cached.data(), cached.size()), offsets.data()).contiguous_copy();
+    Tensor g = stack_rows(gs, offsets.data()).contiguous_copy();
+    if (!x.same_shape(g))
+      throw OpError("ReLU backward: gradient of shape " + shape_text(g) + " for an input of shape " + shape_text(x));
+    DType dtype = g.dtype() == DType::f32 && x.dtype() != DType::f64 ? DType::f32 : DType::f64;
+    Tensor gg = as_dtype(g, dtype);
+    Tensor d = Tensor::empty(dtype, x.shape(), x.rank());
+    if (dtype == DType::f64) {
+      if (x.dtype() == DType::f64) relu_backward<double, double>(x, gg, d);
+      else if (x.dtype() == DType::f32) relu_backward<float, double>(x, gg, d);
+      else relu_backward<int64_t, double>(x, gg, d);
+    } else {
+      if (x.dtype() == DType::f32) relu_backward<float, float>(x, gg, d);
+      else relu_backward<int64_t, float>(x, gg, d);
+    }
+    for (size_t i = 0; i < gs.size(); ++i) out.push(0, d.rows(offsets[i], offsets[i + 1]), states[i]);
+  }
+
+  size_t held() const override { return cache_.size(); }
+
+ private:
+  StateMap<Tensor> cache_;
+};
+AMP_REGISTER_KERNEL("relu", ReLUKernel);
+
+}  // namespace
+}  // namespace amp
