@@ -1,6 +1,131 @@
-// See probes.h (filled in as the parts land).
+// Bindings of the worker's parts for their tests against the Python ones (runtime/inbox.py,
+// runtime/credits.py, trace/buffers.py), and for the Python trace reader (engine/trace.py).
 #include "probes.h"
 
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/unordered_map.h>
+#include <nanobind/stl/vector.h>
+
+#include "credits.h"
+#include "inbox.h"
+#include "trace.h"
+
+namespace nb = nanobind;
+
 namespace amp {
-void bind_probes(nanobind::module_& m) {}
+
+namespace {
+
+Inbox::Priority priority_of(const std::string& p) {
+  if (p == "backward_first") return Inbox::Priority::kBackwardFirst;
+  if (p == "fifo") return Inbox::Priority::kFifo;
+  throw nb::value_error(("priority: expected 'backward_first' or 'fifo', got '" + p + "'").c_str());
+}
+
+Inbox::Order order_of(const std::string& o) {
+  if (o == "oldest_key") return Inbox::Order::kOldestKey;
+  if (o == "arrival") return Inbox::Order::kArrival;
+  if (o == "largest_bundle") return Inbox::Order::kLargestBundle;
+  throw nb::value_error(("order: expected 'oldest_key', 'arrival' or 'largest_bundle', got '" + o + "'").c_str());
+}
+
+// The columns of a chunk as numpy arrays over its memory (first `rows` rows); each keeps the chunk alive.
+nb::dict chunk_columns(const std::shared_ptr<Chunk>& chunk, const std::vector<Column>& columns, int64_t rows) {
+  nb::dict out;
+  for (size_t i = 0; i < columns.size(); ++i) {
+    auto* owner = new std::shared_ptr<Chunk>(chunk);
+    nb::capsule keep(owner, [](void* p) noexcept { delete static_cast<std::shared_ptr<Chunk>*>(p); });
+    size_t shape[1] = {static_cast<size_t>(rows)};
+    nb::dlpack::dtype dt;
+    switch (columns[i].code) {
+      case 'b': dt = nb::dtype<int8_t>(); break;
+      case 'i': dt = nb::dtype<int32_t>(); break;
+      case 'q': dt = nb::dtype<int64_t>(); break;
+      default: dt = nb::dtype<double>(); break;
+    }
+    nb::ndarray<nb::numpy, nb::ro> a(chunk->raw(static_cast<int>(i)), 1, shape, keep, nullptr, dt);
+    out[columns[i].name.c_str()] = nb::cast(a);
+  }
+  return out;
+}
+
+nb::list table_chunks(RowTable& t) {
+  nb::list out;
+  for (const auto& c : t.chunks()) {
+    int64_t rows = c->rows();  // acquire: every column of these rows is written
+    out.append(nb::make_tuple(c->first(), rows, chunk_columns(c, t.columns(), rows)));
+  }
+  return out;
+}
+
+}  // namespace
+
+void bind_probes(nb::module_& m) {
+  nb::class_<Inbox>(m, "Inbox")
+      .def("__init__", [](Inbox* p, const std::string& priority, const std::string& order) {
+        new (p) Inbox(priority_of(priority), order_of(order));
+      }, nb::arg("priority") = "backward_first", nb::arg("order") = "oldest_key")
+      .def("push", [](Inbox& in, uint64_t handle, int node, int direction, int port, int64_t key) {
+        if (node < 0 || direction < 0 || direction > 2 || port < 0) throw nb::value_error("bad message address");
+        in.push(handle, node, direction, port, key);
+      })
+      .def("take", [](Inbox& in, bool allow_forward, std::vector<int64_t> max_bundle, nb::object limit) {
+        Inbox::Limit lim;
+        if (!limit.is_none()) lim = [&](int node, int direction) { return nb::cast<int64_t>(limit(node, direction)); };
+        std::vector<uint64_t> out;
+        if (!in.take(allow_forward, max_bundle, lim, &out)) return nb::object(nb::none());
+        return nb::cast(out);
+      }, nb::arg("allow_forward"), nb::arg("max_bundle"), nb::arg("limit").none())
+      .def("has_work", &Inbox::has_work)
+      .def("__len__", &Inbox::size);
+
+  nb::class_<Ledger>(m, "Ledger")
+      .def(nb::init<>())
+      .def("inject_key", &Ledger::inject_key)
+      .def("inject_flush", &Ledger::inject_flush)
+      .def("add", [](Ledger& l, std::vector<int64_t> keys) { l.add(Span<const int64_t>(keys.data(), keys.size())); })
+      .def("release", [](Ledger& l, std::vector<std::pair<int64_t, int64_t>> bundle, std::vector<int64_t> outs) {
+        // bundle: (key, flush id or -1 for a key's message)
+        std::vector<Credit> credits;
+        for (auto& [key, flush] : bundle) credits.push_back(Credit{key, flush >= 0, flush});
+        std::vector<int64_t> done, flushed;
+        try {
+          l.release(Span<const Credit>(credits.data(), credits.size()), Span<const int64_t>(outs.data(), outs.size()),
+                    &done, &flushed);
+        } catch (const std::logic_error& e) {
+          throw nb::key_error(e.what());
+        }
+        return std::make_pair(done, flushed);
+      })
+      .def("drain", [](Ledger& l) {
+        std::vector<int64_t> done, flushed;
+        l.drain(&done, &flushed);
+        return std::make_pair(done, flushed);
+      })
+      .def("outstanding", &Ledger::outstanding);
+
+  nb::class_<TraceBuffer>(m, "TraceBuffer")
+      .def(nb::init<int64_t>(), nb::arg("chunk_rows"))
+      .def("record", &TraceBuffer::record, nb::arg("node"), nb::arg("phase"), nb::arg("key"), nb::arg("start"),
+           nb::arg("end"), nb::arg("depth"), nb::arg("messages") = 1)
+      .def("record_bundle", [](TraceBuffer& t, int32_t node, int8_t phase, std::vector<int64_t> keys, double start,
+                               double end, int32_t depth) {
+        if (keys.empty()) throw nb::value_error("a bundle has at least one key");
+        t.record_bundle(node, phase, Span<const int64_t>(keys.data(), keys.size()), start, end, depth);
+      })
+      .def("record_staleness", &TraceBuffer::record_staleness)
+      .def("chunks", [](TraceBuffer& t, const std::string& kind) {
+        if (kind == "events") return table_chunks(t.events);
+        if (kind == "members") return table_chunks(t.members);
+        if (kind == "staleness") return table_chunks(t.staleness);
+        throw nb::value_error("kind: expected 'events', 'members' or 'staleness'");
+      })
+      .def("forget_before", [](TraceBuffer& t, const std::string& kind, int64_t before) {
+        RowTable& table = kind == "events" ? t.events : kind == "members" ? t.members : t.staleness;
+        table.forget_before(before);
+      });
+}
+
 }  // namespace amp
