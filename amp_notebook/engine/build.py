@@ -120,9 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Build the native engine extension.")
     parser.add_argument("--sanitize", action="store_true", help="AddressSanitizer + UBSan build")
     parser.add_argument("--out", type=Path, default=HERE, help="folder of the extension (default: in the package)")
+    parser.add_argument("--build-dir", type=Path, default=None, help="folder of the objects (default: build/engine/)")
     args = parser.parse_args(argv)
     try:
-        build(args.out, sanitize=args.sanitize, quiet=False)
+        build(args.out, build_dir=args.build_dir, sanitize=args.sanitize, quiet=False)
     except BuildError as exc:
         print(exc, file=sys.stderr)
         return 1

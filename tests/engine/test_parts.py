@@ -151,3 +151,34 @@ def test_states_cross_the_boundary_unchanged_with_pythons_equality() -> None:
                      (State(key=2**63), "beyond int64")):  # fmt: skip
         with pytest.raises(ValueError, match=why):
             codec.roundtrip(bad)
+
+
+@settings(max_examples=40, deadline=None)
+@given(capacity=st.sampled_from([None, 8, 16, 24]), n=st.integers(0, 60), since=st.integers(0, 70))
+def test_the_native_trace_reader_equals_the_python_buffer(capacity, n, since) -> None:
+    """Same rows into a Python WorkerBuffer and a native one: the same reads, windows and exact totals, also
+    once old chunks were dropped for the capacity."""
+    from amp_notebook.engine.trace import NativeWorkerBuffer
+
+    python, native = WorkerBuffer(capacity), NativeWorkerBuffer(capacity)
+    for i in range(n):
+        keys = [i, i + 1] if i % 4 == 0 else [i]
+        for buffer in (python, native.native):
+            if len(keys) == 1:
+                buffer.record(i % 3, i % 2, i, float(i), i + 0.75, i % 5)
+            else:
+                buffer.record_bundle(i % 3, i % 2, keys, float(i), i + 0.75, i % 5)
+            buffer.record_staleness(i % 3, i, i % 4, i + 0.75)
+    for table in ("event_table", "staleness_table", "member_table"):
+        expected, got = getattr(python, table), getattr(native, table)
+        (cols_p, next_p, missed_p), (cols_n, next_n, missed_n) = expected.read(since), got.read(since)
+        assert (next_n, missed_n) == (next_p, missed_p), table
+        assert cols_n.keys() == cols_p.keys()
+        for name in cols_p:
+            np.testing.assert_array_equal(cols_n[name], cols_p[name], err_msg=f"{table}.{name}")
+        assert got.totals() == expected.totals(), table
+        assert (got.held(), got.written()) == (expected.held(), expected.written())
+        window_p, window_n = expected.window(5.0, 20.0), got.window(5.0, 20.0)
+        for name in window_p:
+            np.testing.assert_array_equal(window_n[name], window_p[name])
+    assert native.total_rows == python.total_rows and len(native) == len(python)
