@@ -18,8 +18,10 @@ from typing import Any
 
 from amp_notebook.errors import AmpError
 
-_native: ModuleType | None = None
+# (not named `_native`: importing the submodule binds that name on this package, loaded or not by _load)
+_extension: ModuleType | None = None
 _import_error: str | None = None
+_blas_problem = ""  # why numpy's BLAS could not be handed to the engine ("" when it was)
 
 
 class EngineUnavailableError(AmpError, RuntimeError):
@@ -27,17 +29,18 @@ class EngineUnavailableError(AmpError, RuntimeError):
 
 
 def _load() -> ModuleType | None:
-    global _native, _import_error
-    if _native is None and _import_error is None:
+    global _extension, _import_error, _blas_problem
+    if _extension is None and _import_error is None:
         try:
-            _native = importlib.import_module("amp_notebook.engine._native")
+            module = importlib.import_module("amp_notebook.engine._native")
         except ImportError as exc:
             _import_error = str(exc)
             return None
         from amp_notebook.engine.blas import attach_numpy_blas
 
-        attach_numpy_blas(_native)
-    return _native
+        _blas_problem = attach_numpy_blas(module)
+        _extension = module
+    return _extension
 
 
 def available() -> bool:
@@ -62,7 +65,7 @@ def status() -> dict[str, Any]:
     module = _load()
     if module is None:
         return {"available": False, "reason": _import_error}
-    return {"available": True, **module.status()}
+    return {"available": True, **module.status(), **({"blas_problem": _blas_problem} if _blas_problem else {})}
 
 
 __all__ = ["EngineUnavailableError", "available", "native", "status"]

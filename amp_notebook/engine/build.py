@@ -32,7 +32,13 @@ MODULE = "_native"
 CXX_FLAGS = ["-std=c++17", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", "-Wno-unused-parameter"]
 OPT_FLAGS = ["-O2"]
 NANOBIND_FLAGS = ["-Os"]  # the binding layer runs at the boundary only: small beats fast, and it compiles 4x faster
-SANITIZE_FLAGS = ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"]
+SANITIZE_FLAGS = [
+    "-O1",
+    "-g",
+    "-fno-omit-frame-pointer",
+    "-fsanitize=address,undefined",
+    "-fno-sanitize-recover=undefined",
+]
 
 
 class BuildError(RuntimeError):
@@ -62,7 +68,7 @@ def _nanobind() -> tuple[Path, list[Path]]:
 
 
 def _compile(cxx: str, source: Path, obj: Path, flags: list[str], stamp: str) -> str:
-    """Compile one source unless its object is newer than it, every header, and was built with ``stamp``."""
+    """Compile one source unless its object exists and was built with ``stamp`` (flags, headers, source digests)."""
     stamp_file = obj.with_suffix(".flags")
     if obj.exists() and stamp_file.exists() and stamp_file.read_text() == stamp:
         return ""
@@ -76,7 +82,11 @@ def _compile(cxx: str, source: Path, obj: Path, flags: list[str], stamp: str) ->
 
 
 def build(
-    out_dir: Path = HERE, build_dir: Path | None = None, sanitize: bool = False, jobs: int | None = None, quiet: bool = True
+    out_dir: Path = HERE,
+    build_dir: Path | None = None,
+    sanitize: bool = False,
+    jobs: int | None = None,
+    quiet: bool = True,
 ) -> Path:
     """Compile and link the extension into ``out_dir``; returns its path. Raises :class:`BuildError`."""
     t0 = time.perf_counter()
@@ -88,6 +98,11 @@ def build(
     mode = SANITIZE_FLAGS if sanitize else OPT_FLAGS
     own_flags = [*CXX_FLAGS, *mode, *includes]
     nb_flags = [*CXX_FLAGS, *(SANITIZE_FLAGS if sanitize else NANOBIND_FLAGS), *includes]
+    # what an object depends on besides its source: the flags (less include paths, which move with a copy of
+    # the tree), every header's text, and nanobind's version
+    import nanobind
+
+    base = " ".join(f for f in own_flags if not f.startswith("-I")) + f" nanobind {nanobind.__version__}"
     headers = sorted(SRC.rglob("*.h"))
     header_digest = hashlib.sha256(b"".join(h.read_bytes() for h in headers)).hexdigest()
     sources = sorted(SRC.rglob("*.cc"))
@@ -95,9 +110,10 @@ def build(
     for source in sources:
         obj = build_dir / source.relative_to(SRC).with_suffix(".o")
         digest = hashlib.sha256(source.read_bytes()).hexdigest()
-        units.append((source, obj, own_flags, f"{' '.join(own_flags)}\n{header_digest}\n{digest}"))
+        units.append((source, obj, own_flags, f"{base}\n{header_digest}\n{digest}"))
     nb_obj = build_dir / "nanobind.o"
-    units.append((nb_source, nb_obj, nb_flags, " ".join(nb_flags)))
+    nb_base = " ".join(f for f in nb_flags if not f.startswith("-I")) + f" nanobind {nanobind.__version__}"
+    units.append((nb_source, nb_obj, nb_flags, nb_base))
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
         warnings = list(pool.map(lambda u: _compile(cxx, *u), units))
     out = extension_path(out_dir)

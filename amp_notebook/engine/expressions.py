@@ -13,7 +13,7 @@ Python's own:
   then FAIL.
 
 Names become slot loads through the graph's layout (a name with no slot loads slot -1: a missing field
-when evaluated, as in Python). What the native engine cannot evaluate raises :class:`NotNative` with the
+when evaluated, as in Python). What the native engine cannot evaluate raises :class:`NotNativeError` with the
 reason, which the compile step reports: ``/`` (a float), float constants, ints beyond int64, and a
 function name used as a value.
 """
@@ -23,14 +23,40 @@ from __future__ import annotations
 import ast
 from collections.abc import Mapping
 
+from amp_notebook.errors import AmpError
 from amp_notebook.ir.expr import Expression
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 OPCODES = (
-    "const", "load", "neg", "pos", "not", "abs", "add", "sub", "mul", "floordiv", "mod",
-    "lt", "le", "gt", "ge", "eq", "ne", "min", "max", "jump", "jump_if_false_or_pop", "jump_if_true_or_pop",
-    "pop_jump_if_false", "dup", "rot2", "rot3", "pop", "fail",
+    "const",
+    "load",
+    "neg",
+    "pos",
+    "not",
+    "abs",
+    "add",
+    "sub",
+    "mul",
+    "floordiv",
+    "mod",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "eq",
+    "ne",
+    "min",
+    "max",
+    "jump",
+    "jump_if_false_or_pop",
+    "jump_if_true_or_pop",
+    "pop_jump_if_false",
+    "dup",
+    "rot2",
+    "rot3",
+    "pop",
+    "fail",
 )  # fmt: skip  (the order of src/expr.h Opcode)
 OP = {name: i for i, name in enumerate(OPCODES)}
 
@@ -41,12 +67,13 @@ _UNARY = {ast.USub: "neg", ast.UAdd: "pos", ast.Not: "not"}
 Code = list[tuple[int, int, int]]
 
 
-class NotNative(Exception):
-    """Something the native engine cannot run; ``str()`` says what and why (the compile step adds where)."""
+class NotNativeError(AmpError, ValueError):
+    """Something the native engine cannot run; the message says what and why (the compile step adds where).
+    ``engine="auto"`` falls back to the Python engine on it; ``engine="native"`` raises it."""
 
 
 def compile_expression(expr: Expression, slots: Mapping[str, int]) -> Code:
-    """The stack code of ``expr`` with field names resolved through ``slots``; raises :class:`NotNative`."""
+    """The stack code of ``expr`` with field names resolved through ``slots``; raises :class:`NotNativeError`."""
     code: Code = []
     _Emitter(expr.source, slots, code).visit(ast.parse(expr.source.strip(), mode="eval").body)
     return code
@@ -66,10 +93,12 @@ class _Emitter:
         op, _, value = self.code[at]
         self.code[at] = (op, target, value)
 
-    def refuse(self, why: str) -> NotNative:
-        return NotNative(f"expression {self.source!r} {why}; the native engine evaluates state expressions over int64")
+    def refuse(self, why: str) -> NotNativeError:
+        return NotNativeError(
+            f"expression {self.source!r} {why}; the native engine evaluates state expressions over int64"
+        )
 
-    def visit(self, node: ast.expr) -> None:  # noqa: C901  (one branch per syntax node, as the whitelist)
+    def visit(self, node: ast.expr) -> None:  # one branch per syntax node of the whitelist
         if isinstance(node, ast.Constant):
             value = node.value
             if isinstance(value, bool):
@@ -146,4 +175,4 @@ class _Emitter:
             self.patch(to_end, len(self.code))
 
 
-__all__ = ["OPCODES", "NotNative", "compile_expression"]
+__all__ = ["OPCODES", "NotNativeError", "compile_expression"]

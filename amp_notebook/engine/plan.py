@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from amp_notebook.engine.expressions import NotNative, compile_expression
+from amp_notebook.engine.expressions import NotNativeError, compile_expression
 from amp_notebook.engine.specs import Spec, has_kernel, kernel_spec
 from amp_notebook.ir.expr import Expression
 from amp_notebook.ir.ops import LOSS_PORT, Op
@@ -119,7 +119,7 @@ def check(names: list[str], ops: list[Op], dataset_fields: Iterable[str] = ()) -
         for where, expr in expressions_of(op):
             try:
                 compile_expression(expr, slots)
-            except NotNative as exc:
+            except NotNativeError as exc:
                 support.reasons.append(f"{type(op).__name__} {name!r} {where}: {exc}")
         if not has_kernel(op.kind):
             support.bridged.append(name)
@@ -144,10 +144,10 @@ class NativeTables:
 
 
 def compile_tables(plan: Plan, dataset_fields: Iterable[str] = ()) -> NativeTables:
-    """The tables of ``plan``; raises :class:`NotNative` with every reason when it cannot run natively."""
+    """The tables of ``plan``; raises :class:`NotNativeError` with every reason when it cannot run natively."""
     support = check_plan(plan, dataset_fields)
     if not support.native:
-        raise NotNative("; ".join(support.reasons))
+        raise NotNativeError("; ".join(support.reasons))
     slots = {n: i for i, n in enumerate(support.layout)}
     specs, fwd, bwd, gin, gout, bridged = [], [], [], [], [], []
     for i, op in enumerate(plan.ops):
@@ -173,6 +173,6 @@ def _route(dst: tuple[int, str] | None, ops: list[Op], side: str) -> tuple[int, 
 
 
 __all__ = [
-    "MAX_SLOTS", "NativeTables", "NotNative", "Support", "check", "check_plan", "compile_tables", "expressions_of",
+    "MAX_SLOTS", "NativeTables", "NotNativeError", "Support", "check", "check_plan", "compile_tables", "expressions_of",
     "fields_read", "fields_written", "state_layout",
 ]  # fmt: skip

@@ -21,4 +21,5 @@ ldd amp_notebook/engine/_native*.so | grep -q libasan || { echo "the extension i
 export LD_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libubsan.so)"
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:halt_on_error=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-"$PYTHON" -m pytest tests/engine -q -p no:cacheprovider "$@"
+# --capture=sys: a sanitizer's report (written to fd 2 just before it aborts) reaches the terminal
+"$PYTHON" -m pytest tests/engine -q -p no:cacheprovider --capture=sys "$@"

@@ -24,7 +24,9 @@ def test_the_engine_uses_numpys_blas() -> None:
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("shape", SHAPES, ids=[str(s) for s in SHAPES])
 @pytest.mark.parametrize("transpose", [(False, False), (True, False), (False, True)])
-def test_native_matmul_is_bit_equal_to_numpy(shape: tuple[int, int, int], dtype: type, transpose: tuple[bool, bool]) -> None:
+def test_native_matmul_is_bit_equal_to_numpy(
+    shape: tuple[int, int, int], dtype: type, transpose: tuple[bool, bool]
+) -> None:
     m, n, p = shape
     rng = np.random.default_rng(m * 100 + n * 10 + p)
     ta, tb = transpose

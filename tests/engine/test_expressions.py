@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from amp_notebook import engine
-from amp_notebook.engine.expressions import NotNative, compile_expression
+from amp_notebook.engine.expressions import NotNativeError, compile_expression
 from amp_notebook.engine.plan import check
 from amp_notebook.ir.expr import Expression, ExpressionError
 from amp_notebook.ir.message import State
@@ -30,14 +30,16 @@ INT64 = 2**63
 OK, MISSING, ZERO_DIVISION, OVERFLOW, TYPE_ERROR = range(5)
 
 leaf = st.one_of(
-    st.sampled_from(FIELDS + ("zz",)),  # zz: a field no state holds
+    st.sampled_from((*FIELDS, "zz")),  # zz: a field no state holds
     st.integers(-5, 5).map(str),
     st.sampled_from(["True", "False", "3037000500", "9223372036854775807"]),
 )
 
 
 def _extend(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
-    binary = st.tuples(inner, st.sampled_from(["+", "-", "*", "//", "%"]), inner).map(lambda t: f"({t[0]} {t[1]} {t[2]})")
+    binary = st.tuples(inner, st.sampled_from(["+", "-", "*", "//", "%"]), inner).map(
+        lambda t: f"({t[0]} {t[1]} {t[2]})"
+    )
     compare = st.lists(st.tuples(st.sampled_from(["<", "<=", ">", ">=", "==", "!="]), inner), min_size=1, max_size=3)
     chain = st.tuples(inner, compare).map(lambda t: "(" + t[0] + "".join(f" {o} {x}" for o, x in t[1]) + ")")
     boolean = st.tuples(st.sampled_from([" and ", " or "]), st.lists(inner, min_size=2, max_size=3)).map(
@@ -56,18 +58,18 @@ values = st.one_of(st.integers(-6, 6), st.booleans(), st.sampled_from([2**62, -(
 states = st.fixed_dictionaries({}, optional={f: values for f in FIELDS})
 
 
-class Overflow(Exception):
+class Int64OverflowError(Exception):
     pass
 
 
 def _checked(value: object) -> object:
     if isinstance(value, int) and not isinstance(value, bool) and not -INT64 <= value < INT64:
-        raise Overflow
+        raise Int64OverflowError
     return value
 
 
 def oracle(node: ast.expr, env: dict) -> object:
-    """Python's evaluation order and results, stopping (Overflow) at the first value beyond int64."""
+    """Python's evaluation order and results, stopping (Int64OverflowError) at the first value beyond int64."""
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.Name):
@@ -129,7 +131,7 @@ def test_native_evaluation_equals_python(source: str, fields: dict) -> None:
     status, value, is_bool = program.evaluate(codec, state)
     try:
         expected = oracle(ast.parse(source, mode="eval").body, dict(fields))
-    except Overflow:
+    except Int64OverflowError:
         assert status == OVERFLOW, (source, fields)
         return
     except (NameError, ZeroDivisionError, TypeError) as exc:
@@ -145,10 +147,15 @@ def test_native_evaluation_equals_python(source: str, fields: dict) -> None:
 
 @pytest.mark.parametrize(
     "source, why",
-    [("t / 2", "'/'"), ("t < 0.5", "float constant"), ("t + 99999999999999999999", "beyond int64"), ("min + 1", "function")],
+    [
+        ("t / 2", "'/'"),
+        ("t < 0.5", "float constant"),
+        ("t + 99999999999999999999", "beyond int64"),
+        ("min + 1", "function"),
+    ],
 )
 def test_what_the_native_form_cannot_evaluate_is_refused_with_the_reason(source: str, why: str) -> None:
-    with pytest.raises(NotNative, match=why.replace("(", r"\(")):
+    with pytest.raises(NotNativeError, match=why.replace("(", r"\(")):
         compile_expression(Expression(source), {"t": 2})
 
 

@@ -102,8 +102,12 @@ def read(native_buffer, kind: str) -> dict[str, np.ndarray]:
 
 
 @settings(max_examples=50, deadline=None)
-@given(rows=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 2), st.lists(st.integers(-3, 50), min_size=1,
-                                                                                 max_size=4)), max_size=40))
+@given(
+    rows=st.lists(
+        st.tuples(st.integers(0, 5), st.integers(0, 2), st.lists(st.integers(-3, 50), min_size=1, max_size=4)),
+        max_size=40,
+    )
+)
 def test_native_trace_rows_read_in_place_equal_the_python_buffers(rows) -> None:
     python = WorkerBuffer(capacity=None)
     native = engine.native().TraceBuffer(chunk_rows=7)  # small chunks: rows cross chunk boundaries

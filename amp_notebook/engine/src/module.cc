@@ -156,9 +156,12 @@ nb::object product(const Tensor& a, const Tensor& b) {
 
 NB_MODULE(_native, m) {
   using namespace amp;
-  kernel_error_type = PyErr_NewException("amp_notebook.engine._native.KernelError", PyExc_ValueError, nullptr);
-  expression_failure_type =
-      PyErr_NewException("amp_notebook.engine._native.ExpressionFailure", PyExc_ValueError, nullptr);
+  // both are AmpErrors (and ValueErrors), as every exception the package raises; engine/errors.py turns
+  // them into the Python op's own exceptions
+  nb::object amp_error = nb::module_::import_("amp_notebook.errors").attr("AmpError");
+  nb::tuple bases = nb::make_tuple(amp_error, nb::handle(PyExc_ValueError));
+  kernel_error_type = PyErr_NewException("amp_notebook.engine._native.KernelError", bases.ptr(), nullptr);
+  expression_failure_type = PyErr_NewException("amp_notebook.engine._native.ExpressionFailure", bases.ptr(), nullptr);
   m.attr("KernelError") = nb::handle(kernel_error_type);
   m.attr("ExpressionFailure") = nb::handle(expression_failure_type);
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {

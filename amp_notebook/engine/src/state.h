@@ -42,10 +42,12 @@ struct State {
   }
   bool operator!=(const State& o) const { return !(*this == o); }
   uint64_t hash() const {
-    // splitmix64 over the presence mask and every slot: absent slots are 0, so equal states hash equal
+    // splitmix64 over the presence mask and the present slots (absent slots are 0 and skipped), so equal
+    // states hash equal and a state of a few fields costs a few rounds
     uint64_t h = 0x9e3779b97f4a7c15ull ^ present;
-    for (int i = 0; i < kMaxSlots; ++i) {
-      uint64_t x = h + static_cast<uint64_t>(v[i]) + 0x9e3779b97f4a7c15ull * (i + 1);
+    for (uint32_t m = present; m; m &= m - 1) {
+      int i = __builtin_ctz(m);
+      uint64_t x = h + static_cast<uint64_t>(v[i]) + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(i + 1);
       x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
       x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
       h = x ^ (x >> 31);
@@ -77,9 +79,10 @@ class StateMap {
   bool empty() const { return size_ == 0; }
 
   V* find(const State& s) {
-    size_t i = index(s);
+    const uint64_t h = s.hash();
+    size_t i = h & mask_;
     while (slots_[i].used) {
-      if (slots_[i].key == s) return &slots_[i].value;
+      if (slots_[i].hash == h && slots_[i].key == s) return &slots_[i].value;
       i = (i + 1) & mask_;
     }
     return nullptr;
@@ -89,15 +92,17 @@ class StateMap {
   // The entry for `s`, inserted (default-constructed) if absent; `inserted` tells which.
   V& emplace(const State& s, bool* inserted = nullptr) {
     if ((size_ + 1) * 4 > slots_.size() * 3) rehash(slots_.size() * 2);
-    size_t i = index(s);
+    const uint64_t h = s.hash();
+    size_t i = h & mask_;
     while (slots_[i].used) {
-      if (slots_[i].key == s) {
+      if (slots_[i].hash == h && slots_[i].key == s) {
         if (inserted) *inserted = false;
         return slots_[i].value;
       }
       i = (i + 1) & mask_;
     }
     slots_[i].used = true;
+    slots_[i].hash = h;
     slots_[i].key = s;
     slots_[i].value = V();
     ++size_;
@@ -107,9 +112,10 @@ class StateMap {
 
   // Remove `s` and return its value (`found` false and a default value if it was absent).
   V take(const State& s, bool* found = nullptr) {
-    size_t i = index(s);
+    const uint64_t h = s.hash();
+    size_t i = h & mask_;
     while (slots_[i].used) {
-      if (slots_[i].key == s) {
+      if (slots_[i].hash == h && slots_[i].key == s) {
         V out = std::move(slots_[i].value);
         erase_at(i);
         if (found) *found = true;
@@ -137,10 +143,10 @@ class StateMap {
  private:
   struct Slot {
     bool used = false;
+    uint64_t hash = 0;  // the key's hash, kept: deletion and growth move entries without rehashing
     State key;
     V value{};
   };
-  size_t index(const State& s) const { return static_cast<size_t>(s.hash()) & mask_; }
 
   // Backward-shift deletion: move later members of the probe run into the hole while that keeps each
   // one at or after its home slot, so lookups never need tombstones.
@@ -149,7 +155,7 @@ class StateMap {
     for (;;) {
       i = (i + 1) & mask_;
       if (!slots_[i].used) break;
-      size_t home = index(slots_[i].key);
+      size_t home = slots_[i].hash & mask_;
       bool movable = (hole <= i) ? (home <= hole || home > i) : (home <= hole && home > i);
       if (movable) {
         slots_[hole] = std::move(slots_[i]);
@@ -171,7 +177,7 @@ class StateMap {
     size_ = 0;
     for (auto& slot : old) {
       if (!slot.used) continue;
-      size_t i = index(slot.key);
+      size_t i = slot.hash & mask_;
       while (slots_[i].used) i = (i + 1) & mask_;
       slots_[i] = std::move(slot);
       ++size_;
