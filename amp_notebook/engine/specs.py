@@ -34,8 +34,9 @@ def _linear(op: Op, slots: Mapping[str, int]) -> tuple[list[int], list[Expressio
 
 
 def _cond(op: Op, slots: Mapping[str, int]) -> tuple[list[int], list[Expression]]:
-    assert isinstance(op, Cond)
-    return [op.branches], [op.predicate]
+    """[branches, index mode]: a Distribute, or a Cond of more than two branches, takes the value as an index."""
+    assert isinstance(op, Cond)  # Distribute is a Cond
+    return [op.branches, int(op.kind == "distribute" or op.branches > 2)], [op.predicate]
 
 
 def _isu(op: Op, slots: Mapping[str, int]) -> tuple[list[int], list[Expression]]:
@@ -60,11 +61,19 @@ ENCODERS: dict[str, Encoder] = {
     "input": _none,
     "identity": _none,
     "linear": _linear,
+    "discard": _none,
     "relu": _none,
+    "tanh": _none,
+    "sigmoid": _none,
+    "add": _none,
+    "sub": _none,
+    "mul": _none,
     "cond": _cond,
+    "distribute": _cond,
     "phi": _none,
     "isu": _isu,
     "softmax_cross_entropy": _none,
+    "sink": _none,
 }
 
 

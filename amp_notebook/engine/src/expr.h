@@ -47,7 +47,8 @@ struct Value {
   bool is_bool = false;
 };
 
-enum EvalStatus : int { kOk = 0, kMissingField = 1, kZeroDivision = 2, kOverflow = 3, kTypeError = 4 };
+enum EvalStatus : int { kOk = 0, kMissingField = 1, kZeroDivision = 2, kOverflow = 3, kTypeError = 4,
+                        kBadValue = 5 };  // kBadValue: evaluated, but not a value the op can use (its kernel says)
 
 struct Program {
   std::vector<Instr> code;

@@ -14,34 +14,35 @@ Value run(const KernelSpec& spec, int program, const State& s) {
   return v;
 }
 
-// Cond (control.Cond): the predicate picks the output: truthiness for 2 branches (0 "true", 1 "false"),
-// an int index (not a bool) in [0, branches) otherwise. ints: [branches]; programs: [predicate].
+// Cond (control.Cond) and Distribute (dynamic.Distribute, a Cond that always takes an index): the
+// predicate picks the output: truthiness for a 2-way Cond (0 "true", 1 "false"), else an int index (not a
+// bool) in [0, branches). A value out of range is the Python op's error: ExpressionFailure(kBadValue)
+// makes the Python face replay the message through the Python op, which raises it in its own words.
+// ints: [branches, index_mode]; programs: [predicate].
 class CondKernel : public Kernel {
  public:
-  explicit CondKernel(const KernelSpec& spec) : spec_(spec), branches_(static_cast<int>(spec.ints.at(0))) {}
+  explicit CondKernel(const KernelSpec& spec)
+      : spec_(spec), branches_(static_cast<int>(spec.ints.at(0))), index_mode_(spec.ints.at(1) != 0) {}
 
-  void forward(NodeCtx& ctx, int, Span<const Tensor> xs, Span<const State> states, Outputs& out) override {
-    for (size_t i = 0; i < xs.size(); ++i) out.push(choose(states[i], *ctx.layout), xs[i], states[i]);
+  void forward(NodeCtx&, int, Span<const Tensor> xs, Span<const State> states, Outputs& out) override {
+    for (size_t i = 0; i < xs.size(); ++i) out.push(choose(states[i]), xs[i], states[i]);
   }
   void backward(NodeCtx&, int, Span<const Tensor> gs, Span<const State> states, Outputs& out) override {
     for (size_t i = 0; i < gs.size(); ++i) out.push(0, gs[i], states[i]);
   }
 
  private:
-  int choose(const State& s, const Layout& layout) const {
+  int choose(const State& s) const {
     Value v = run(spec_, 0, s);
-    if (branches_ == 2) return v.v ? 0 : 1;
-    if (v.is_bool || v.v < 0 || v.v >= branches_) {
-      std::string found = v.is_bool ? (v.v ? "True" : "False") : std::to_string(v.v);
-      throw OpError("predicate gave " + found + " on state " + layout.describe(s) + "; a " +
-                    std::to_string(branches_) + "-way Cond needs an int branch index in [0, " +
-                    std::to_string(branches_) + ")");
-    }
+    if (!index_mode_) return v.v ? 0 : 1;
+    if (v.is_bool || v.v < 0 || v.v >= branches_) throw ExpressionFailure(0, kBadValue);
     return static_cast<int>(v.v);
   }
   KernelSpec spec_;
   int branches_;
+  bool index_mode_;
 };
+AMP_REGISTER_KERNEL("distribute", CondKernel);
 AMP_REGISTER_KERNEL("cond", CondKernel);
 
 // Phi (control.Phi): merges its inputs into "out", remembering (for training keys) which input each

@@ -108,7 +108,10 @@ std::unique_ptr<Kernel> make_kernel(const KernelSpec& spec) {
   return std::unique_ptr<Kernel>(new K(spec));
 }
 
-#define AMP_REGISTER_KERNEL(kind, Class) static const ::amp::Registrar amp_registrar_##Class(kind, &::amp::make_kernel<Class>)
+#define AMP_KERNEL_NAME_(a, b) a##b
+#define AMP_KERNEL_NAME(a, b) AMP_KERNEL_NAME_(a, b)
+#define AMP_REGISTER_KERNEL(kind, Class) \
+  static const ::amp::Registrar AMP_KERNEL_NAME(amp_registrar_, __COUNTER__)(kind, &::amp::make_kernel<Class>)
 
 // The join of JoinMixin (ir/ops/base.py): messages wait until every input port holds one whose state
 // matches (the whole state, or key plus match_on fields); the output takes the first port's state.
@@ -140,6 +143,10 @@ class Joins {
 };
 
 // Helpers every kernel uses.
+// The dtype numpy's promotion gives two operands of arithmetic: float32 only if both are, else float64.
+DType promote(DType a, DType b);
+// `x` as a tensor of `dtype` (itself if it already is one; else a contiguous cast copy, as numpy casts).
+Tensor as_dtype(const Tensor& x, DType dtype);
 Tensor take_cached(StateMap<Tensor>& cache, const State& s, const Layout& layout);  // OpError if absent
 std::string shape_text(const Tensor& t);  // "(3, 4)" as numpy prints a shape
 

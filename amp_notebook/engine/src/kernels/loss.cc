@@ -1,4 +1,4 @@
-// Loss kernels, the native twins of ir/ops/loss.py: SoftmaxCrossEntropy. A loss joins each prediction
+// Loss kernels, the native twins of ir/ops/loss.py: SoftmaxCrossEntropy and Sink. A loss joins each prediction
 // with its key's target, reports the loss, caches the gradient of the mean loss for training keys, and
 // pushes the loss value on kLossPort so the worker starts the backward pass.
 // Never touches Python, the inbox or other nodes.
@@ -119,6 +119,51 @@ class SoftmaxCrossEntropyKernel : public Kernel {
   StateMap<Tensor> cache_;
 };
 AMP_REGISTER_KERNEL("softmax_cross_entropy", SoftmaxCrossEntropyKernel);
+
+// Sink (loss.Sink): ends a value nobody reads; a training key turns around here with a zero gradient of
+// the payload's shape (float payloads keep their dtype, others get float64), and nothing is reported.
+class SinkKernel : public Kernel {
+ public:
+  explicit SinkKernel(const KernelSpec&) {}
+
+  void forward(NodeCtx& ctx, int, Span<const Tensor> xs, Span<const State> states, Outputs& out) override {
+    for (size_t i = 0; i < xs.size(); ++i) {
+      if (ctx.train) {
+        bool inserted = false;
+        Shape& shape = shapes_.emplace(states[i], &inserted);
+        if (!inserted)
+          throw OpError("state " + ctx.layout->describe(states[i]) +
+                        " reached the Sink twice while the first is still in flight");
+        shape.rank = xs[i].rank();
+        for (int k = 0; k < shape.rank; ++k) shape.dims[k] = xs[i].dim(k);
+        shape.dtype = xs[i].dtype() == DType::f32 ? DType::f32 : DType::f64;
+      }
+      out.push(kLossPort, Tensor::scalar(0.0), states[i]);
+    }
+  }
+
+  void backward(NodeCtx& ctx, int, Span<const Tensor> gs, Span<const State> states, Outputs& out) override {
+    for (size_t i = 0; i < gs.size(); ++i) {
+      bool found = false;
+      Shape shape = shapes_.take(states[i], &found);
+      if (!found)
+        throw OpError("a backward message with state " + ctx.layout->describe(states[i]) +
+                      " arrived at the Sink but no forward with that state passed it");
+      out.push(0, Tensor::zeros(shape.dtype, shape.dims, shape.rank), states[i]);
+    }
+  }
+
+  size_t held() const override { return shapes_.size(); }
+
+ private:
+  struct Shape {
+    int rank = 0;
+    int64_t dims[kMaxRank] = {0, 0, 0, 0};
+    DType dtype = DType::f64;
+  };
+  StateMap<Shape> shapes_;
+};
+AMP_REGISTER_KERNEL("sink", SinkKernel);
 
 }  // namespace
 }  // namespace amp

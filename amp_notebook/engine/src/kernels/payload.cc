@@ -1,4 +1,5 @@
-// Payload kernels, the native twins of ir/ops/payload.py: Input, Identity, Linear, ReLU. Each names the
+// Payload kernels, the native twins of ir/ops/payload.py: Input, Identity, Linear, Discard (the
+// elementwise ones are in elementwise.cc). Each names the
 // Python op it equals; the math is the Python op's, step by step, so float64 results agree to rounding
 // (matrix products bit for bit: blas.h calls numpy's BLAS as numpy does).
 // Never touches Python, the inbox or other nodes.
@@ -35,23 +36,6 @@ class IdentityKernel : public Kernel {
   }
 };
 AMP_REGISTER_KERNEL("identity", IdentityKernel);
-
-// The dtype numpy's promotion gives two float (or int) operands: float64 unless both are float32.
-DType promote(DType a, DType b) { return a == DType::f32 && b == DType::f32 ? DType::f32 : DType::f64; }
-
-// x as a contiguous tensor of `dtype` (a cast copy when it differs: numpy casts before the product).
-Tensor as_dtype(const Tensor& x, DType dtype) {
-  if (x.dtype() == dtype) return x;
-  Tensor src = x.contiguous_copy();
-  Tensor out = Tensor::empty(dtype, src.shape(), src.rank());
-  const int64_t n = src.size();
-  for (int64_t i = 0; i < n; ++i) {
-    double v = src.at(i);
-    if (dtype == DType::f64) out.data<double>()[i] = v;
-    else out.data<float>()[i] = static_cast<float>(v);
-  }
-  return out;
-}
 
 template <class T>
 void add_row_vector(Tensor& y, const Tensor& b) {  // y += b, broadcast over rows (numpy's `y += b`)
@@ -165,69 +149,14 @@ class LinearKernel : public Kernel {
 };
 AMP_REGISTER_KERNEL("linear", LinearKernel);
 
-template <class T, class G>
-void relu_backward(const Tensor& x, const Tensor& g, Tensor& out) {  // g * (x > 0)
-  const T* xd = x.data<T>();
-  const G* gd = g.data<G>();
-  G* od = out.data<G>();
-  for (int64_t i = 0, n = x.size(); i < n; ++i) od[i] = gd[i] * (xd[i] > 0 ? G(1) : G(0));
-}
-
-template <class T>
-void relu_forward(const Tensor& x, Tensor& y) {  // np.maximum(x, 0): NaN stays NaN
-  const T* xd = x.data<T>();
-  T* yd = y.data<T>();
-  for (int64_t i = 0, n = x.size(); i < n; ++i) yd[i] = (xd[i] >= 0 || xd[i] != xd[i]) ? xd[i] : T(0);
-}
-
-// ReLU (payload.ReLU): y = max(x, 0) over the stacked rows; backward g * (x > 0) with x cached per state.
-class ReLUKernel : public Kernel {
+// Discard (payload.Discard): consumes a message and sends nothing on, not even a gradient.
+class DiscardKernel : public Kernel {
  public:
-  explicit ReLUKernel(const KernelSpec&) {}
-
-  void forward(NodeCtx& ctx, int, Span<const Tensor> xs, Span<const State> states, Outputs& out) override {
-    std::vector<int64_t> offsets(xs.size() + 1);
-    Tensor x = stack_rows(xs, offsets.data()).contiguous_copy();
-    Tensor y = Tensor::empty(x.dtype(), x.shape(), x.rank());
-    switch (x.dtype()) {
-      case DType::f64: relu_forward<double>(x, y); break;
-      case DType::f32: relu_forward<float>(x, y); break;
-      default: relu_forward<int64_t>(x, y); break;
-    }
-    if (ctx.train)
-      for (size_t i = 0; i < xs.size(); ++i) cache_.emplace(states[i]) = xs[i];
-    for (size_t i = 0; i < xs.size(); ++i) out.push(0, y.rows(offsets[i], offsets[i + 1]), states[i]);
-  }
-
-  void backward(NodeCtx& ctx, int, Span<const Tensor> gs, Span<const State> states, Outputs& out) override {
-    std::vector<Tensor> cached;
-    cached.reserve(states.size());
-    for (const State& s : states) cached.push_back(take_cached(cache_, s, *ctx.layout));
-    std::vector<int64_t> offsets(gs.size() + 1);
-    Tensor x = stack_rows(Span<const Tensor>(cached.data(), cached.size()), offsets.data()).contiguous_copy();
-    Tensor g = stack_rows(gs, offsets.data()).contiguous_copy();
-    if (!x.same_shape(g))
-      throw OpError("ReLU backward: gradient of shape " + shape_text(g) + " for an input of shape " + shape_text(x));
-    DType dtype = g.dtype() == DType::f32 && x.dtype() != DType::f64 ? DType::f32 : DType::f64;
-    Tensor gg = as_dtype(g, dtype);
-    Tensor d = Tensor::empty(dtype, x.shape(), x.rank());
-    if (dtype == DType::f64) {
-      if (x.dtype() == DType::f64) relu_backward<double, double>(x, gg, d);
-      else if (x.dtype() == DType::f32) relu_backward<float, double>(x, gg, d);
-      else relu_backward<int64_t, double>(x, gg, d);
-    } else {
-      if (x.dtype() == DType::f32) relu_backward<float, float>(x, gg, d);
-      else relu_backward<int64_t, float>(x, gg, d);
-    }
-    for (size_t i = 0; i < gs.size(); ++i) out.push(0, d.rows(offsets[i], offsets[i + 1]), states[i]);
-  }
-
-  size_t held() const override { return cache_.size(); }
-
- private:
-  StateMap<Tensor> cache_;
+  explicit DiscardKernel(const KernelSpec&) {}
+  void forward(NodeCtx&, int, Span<const Tensor>, Span<const State>, Outputs&) override {}
+  void backward(NodeCtx&, int, Span<const Tensor>, Span<const State>, Outputs&) override {}
 };
-AMP_REGISTER_KERNEL("relu", ReLUKernel);
+AMP_REGISTER_KERNEL("discard", DiscardKernel);
 
 }  // namespace
 }  // namespace amp

@@ -63,6 +63,24 @@ Tensor take_cached(StateMap<Tensor>& cache, const State& s, const Layout& layout
   return t;
 }
 
+DType promote(DType a, DType b) { return a == DType::f32 && b == DType::f32 ? DType::f32 : DType::f64; }
+
+Tensor as_dtype(const Tensor& x, DType dtype) {
+  if (x.dtype() == dtype) return x;
+  Tensor src = x.contiguous_copy();
+  Tensor out = Tensor::empty(dtype, src.shape(), src.rank());
+  for (int64_t i = 0, n = src.size(); i < n; ++i) {
+    double v = src.at(i);
+    switch (dtype) {
+      case DType::f64: out.data<double>()[i] = v; break;
+      case DType::f32: out.data<float>()[i] = static_cast<float>(v); break;
+      case DType::i64: out.data<int64_t>()[i] = static_cast<int64_t>(v); break;
+      case DType::b8: out.data<uint8_t>()[i] = v != 0.0; break;
+    }
+  }
+  return out;
+}
+
 std::string shape_text(const Tensor& t) {
   std::string out = "(";
   for (int i = 0; i < t.rank(); ++i) {
