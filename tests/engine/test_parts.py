@@ -186,3 +186,8 @@ def test_the_native_trace_reader_equals_the_python_buffer(capacity, n, since) ->
         for name in window_p:
             np.testing.assert_array_equal(window_n[name], window_p[name])
     assert native.total_rows == python.total_rows and len(native) == len(python)
+
+
+def test_a_reader_sees_only_complete_rows_while_a_native_thread_writes() -> None:
+    reads, checked, bad = engine.native().trace_publish_check(200_000, 4096)
+    assert bad == 0 and checked > 0 and reads > 1

@@ -8,7 +8,10 @@
 #include <nanobind/stl/unordered_map.h>
 #include <nanobind/stl/vector.h>
 
+#include <nanobind/stl/tuple.h>
+
 #include <chrono>
+#include <thread>
 
 #include "credits.h"
 #include "expr.h"
@@ -115,7 +118,39 @@ double ledger_cost(int64_t n) {
   return dt.count() / static_cast<double>(n);
 }
 
+// One native thread writes `n` event rows (row i: key i, start i, end i + 0.5) while the calling thread
+// keeps reading every chunk up to its published count: the rows a reader sees must be complete. Returns
+// (reads, rows checked, inconsistent rows).
+std::tuple<int64_t, int64_t, int64_t> trace_publish_check(int64_t n, int64_t chunk_rows) {
+  TraceBuffer buffer(chunk_rows);
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    for (int64_t i = 0; i < n; ++i) buffer.record(1, 0, i, static_cast<double>(i), i + 0.5, 0);
+    done.store(true, std::memory_order_release);
+  });
+  int64_t reads = 0, checked = 0, bad = 0;
+  bool last = false;
+  while (!last) {
+    last = done.load(std::memory_order_acquire);
+    for (const auto& chunk : buffer.events.chunks()) {
+      int64_t rows = chunk->rows();
+      for (int64_t r = 0; r < rows; ++r) {
+        int64_t key = chunk->column<int64_t>(2)[r];
+        bool ok = key == chunk->first() + r && chunk->column<double>(5)[r] == static_cast<double>(key) &&
+                  chunk->column<double>(6)[r] == key + 0.5;
+        bad += !ok;
+        ++checked;
+      }
+    }
+    ++reads;
+  }
+  writer.join();
+  return {reads, checked, bad};
+}
+
 void bind_probes(nb::module_& m) {
+  m.def("trace_publish_check", &trace_publish_check, nb::arg("n"), nb::arg("chunk_rows"),
+        nb::call_guard<nb::gil_scoped_release>());
   m.def("inbox_cost", &inbox_cost, nb::arg("n"), nb::arg("wave"), nb::arg("max_bundle"));
   m.def("cache_cost", &cache_cost, nb::arg("n"), nb::arg("in_flight"));
   m.def("ledger_cost", &ledger_cost, nb::arg("n"));
