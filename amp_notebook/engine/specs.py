@@ -84,6 +84,7 @@ def kernel_spec(op: Op, slots: Mapping[str, int]) -> Spec:
     match_on = getattr(op, "match_on", None)
     return {
         "kind": op.kind,
+        "param_shapes": [list(shape) for shape in op.param_shapes().values()],
         "in_names": list(op.input_ports()),
         "out_names": list(op.output_ports()),
         "ints": ints,

@@ -95,3 +95,32 @@ class AddsAField(Op):
 def test_a_bridged_op_that_adds_an_unknown_field_is_refused_naming_the_field() -> None:
     got = native_error(AddsAField(), [("in", X, State(key=0))], bridge=True)
     assert isinstance(got, ValueError) and "'secret'" in str(got) and "layout" in str(got)
+
+
+BAD_PAYLOADS = [
+    ("linear_wrong_width", "linear", [np.ones((2, 5))]),
+    ("linear_vector", "linear", [np.ones(4)]),
+    ("relu_scalar", "relu", [0.5, 0.25]),
+    ("relu_bundle_of_different_widths", "relu", [np.ones((2, 3)), np.ones((2, 4))]),
+]
+
+
+@pytest.mark.parametrize("kind, xs", [b[1:] for b in BAD_PAYLOADS], ids=[b[0] for b in BAD_PAYLOADS])
+def test_payloads_a_kernel_cannot_take_are_op_errors_not_crashes(kind: str, xs: list) -> None:
+    from amp_notebook.ir.ops import Linear, ReLU
+
+    op = Linear(4, 3) if kind == "linear" else ReLU()
+    native, ctx = NativeOp(op, {"key"}), NodeContext("n", {k: np.ones(s) for k, s in op.param_shapes().items()})
+    with pytest.raises(OpError):
+        native.forward_bundle(ctx, "in", xs, [State(key=k) for k in range(len(xs))])
+
+
+def test_parameters_that_do_not_fit_the_op_are_refused_at_the_boundary() -> None:
+    from amp_notebook.ir.ops import Linear
+
+    native = NativeOp(Linear(4, 3), {"key"})
+    with pytest.raises(ValueError, match="param_shapes"):
+        native.forward(NodeContext("n", {"W": np.ones((3, 3)), "b": np.ones(3)}), "in", np.ones((2, 4)), State(key=0))
+    with pytest.raises(ValueError, match="2 parameters"):
+        w = np.ones((4, 3))
+        native.native.KernelProbe(native.codec, native.spec, [w], [np.zeros_like(w)], 1, 1, None)

@@ -49,6 +49,20 @@ class KernelProbe {
       keep_.push_back(nb::borrow(g));
       ctx_.grads.push_back(borrow_array(g, "gradient accumulator"));
     }
+    // the parameters and accumulators the kernel will index: checked here once, never in the kernel
+    auto shapes = nb::cast<std::vector<std::vector<int64_t>>>(spec["param_shapes"]);
+    if (ctx_.params.size() != shapes.size() || ctx_.grads.size() != shapes.size())
+      throw nb::value_error(("expected " + std::to_string(shapes.size()) + " parameters and as many gradient "
+                             "accumulators").c_str());
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const Tensor& p = ctx_.params[i];
+      const Tensor& g = ctx_.grads[i];
+      bool ok = p.rank() == static_cast<int>(shapes[i].size()) && g.same_shape(p) && g.dtype() == p.dtype();
+      for (int k = 0; ok && k < p.rank(); ++k) ok = p.dim(k) == shapes[i][k];
+      if (!ok)
+        throw nb::value_error(("parameter " + std::to_string(i) + ": shape or dtype differs from the op's "
+                               "param_shapes, or its accumulator differs from it").c_str());
+    }
     KernelSpec ks;
     ks.kind = nb::cast<std::string>(spec["kind"]);
     ks.in_names = nb::cast<std::vector<std::string>>(spec["in_names"]);

@@ -170,23 +170,52 @@ double Tensor::at(int64_t flat) const {
 }
 
 // Concatenate along axis 0: each input is copied row block by row block (contiguous inputs in one memcpy).
+// The inputs must agree in rank and trailing shape (np.concatenate raises otherwise; here an OpError) and
+// are cast to their common dtype first, as numpy promotes (floats of both widths: float64).
 Tensor stack_rows(Span<const Tensor> xs, int64_t* offsets) {
   offsets[0] = 0;
   int64_t total = 0;
+  const Tensor& first = xs[0];
+  bool mixed = false;
   for (size_t i = 0; i < xs.size(); ++i) {
-    total += xs[i].rows();
+    const Tensor& x = xs[i];
+    if (x.rank() == 0)
+      throw OpError("a payload of shape () cannot be split into rows; payloads of a row-wise op are (rows, ...)");
+    bool same = x.rank() == first.rank();
+    for (int k = 1; same && k < x.rank(); ++k) same = x.dim(k) == first.dim(k);
+    if (!same)
+      throw OpError("the payloads of one bundle differ in shape beyond their rows (" + std::to_string(x.rank()) +
+                    " vs " + std::to_string(first.rank()) + " axes, or another width): they cannot be stacked");
+    mixed = mixed || x.dtype() != first.dtype();
+    total += x.rows();
     offsets[i + 1] = total;
   }
   if (xs.size() == 1) return xs[0];
-  const Tensor& first = xs[0];
+  DType dtype = first.dtype();
+  if (mixed) {
+    bool any_f64 = false, any_f32 = false;
+    for (const Tensor& x : xs) {
+      any_f64 = any_f64 || x.dtype() != DType::f32;
+      any_f32 = any_f32 || x.dtype() == DType::f32;
+    }
+    dtype = any_f32 && !any_f64 ? DType::f32 : DType::f64;
+  }
   int64_t shape[kMaxRank];
   for (int i = 0; i < first.rank(); ++i) shape[i] = first.dim(i);
   shape[0] = total;
-  Tensor out = Tensor::empty(first.dtype(), shape, first.rank());
-  const size_t item = itemsize(first.dtype());
+  Tensor out = Tensor::empty(dtype, shape, first.rank());
+  const size_t item = itemsize(dtype);
   char* dst = out.data<char>();
   for (size_t i = 0; i < xs.size(); ++i) {
     Tensor part = xs[i].contiguous_copy();
+    if (part.dtype() != dtype) {  // numpy's promotion to the common type, value by value
+      Tensor cast = Tensor::empty(dtype, part.shape(), part.rank());
+      for (int64_t k = 0, n = part.size(); k < n; ++k) {
+        if (dtype == DType::f64) cast.data<double>()[k] = part.at(k);
+        else cast.data<float>()[k] = static_cast<float>(part.at(k));
+      }
+      part = cast;
+    }
     size_t bytes = static_cast<size_t>(part.size()) * item;
     if (bytes) std::memcpy(dst, part.raw(), bytes);
     dst += bytes;

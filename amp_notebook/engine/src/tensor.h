@@ -116,7 +116,7 @@ class Tensor {
 
 // Rows of several tensors (same dtype, same trailing shape) stacked into one contiguous tensor, and the
 // row offsets where each starts (plus the end): the "rows" bundling of ir/ops/base.py `stack`. One
-// tensor comes back as itself (no copy), as in Python.
+// tensor comes back as itself (no copy), as in Python. Throws OpError for payloads that cannot stack.
 Tensor stack_rows(Span<const Tensor> xs, int64_t* offsets);
 
 }  // namespace amp

@@ -61,6 +61,8 @@ class SoftmaxCrossEntropyKernel : public Kernel {
                         " integer class ids, got shape " + shape_text(target) + " dtype " + dtype_name(target.dtype()),
                     1);
     const int64_t classes = pred.dim(1);
+    if (classes == 0)
+      throw OpError("SoftmaxCrossEntropy input 'logits': expected at least one class, got shape " + shape_text(pred), 0);
     for (int64_t i = 0; i < target.dim(0); ++i) {
       int64_t t = target.data<int64_t>()[i * target.stride(0)];
       if (t < 0 || t >= classes)

@@ -71,8 +71,12 @@ class LinearKernel : public Kernel {
   void forward(NodeCtx& ctx, int, Span<const Tensor> xs, Span<const State> states, Outputs& out) override {
     std::vector<int64_t> offsets(xs.size() + 1);
     const Tensor& W = ctx.params[0];
-    DType dtype = promote(xs[0].dtype(), W.dtype());
-    Tensor x = as_dtype(stack_rows(xs, offsets.data()), dtype);
+    Tensor stacked = stack_rows(xs, offsets.data());
+    if (stacked.rank() != 2 || stacked.dim(1) != W.dim(0))
+      throw OpError("Linear input 'in': expected shape (batch, " + std::to_string(W.dim(0)) + "), got " +
+                        shape_text(xs[0]), 0);
+    DType dtype = promote(stacked.dtype(), W.dtype());
+    Tensor x = as_dtype(stacked, dtype);
     Tensor w = as_dtype(W, dtype);
     Tensor y = Tensor::empty(dtype, {x.dim(0), w.dim(1)});
     matmul(x, w, y);
@@ -93,6 +97,9 @@ class LinearKernel : public Kernel {
     std::vector<int64_t> offsets(gs.size() + 1);
     Tensor x = stack_rows(Span<const Tensor>(cached.data(), cached.size()), offsets.data());
     Tensor g = stack_rows(gs, offsets.data());
+    if (g.rank() != 2 || g.dim(0) != x.dim(0) || g.dim(1) != ctx.params[0].dim(1))
+      throw OpError("Linear output 'out': expected a gradient of shape (" + std::to_string(x.dim(0)) + ", " +
+                    std::to_string(ctx.params[0].dim(1)) + "), got " + shape_text(gs[0]));
     Tensor& gW = ctx.grads[0];
     const bool in_place = ctx.n_grads == 0 && x.dtype() == g.dtype() && g.dtype() == gW.dtype();
     if (in_place) {
