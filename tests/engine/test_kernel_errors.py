@@ -124,3 +124,14 @@ def test_parameters_that_do_not_fit_the_op_are_refused_at_the_boundary() -> None
     with pytest.raises(ValueError, match="2 parameters"):
         w = np.ones((4, 3))
         native.native.KernelProbe(native.codec, native.spec, [w], [np.zeros_like(w)], 1, 1, None)
+
+
+def test_a_spec_that_does_not_fit_its_kernel_is_refused_at_the_boundary() -> None:
+    native = NativeOp(Isu({"t": "t + 1"}, {"t": "t - 1"}), {"key", "t"})
+    module, codec = native.native, native.codec
+    bad_slot = {**native.spec, "ints": [1, 99, 0, 1, 2, 1, 0, 0]}
+    no_predicate = {**NativeOp(Cond("t < 2"), {"t"}).spec, "programs": []}
+    deep = {**native.spec, "programs": [np.array([[1, 99, 0]], dtype=np.int64)]}
+    for spec in (bad_slot, no_predicate, deep):
+        with pytest.raises(ValueError):
+            module.KernelProbe(codec, spec, [], [], 1, 1, None)

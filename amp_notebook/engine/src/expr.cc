@@ -63,6 +63,7 @@ std::string Program::validate(int n_slots) {
     if (d < 0) return "unreachable instruction at " + std::to_string(pc);
     if (in.op == Opcode::kLoad && in.arg >= n_slots) return "slot out of range";
     if ((in.op == Opcode::kMin || in.op == Opcode::kMax) && in.arg < 2) return "min/max of fewer than 2";
+    if (in.op == Opcode::kFail && in.arg < 0) return "a call of a negative number of arguments";
     int pops, pushes;
     effect(in, &pops, &pushes);
     if (d < pops) return "stack underflow at " + std::to_string(pc);

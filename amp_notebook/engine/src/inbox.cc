@@ -20,6 +20,7 @@ void Inbox::push(uint64_t handle, int node, int direction, int port, int64_t key
   int64_t seq = ++seq_;
   int64_t rank = order_ == Order::kArrival ? seq : key;  // flush updates carry key -1: first
   Item item{rank, seq, handle};
+  if (node > max_node_) max_node_ = node;
   int gi = group_of(node, direction, port);
   Group& g = groups_[gi];
   ++size_;

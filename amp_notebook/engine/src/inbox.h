@@ -42,6 +42,7 @@ class Inbox {
   bool take(bool allow_forward, const std::vector<int64_t>& max_bundle, const Limit& limit, std::vector<uint64_t>* out);
   bool has_work(bool allow_forward);
   size_t size() const { return size_; }
+  int max_node() const { return max_node_; }  // the highest node pushed so far (-1: none)
 
  private:
   struct Item {
@@ -75,6 +76,7 @@ class Inbox {
   int64_t seq_ = 0;
   int64_t created_ = 0;
   size_t size_ = 0;
+  int max_node_ = -1;
 };
 
 }  // namespace amp

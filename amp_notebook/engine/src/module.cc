@@ -71,7 +71,14 @@ class KernelProbe {
       throw nb::value_error("a native join takes at most 4 input ports");
     ks.ints = nb::cast<std::vector<int64_t>>(spec["ints"]);
     for (nb::handle code : nb::borrow<nb::list>(spec["programs"])) ks.programs.push_back(make_program(code));
+    if (ks.in_names.size() > 32 || ks.out_names.size() > 32) throw nb::value_error("at most 32 ports per node");
     ks.match_full = nb::cast<bool>(spec["match_full"]);
+    ks.n_slots = static_cast<int>(codec->layout().names.size());
+    ks.n_params = static_cast<int>(shapes.size());
+    for (Program& p : ks.programs) {
+      std::string why = p.validate(ks.n_slots);
+      if (!why.empty()) throw nb::value_error(("invalid expression program: " + why).c_str());
+    }
     ks.match_slots = nb::cast<std::vector<int>>(spec["match_slots"]);
     for (int slot : ks.match_slots)
       if (slot < 0 || slot >= static_cast<int>(codec->layout().names.size()))

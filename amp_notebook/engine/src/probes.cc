@@ -163,6 +163,8 @@ void bind_probes(nb::module_& m) {
         in.push(handle, node, direction, port, key);
       })
       .def("take", [](Inbox& in, bool allow_forward, std::vector<int64_t> max_bundle, nb::object limit) {
+        if (static_cast<int64_t>(max_bundle.size()) <= in.max_node())
+          throw nb::value_error("max_bundle: expected one entry per node pushed");
         Inbox::Limit lim;
         if (!limit.is_none()) lim = [&](int node, int direction) { return nb::cast<int64_t>(limit(node, direction)); };
         std::vector<uint64_t> out;

@@ -22,7 +22,10 @@ Value run(const KernelSpec& spec, int program, const State& s) {
 class CondKernel : public Kernel {
  public:
   explicit CondKernel(const KernelSpec& spec)
-      : spec_(spec), branches_(static_cast<int>(spec.ints.at(0))), index_mode_(spec.ints.at(1) != 0) {}
+      : spec_(spec), branches_(static_cast<int>(spec.ints.at(0))), index_mode_(spec.ints.at(1) != 0) {
+    if (spec.programs.size() != 1 || branches_ < 1 || static_cast<int>(spec.out_names.size()) != branches_)
+      throw SpecError("a Cond takes one predicate and as many outputs as branches");
+  }
 
   void forward(NodeCtx&, int, Span<const Tensor> xs, Span<const State> states, Outputs& out) override {
     for (size_t i = 0; i < xs.size(); ++i) out.push(choose(states[i]), xs[i], states[i]);
@@ -97,6 +100,11 @@ class IsuKernel : public Kernel {
     }
     key_forward_ = spec.ints.at(at) != 0;
     key_backward_ = spec.ints.at(at + 1) != 0;
+    for (const auto* updates : {&forward_, &backward_})
+      for (const Update& u : *updates)
+        if (u.slot < 0 || u.slot >= spec.n_slots || u.program >= static_cast<int>(spec.programs.size()) ||
+            updates->size() > static_cast<size_t>(kMaxSlots))
+          throw SpecError("an Isu update names a slot or program out of range");
   }
 
   void forward(NodeCtx&, int, Span<const Tensor> xs, Span<const State> states, Outputs& out) override {

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,13 @@ struct KernelSpec {
   std::vector<Program> programs;  // its expressions, compiled
   std::vector<int> match_slots;   // JoinMixin.match_on as slots; empty with match_full: join on the whole state
   bool match_full = true;
+  int n_slots = 0;                // the layout's size (slots in ints are checked against it)
+  int n_params = 0;               // parameters in NodeCtx (checked against the op's param_shapes)
+};
+
+// A spec that does not fit its kernel: raised by a kernel's constructor (the boundary), a ValueError in Python.
+struct SpecError : std::invalid_argument {
+  explicit SpecError(const std::string& what) : std::invalid_argument("kernel spec: " + what) {}
 };
 
 class Kernel {

@@ -66,7 +66,9 @@ void add_into(T* dst, const Tensor& src) {
 // afterwards), and sends dx = g @ W^T when the input wants it. ints: [has_bias].
 class LinearKernel : public Kernel {
  public:
-  explicit LinearKernel(const KernelSpec& spec) : bias_(!spec.ints.empty() && spec.ints[0] != 0) {}
+  explicit LinearKernel(const KernelSpec& spec) : bias_(!spec.ints.empty() && spec.ints[0] != 0) {
+    if (spec.n_params != (bias_ ? 2 : 1)) throw SpecError("a Linear has W (and b with a bias)");
+  }
 
   void forward(NodeCtx& ctx, int, Span<const Tensor> xs, Span<const State> states, Outputs& out) override {
     std::vector<int64_t> offsets(xs.size() + 1);
