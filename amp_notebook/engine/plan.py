@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from amp_notebook.engine.expressions import NotNativeError, compile_expression
-from amp_notebook.engine.specs import Spec, has_kernel, kernel_spec
+from amp_notebook.engine.specs import Spec, kernel_spec, native_kernel
 from amp_notebook.ir.expr import Expression
 from amp_notebook.ir.ops import LOSS_PORT, Op
 from amp_notebook.runtime.plan import Plan
@@ -121,7 +121,7 @@ def check(names: list[str], ops: list[Op], dataset_fields: Iterable[str] = ()) -
                 compile_expression(expr, slots)
             except NotNativeError as exc:
                 support.reasons.append(f"{type(op).__name__} {name!r} {where}: {exc}")
-        if not has_kernel(op.kind):
+        if not native_kernel(op):
             support.bridged.append(name)
     return support
 
@@ -159,7 +159,7 @@ def compile_tables(plan: Plan, dataset_fields: Iterable[str] = ()) -> NativeTabl
         bwd.append([_route(plan.bwd_route[i].get(p), plan.ops, "out") for p in ins])
         gin.append(sum(1 << in_index[p] for p in plan.grad_inputs[i] if p in in_index))
         gout.append(sum(1 << out_index[p] for p in plan.grad_outputs[i] if p in out_index and p != LOSS_PORT))
-        if not has_kernel(op.kind):
+        if not native_kernel(op):
             bridged.append(i)
     return NativeTables(support.layout, specs, fwd, bwd, gin, gout, bridged)
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from amp_notebook.engine.expressions import compile_expression
 from amp_notebook.ir.expr import Expression
-from amp_notebook.ir.ops import Cond, Isu, Linear, Op
+from amp_notebook.ir.ops import Cond, Isu, Linear, Op, Split
 
 Spec = dict[str, Any]
 Encoder = Callable[[Op, Mapping[str, int]], tuple[list[int], list[Expression]]]
@@ -57,10 +57,19 @@ def _isu(op: Op, slots: Mapping[str, int]) -> tuple[list[int], list[Expression]]
     return ints, programs
 
 
+def _split(op: Op, slots: Mapping[str, int]) -> tuple[list[int], list[Expression]]:
+    assert isinstance(op, Split)
+    return list(op.sizes), []
+
+
 ENCODERS: dict[str, Encoder] = {
     "input": _none,
     "identity": _none,
     "linear": _linear,
+    "embedding": _none,
+    "concat": _none,
+    "split": _split,
+    "bcast": _none,
     "discard": _none,
     "relu": _none,
     "tanh": _none,
@@ -94,8 +103,18 @@ def kernel_spec(op: Op, slots: Mapping[str, int]) -> Spec:
     }
 
 
-def has_kernel(kind: str) -> bool:
-    return kind in ENCODERS
+# Limits of the native kernels' fixed-size entries (src/kernels/kernel.h kMaxJoinPorts, aggregate.cc
+# kMaxFanOut): a node beyond them runs through the bridge.
+FITS: dict[str, Callable[[Op], bool]] = {
+    "concat": lambda op: len(op.input_ports()) <= 4,
+    "split": lambda op: len(op.output_ports()) <= 8,
+    "bcast": lambda op: len(op.output_ports()) <= 8,
+}
 
 
-__all__ = ["ENCODERS", "Spec", "has_kernel", "kernel_spec"]
+def native_kernel(op: Op) -> bool:
+    """Whether ``op``'s node runs a native kernel (else it runs through the bridge)."""
+    return op.kind in ENCODERS and FITS.get(op.kind, lambda _: True)(op)
+
+
+__all__ = ["ENCODERS", "FITS", "Spec", "kernel_spec", "native_kernel"]

@@ -7,7 +7,7 @@ import pytest
 
 from amp_notebook import models
 from amp_notebook.engine.plan import MAX_SLOTS, check, compile_tables, state_layout
-from amp_notebook.engine.specs import ENCODERS
+from amp_notebook.engine.specs import native_kernel
 from amp_notebook.ir.ops import Input, Isu, Linear
 from amp_notebook.runtime.plan import compile_plan
 
@@ -28,7 +28,7 @@ def test_every_zoo_graph_compiles_for_the_native_engine(name: str) -> None:
     support = check(names, [graph.nodes[n].op for n in names])
     assert support.native, support.reasons
     assert support.layout[:2] == ("key", "flush") and len(support.layout) <= MAX_SLOTS
-    assert set(support.bridged) == {n for n in names if graph.nodes[n].kind not in ENCODERS}
+    assert set(support.bridged) == {n for n in names if not native_kernel(graph.nodes[n].op)}
 
 
 def test_the_layout_holds_every_field_written_or_read_and_the_datasets() -> None:

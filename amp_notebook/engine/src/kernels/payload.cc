@@ -1,5 +1,5 @@
-// Payload kernels, the native twins of ir/ops/payload.py: Input, Identity, Linear, Discard (the
-// elementwise ones are in elementwise.cc). Each names the
+// Payload kernels, the native twins of ir/ops/payload.py: Input, Identity, Linear, Embedding, Discard
+// (the elementwise ones are in elementwise.cc). Each names the
 // Python op it equals; the math is the Python op's, step by step, so float64 results agree to rounding
 // (matrix products bit for bit: blas.h calls numpy's BLAS as numpy does).
 // Never touches Python, the inbox or other nodes.
@@ -157,6 +157,82 @@ class LinearKernel : public Kernel {
   StateMap<Tensor> cache_;
 };
 AMP_REGISTER_KERNEL("linear", LinearKernel);
+
+// Embedding (payload.Embedding): rows of the table E looked up by integer ids (any shape of ids: the
+// output is ids.shape + (dim,)); the ids of each message are cached for training keys; backward adds
+// each gradient row into the accumulator row of its id, in order (np.add.at), after zeroing it for the
+// first gradient since an update. The ids get no gradient.
+class EmbeddingKernel : public Kernel {
+ public:
+  explicit EmbeddingKernel(const KernelSpec& spec) {
+    if (spec.n_params != 1) throw SpecError("an Embedding has one table E");
+  }
+
+  void forward(NodeCtx& ctx, int, Span<const Tensor> xs, Span<const State> states, Outputs& out) override {
+    const Tensor& E = ctx.params[0];
+    for (const Tensor& x : xs) check_ids(x, E.dim(0));
+    std::vector<int64_t> offsets(xs.size() + 1);
+    Tensor ids = stack_rows(xs, offsets.data()).contiguous_copy();
+    int64_t shape[kMaxRank];
+    if (ids.rank() + 1 > kMaxRank) throw OpError("Embedding input 'in': ids of at most 3 axes", 0);
+    for (int k = 0; k < ids.rank(); ++k) shape[k] = ids.dim(k);
+    const int64_t dim = E.dim(1);
+    shape[ids.rank()] = dim;
+    Tensor y = Tensor::empty(E.dtype(), shape, ids.rank() + 1);
+    const size_t row_bytes = static_cast<size_t>(dim) * itemsize(E.dtype());
+    const int64_t* id = ids.data<int64_t>();
+    for (int64_t i = 0, n = ids.size(); i < n; ++i)
+      std::memcpy(y.data<char>() + i * row_bytes, E.data<char>() + id[i] * row_bytes, row_bytes);
+    for (size_t i = 0; i < xs.size(); ++i) {
+      if (ctx.train) cache_.emplace(states[i]) = ids.rows(offsets[i], offsets[i + 1]);
+      out.push(0, y.rows(offsets[i], offsets[i + 1]), states[i]);
+    }
+  }
+
+  void backward(NodeCtx& ctx, int, Span<const Tensor> gs, Span<const State> states, Outputs&) override {
+    std::vector<Tensor> cached;
+    for (const State& s : states) cached.push_back(take_cached(cache_, s, *ctx.layout));
+    std::vector<int64_t> offsets(gs.size() + 1);
+    Tensor ids = stack_rows(Span<const Tensor>(cached.data(), cached.size()), offsets.data()).contiguous_copy();
+    Tensor& acc = ctx.grads[0];
+    Tensor g = as_dtype(stack_rows(gs, offsets.data()), acc.dtype()).contiguous_copy();
+    const int64_t dim = acc.dim(1);
+    if (g.size() != ids.size() * dim)
+      throw OpError("Embedding output 'out': expected a gradient of " + std::to_string(ids.size()) + " rows of " +
+                    std::to_string(dim) + ", got shape " + shape_text(gs[0]));
+    if (ctx.n_grads == 0) std::memset(acc.raw(), 0, static_cast<size_t>(acc.size()) * itemsize(acc.dtype()));
+    if (acc.dtype() == DType::f64) scatter_add<double>(ids, g, acc, dim);
+    else scatter_add<float>(ids, g, acc, dim);
+  }
+
+  size_t held() const override { return cache_.size(); }
+
+ private:
+  static void check_ids(const Tensor& x, int64_t rows) {
+    if (x.dtype() != DType::i64)
+      throw OpError(std::string("Embedding input 'in': expected integer ids, got dtype ") + dtype_name(x.dtype()), 0);
+    int64_t lo = 0, hi = 0;
+    for (int64_t i = 0, n = x.size(); i < n; ++i) {
+      int64_t v = static_cast<int64_t>(x.at(i));
+      if (i == 0 || v < lo) lo = v;
+      if (i == 0 || v > hi) hi = v;
+    }
+    if (x.size() && (lo < 0 || hi >= rows))
+      throw OpError("Embedding input 'in': ids must lie in [0, " + std::to_string(rows) + "), found [" +
+                        std::to_string(lo) + ", " + std::to_string(hi) + "]; raise num_embeddings or fix the token ids",
+                    0);
+  }
+  template <class T>
+  static void scatter_add(const Tensor& ids, const Tensor& g, Tensor& acc, int64_t dim) {
+    const int64_t* id = ids.data<int64_t>();
+    const T* gd = g.data<T>();
+    T* a = acc.data<T>();
+    for (int64_t i = 0, n = ids.size(); i < n; ++i)
+      for (int64_t j = 0; j < dim; ++j) a[id[i] * dim + j] += gd[i * dim + j];
+  }
+  StateMap<Tensor> cache_;
+};
+AMP_REGISTER_KERNEL("embedding", EmbeddingKernel);
 
 // Discard (payload.Discard): consumes a message and sends nothing on, not even a gradient.
 class DiscardKernel : public Kernel {
