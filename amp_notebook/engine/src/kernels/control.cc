@@ -1,6 +1,7 @@
-// Control-flow kernels, the native twins of ir/ops/control.py: Cond, Phi and Isu. They move payloads
-// without touching them and only read or change states; expressions run on the stack machine of
-// expr.h. Never touches Python, payload data or other nodes.
+// Control-flow kernels, the native twins of ir/ops/control.py: Cond (and dynamic.py's Distribute, a
+// Cond by index), Phi and Isu. They move payloads without touching them and only read or change
+// states; expressions run on the stack machine of expr.h. Never touches Python, payload data or other
+// nodes.
 #include "kernels/kernel.h"
 
 namespace amp {
