@@ -47,6 +47,8 @@ CLASSES = package_exception_classes()
 # Each needs a reason; the list must not go stale.
 INTERNAL = {
     "amp_notebook.compiler.translate.Return": "a `return` statement being translated; caught by the translator",
+    "amp_notebook.engine.build.BuildError": "raised by the install hook only (the build has no package to import), "
+    "which turns it into the install's failure message",
     "amp_notebook.testing.faults.InjectedFaultError": "the fault the harness injects into its own runs, never raised "
     "by amp_notebook itself; the harness checks it reaches the caller",
     "amp_notebook.testing.faults._Vanish": "ends a worker thread's loop quietly (a harness fault); caught there",

@@ -1,0 +1,266 @@
+// The Python face of the engine (`amp_notebook.engine._native`): a handful of calls, each converting at
+// the boundary (convert.h) and checking what enters once. The rest of the engine never sees Python.
+//
+//   status(), load_blas(path), unload_blas()        which BLAS the products use
+//   matmul(a, b, ...), matmul_in_threads(pairs)     numpy-equal products (tests: bit equality, thread safety)
+//   StateCodec(names, State)                        a graph's slot layout: encode/decode/equality/hash
+//   Program(code, n_slots), evaluate(...)           compiled expressions
+//   KernelProbe(...)                                one node's kernel (native or bridged), driven message by
+//                                                   message or in bundles: the kernel test harness
+//   Inbox, Ledger, TraceBuffer                      (probes.cc) the worker's parts, for their tests
+//
+// Errors: a kernel's OpError becomes KernelError(message, port), an expression failure
+// ExpressionFailure(program, code); engine/probe.py turns both into the Python op's own exceptions.
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+#include <thread>
+
+#include "blas.h"
+#include "bridge.h"
+#include "convert.h"
+#include "kernels/kernel.h"
+#include "probes.h"
+
+namespace amp {
+
+namespace {
+
+PyObject* kernel_error_type = nullptr;
+PyObject* expression_failure_type = nullptr;
+
+// One node's kernel with its NodeCtx, driven from Python (tests; later the worker does the same).
+class KernelProbe {
+ public:
+  KernelProbe(const StateCodec* codec, nb::dict spec, nb::list params, nb::list grads, uint32_t grad_inputs,
+              uint32_t grad_outputs, nb::object bridge)
+      : codec_(codec) {
+    ctx_.layout = &codec->layout();
+    ctx_.grad_inputs = grad_inputs;
+    ctx_.grad_outputs = grad_outputs;
+    for (nb::handle p : params) {
+      keep_.push_back(nb::borrow(p));
+      ctx_.params.push_back(borrow_array(p, "parameter"));
+    }
+    for (nb::handle g : grads) {
+      keep_.push_back(nb::borrow(g));
+      ctx_.grads.push_back(borrow_array(g, "gradient accumulator"));
+    }
+    // the parameters and accumulators the kernel will index: checked here once, never in the kernel
+    auto shapes = nb::cast<std::vector<std::vector<int64_t>>>(spec["param_shapes"]);
+    if (ctx_.params.size() != shapes.size() || ctx_.grads.size() != shapes.size())
+      throw nb::value_error(("expected " + std::to_string(shapes.size()) + " parameters and as many gradient "
+                             "accumulators").c_str());
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const Tensor& p = ctx_.params[i];
+      const Tensor& g = ctx_.grads[i];
+      bool ok = p.rank() == static_cast<int>(shapes[i].size()) && g.same_shape(p) && g.dtype() == p.dtype();
+      for (int k = 0; ok && k < p.rank(); ++k) ok = p.dim(k) == shapes[i][k];
+      if (!ok)
+        throw nb::value_error(("parameter " + std::to_string(i) + ": shape or dtype differs from the op's "
+                               "param_shapes, or its accumulator differs from it").c_str());
+    }
+    KernelSpec ks;
+    ks.kind = nb::cast<std::string>(spec["kind"]);
+    ks.in_names = nb::cast<std::vector<std::string>>(spec["in_names"]);
+    ks.out_names = nb::cast<std::vector<std::string>>(spec["out_names"]);
+    if (ks.in_names.size() > static_cast<size_t>(kMaxJoinPorts) && spec.contains("joins"))
+      throw nb::value_error("a native join takes at most 4 input ports");
+    ks.ints = nb::cast<std::vector<int64_t>>(spec["ints"]);
+    for (nb::handle code : nb::borrow<nb::list>(spec["programs"])) ks.programs.push_back(make_program(code));
+    if (ks.in_names.size() > 32 || ks.out_names.size() > 32) throw nb::value_error("at most 32 ports per node");
+    ks.match_full = nb::cast<bool>(spec["match_full"]);
+    ks.n_slots = static_cast<int>(codec->layout().names.size());
+    ks.n_params = static_cast<int>(shapes.size());
+    for (Program& p : ks.programs) {
+      std::string why = p.validate(ks.n_slots);
+      if (!why.empty()) throw nb::value_error(("invalid expression program: " + why).c_str());
+    }
+    ks.match_slots = nb::cast<std::vector<int>>(spec["match_slots"]);
+    for (int slot : ks.match_slots)
+      if (slot < 0 || slot >= static_cast<int>(codec->layout().names.size()))
+        throw nb::value_error("match_on slot out of range");
+    if (!bridge.is_none()) {
+      nb::tuple b = nb::borrow<nb::tuple>(bridge);
+      kernel_.reset(new PythonKernel(b[0], b[1], codec, ks.in_names, ks.out_names));
+    } else {
+      Factory factory = find_kernel(ks.kind);
+      if (!factory) throw nb::value_error(("no native kernel for op kind '" + ks.kind + "'").c_str());
+      kernel_ = factory(ks);
+    }
+    n_in_ = static_cast<int>(ks.in_names.size());
+    n_out_ = static_cast<int>(ks.out_names.size());
+  }
+
+  nb::list run(bool forward, int port, nb::list payloads, nb::list states, bool train, int64_t n_grads) {
+    if (forward ? (port < 0 || port >= n_in_) : (port != kLossPort && (port < 0 || port >= n_out_)))
+      throw nb::value_error("port out of range");
+    if (nb::len(payloads) != nb::len(states) || nb::len(payloads) == 0)
+      throw nb::value_error("a bundle needs as many states as payloads, at least one");
+    std::vector<Tensor> xs;
+    std::vector<State> ss;
+    for (nb::handle p : payloads) xs.push_back(tensor_from_python(p, "payload"));
+    for (nb::handle s : states) ss.push_back(codec_->encode(s));
+    ctx_.train = train;
+    ctx_.n_grads = n_grads;
+    Outputs out;
+    Span<const Tensor> xspan(xs.data(), xs.size());
+    Span<const State> sspan(ss.data(), ss.size());
+    if (forward) kernel_->forward(ctx_, port, xspan, sspan, out);
+    else kernel_->backward(ctx_, port, xspan, sspan, out);
+    nb::list result;
+    for (const Output& o : out.items)
+      result.append(nb::make_tuple(o.port, tensor_to_python(o.payload), codec_->decode(o.state)));
+    return result;
+  }
+
+  size_t held() const { return kernel_->held(); }
+
+  nb::list take_reports() {
+    nb::list out;
+    for (const Report& r : ctx_.reports) {
+      nb::dict d;
+      d["key"] = r.key;
+      d["loss"] = r.loss;
+      d["n"] = r.n;
+      if (r.correct >= 0) d["correct"] = r.correct;
+      out.append(d);
+    }
+    ctx_.reports.clear();
+    return out;
+  }
+
+  static Program make_program(nb::handle code) {
+    nb::ndarray<int64_t, nb::shape<-1, 3>, nb::c_contig, nb::ro> a;
+    if (!nb::try_cast(code, a)) throw nb::type_error("a program is an int64 array of shape (n, 3)");
+    Program p;
+    for (size_t i = 0; i < a.shape(0); ++i)
+      p.code.push_back(Instr{static_cast<Opcode>(a(i, 0)), static_cast<int32_t>(a(i, 1)), a(i, 2)});
+    return p;
+  }
+
+ private:
+  const StateCodec* codec_;
+  NodeCtx ctx_;
+  std::unique_ptr<Kernel> kernel_;
+  std::vector<nb::object> keep_;  // the numpy arrays the parameter views borrow stay alive with the probe
+  int n_in_ = 0, n_out_ = 0;
+};
+
+Program checked_program(nb::handle code, int n_slots) {
+  Program p = KernelProbe::make_program(code);
+  std::string why = p.validate(n_slots);
+  if (!why.empty()) throw nb::value_error(("invalid expression program: " + why).c_str());
+  return p;
+}
+
+Tensor float_matrix(nb::handle a, bool transpose) {
+  Tensor t = tensor_from_python(a, "matrix");
+  if (t.rank() != 2 || (t.dtype() != DType::f32 && t.dtype() != DType::f64))
+    throw nb::value_error("matmul takes 2-d float32 or float64 arrays");
+  return transpose ? transposed(t) : t;
+}
+
+nb::object product(const Tensor& a, const Tensor& b) {
+  if (a.dim(1) != b.dim(0) || a.dtype() != b.dtype()) throw nb::value_error("matmul: shapes or dtypes differ");
+  Tensor out = Tensor::empty(a.dtype(), {a.dim(0), b.dim(1)});
+  matmul(a, b, out);
+  return tensor_to_python(out);
+}
+
+}  // namespace
+
+}  // namespace amp
+
+NB_MODULE(_native, m) {
+  using namespace amp;
+  // both are AmpErrors (and ValueErrors), as every exception the package raises; engine/errors.py turns
+  // them into the Python op's own exceptions
+  nb::object amp_error = nb::module_::import_("amp_notebook.errors").attr("AmpError");
+  nb::tuple bases = nb::make_tuple(amp_error, nb::handle(PyExc_ValueError));
+  kernel_error_type = PyErr_NewException("amp_notebook.engine._native.KernelError", bases.ptr(), nullptr);
+  expression_failure_type = PyErr_NewException("amp_notebook.engine._native.ExpressionFailure", bases.ptr(), nullptr);
+  m.attr("KernelError") = nb::handle(kernel_error_type);
+  m.attr("ExpressionFailure") = nb::handle(expression_failure_type);
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const OpError& e) {
+      PyErr_SetObject(kernel_error_type, nb::make_tuple(e.what(), e.port).ptr());
+    } catch (const ExpressionFailure& e) {
+      PyErr_SetObject(expression_failure_type, nb::make_tuple(e.program, e.code).ptr());
+    }
+  });
+
+  m.def("status", []() {
+    nb::dict d;
+    d["blas"] = blas_status();
+    d["blas_loaded"] = blas_loaded();
+    d["kernels"] = kernel_kinds();
+    d["max_slots"] = kMaxSlots;
+    d["max_rank"] = kMaxRank;
+    return d;
+  });
+  m.def("load_blas", &blas_load, nb::arg("path"));
+  m.def("unload_blas", &blas_unload);
+  m.def("matmul", [](nb::handle a, nb::handle b, bool ta, bool tb) { return product(float_matrix(a, ta), float_matrix(b, tb)); },
+        nb::arg("a"), nb::arg("b"), nb::arg("transpose_a") = false, nb::arg("transpose_b") = false);
+  m.def("matmul_in_threads", [](nb::list pairs, int repeats) {
+    // every pair on its own native thread, without the GIL, `repeats` times; the last results come back
+    std::vector<std::pair<Tensor, Tensor>> in;
+    for (nb::handle p : pairs) {
+      nb::tuple t = nb::borrow<nb::tuple>(p);
+      in.emplace_back(float_matrix(t[0], false), float_matrix(t[1], false));
+      if (in.back().first.dim(1) != in.back().second.dim(0)) throw nb::value_error("matmul: shapes differ");
+    }
+    std::vector<Tensor> out(in.size());
+    for (size_t i = 0; i < in.size(); ++i) out[i] = Tensor::empty(in[i].first.dtype(), {in[i].first.dim(0), in[i].second.dim(1)});
+    {
+      nb::gil_scoped_release release;
+      std::vector<std::thread> threads;
+      for (size_t i = 0; i < in.size(); ++i)
+        threads.emplace_back([&, i] {
+          for (int r = 0; r < repeats; ++r) matmul(in[i].first, in[i].second, out[i]);
+        });
+      for (auto& t : threads) t.join();
+    }
+    nb::list result;
+    for (const Tensor& t : out) result.append(tensor_to_python(t));
+    return result;
+  }, nb::arg("pairs"), nb::arg("repeats") = 1);
+
+  nb::class_<StateCodec>(m, "StateCodec")
+      .def(nb::init<const std::vector<std::string>&, nb::handle>(), nb::arg("names"), nb::arg("state_class"))
+      .def("roundtrip", [](const StateCodec& c, nb::handle s) { return c.decode(c.encode(s)); })
+      .def("same", [](const StateCodec& c, nb::handle a, nb::handle b) { return c.encode(a) == c.encode(b); })
+      .def("hash", [](const StateCodec& c, nb::handle s) { return c.encode(s).hash(); })
+      .def("describe", [](const StateCodec& c, nb::handle s) { return c.layout().describe(c.encode(s)); });
+
+  nb::class_<Program>(m, "Program")
+      .def("__init__", [](Program* p, nb::handle code, int n_slots) { new (p) Program(checked_program(code, n_slots)); },
+           nb::arg("code"), nb::arg("n_slots"))
+      .def_ro("max_stack", &Program::max_stack)
+      .def("evaluate", [](const Program& p, const StateCodec& c, nb::handle state) {
+        Value v;
+        int status = evaluate(p, c.encode(state), &v);
+        return nb::make_tuple(status, v.v, v.is_bool);
+      });
+
+  nb::class_<KernelProbe>(m, "KernelProbe")
+      .def(nb::init<const StateCodec*, nb::dict, nb::list, nb::list, uint32_t, uint32_t, nb::object>(),
+           nb::arg("codec"), nb::arg("spec"), nb::arg("params"), nb::arg("grads"), nb::arg("grad_inputs"),
+           nb::arg("grad_outputs"), nb::arg("bridge").none(), nb::keep_alive<1, 2>())
+      .def("forward", [](KernelProbe& k, int port, nb::list xs, nb::list ss, bool train, int64_t n_grads) {
+        return k.run(true, port, xs, ss, train, n_grads);
+      })
+      .def("backward", [](KernelProbe& k, int port, nb::list gs, nb::list ss, int64_t n_grads) {
+        return k.run(false, port, gs, ss, true, n_grads);
+      })
+      .def("held", &KernelProbe::held)
+      .def("take_reports", &KernelProbe::take_reports);
+
+  bind_probes(m);
+}
