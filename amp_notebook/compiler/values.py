@@ -106,22 +106,6 @@ class LocalFunction:
 
 
 @dataclass(frozen=True)
-class Unrolled:
-    """``nn.unroll(...)``: the constants a compile-time loop walks."""
-
-    items: tuple[Any, ...]
-
-
-@dataclass(frozen=True)
-class RangeLoop:
-    """``range(start, stop, step)`` in a ``for`` header whose bounds are state values: a loop in the graph."""
-
-    start: Any
-    stop: Any
-    step: int
-
-
-@dataclass(frozen=True)
 class Builtin:
     """A builtin the compiler understands (``range``, ``len``, ``min``, ...)."""
 
