@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from amp_notebook.data.batch import Batch, Dataset
+from amp_notebook.errors import DataFormatError, SettingError
 
 MODES = ("amp", "sync", "pipeline")
 
@@ -84,11 +85,11 @@ class Controller:
         validate: bool = True,
     ) -> None:
         if mode not in MODES:
-            raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+            raise SettingError("mode", f"mode: expected one of {MODES}, got {mode!r}")
         if epochs < 1:
-            raise ValueError(f"epochs: expected at least 1, got {epochs}")
+            raise SettingError("epochs", f"epochs: expected at least 1, got {epochs}")
         if not dataset.train:
-            raise ValueError(f"dataset {dataset.name!r} has no training keys")
+            raise DataFormatError(f"dataset {dataset.name!r} has no training keys; give it at least one")
         self.dataset = dataset
         self.mode = mode
         self.max_active_keys = self._check_keys(max_active_keys)
@@ -115,7 +116,7 @@ class Controller:
     @staticmethod
     def _check_keys(k: int) -> int:
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"max_active_keys: expected an int >= 1, got {k!r}")
+            raise SettingError("max_active_keys", f"max_active_keys: expected an int >= 1, got {k!r}")
         return k
 
     # ----------------------------------------------------------------- events
@@ -130,7 +131,10 @@ class Controller:
         if self.epoch != -1 or self.keys:
             raise ValueError("restore: the controller has started already; restore a fresh one")
         if pending and not 0 <= epoch < self.epochs:
-            raise ValueError(f"restore: epoch {epoch} is in progress but this run has epochs={self.epochs}")
+            raise SettingError(
+                "epochs",
+                f"restore: epoch {epoch} is in progress but this run has epochs={self.epochs}; resume with more epochs",
+            )
         self.epoch = epoch
         self.pending = [k for k in pending if k.train or self.validate][::-1]  # popped from the end
         self.next_key = next_key

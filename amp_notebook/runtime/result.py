@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from amp_notebook.errors import RunStateError
 from amp_notebook.ir.serialize import save_params
 from amp_notebook.runtime.checkpoint import Checkpoint, capture
 from amp_notebook.runtime.config import RunConfig
@@ -103,7 +104,7 @@ class TrainResult:
         """The finished run's state: resume it with ``train(..., resume=...)`` or ``resume(...)``."""
         session = self.session
         if session is None or not session.controller.finished:
-            raise RuntimeError(
+            raise RunStateError(
                 "checkpoint: this result is a view of a run still going; save a running run with run.save(path)"
             )
         return capture(session, meta)
