@@ -24,6 +24,8 @@ from amp_notebook.ir.graph import Ref
 
 @dataclass(frozen=True)
 class Tensor:
+    """A payload stream at compile time: the output port that carries it, its width, dtype and state fields."""
+
     ref: Ref
     width: int | None
     dtype: str  # "float" or "int"
@@ -89,11 +91,15 @@ class ChildResult:
 
 @dataclass(frozen=True)
 class Loss:
+    """What a loss call gave at compile time: the name of the loss node (a loss has no outputs)."""
+
     name: str
 
 
 @dataclass(frozen=True)
 class Undefined:
+    """A name with no value here (assigned on one side of an ``if`` only, say); ``reason`` says why."""
+
     reason: str
 
 

@@ -44,6 +44,8 @@ class Ref:
 
 @dataclass(frozen=True)
 class Edge:
+    """A connection from output ``src_port`` of node ``src`` to input ``dst_port`` of node ``dst``."""
+
     src: str
     src_port: str
     dst: str

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Problem:
+    """One thing wrong with a graph: the node and port it concerns (None when none) and a message with the fix."""
+
     node: str | None
     port: str | None
     message: str

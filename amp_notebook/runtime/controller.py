@@ -44,6 +44,8 @@ MODES = ("amp", "sync", "pipeline")
 
 @dataclass(frozen=True)
 class KeyInfo:
+    """One admitted key: its number, its epoch, whether it trains (or only validates) and its payloads."""
+
     key: int
     epoch: int
     train: bool
@@ -52,28 +54,42 @@ class KeyInfo:
 
 @dataclass(frozen=True)
 class Admit:
+    """Action: inject this key into the graph."""
+
     info: KeyInfo
 
 
 @dataclass(frozen=True)
 class Flush:
+    """Action: every parameterized node updates now (sync and pipeline modes); answer with ``on_flush_complete``."""
+
     flush_id: int
 
 
 @dataclass(frozen=True)
 class EpochEnd:
+    """Action: every key of this epoch has completed (and its flush, if any)."""
+
     epoch: int
 
 
 @dataclass(frozen=True)
 class Finish:
-    pass
+    """Action: the run is over (its last epoch ended, or it was stopped)."""
 
 
 Action = Admit | Flush | EpochEnd | Finish
 
 
 class Controller:
+    """Admission, flushes and epochs for one run (the module docstring says how).
+
+    Owns the run's key schedule: the epoch, the keys admitted and in flight, the keys not yet admitted, the
+    flush in progress, the shuffling RNG, and the live ``max_active_keys``, pause and stop. Events come in as
+    method calls (``on_key_complete``, ``on_flush_complete``, ``on_epoch_end``) and actions go out as return
+    values. It never touches messages, workers, threads, parameters or the clock: whoever runs it (a backend's
+    session, the reference trainer) carries its actions out, and detects completion by credit counting."""
+
     def __init__(
         self,
         dataset: Dataset,

@@ -34,6 +34,12 @@ if TYPE_CHECKING:
 
 @dataclass
 class TrainResult:
+    """What a finished run leaves: its settings, per-epoch history, trace, final parameters and placement.
+
+    Owns plain data, computed once the run has ended, plus the finished session (to checkpoint the run) and
+    backend figures. It never runs anything: metrics are read from the trace when asked, and the report is
+    drawn by the UI through :meth:`report`, the runtime's one reach into it (module docstring)."""
+
     config: RunConfig
     optimizer: dict[str, Any]
     history: list[EpochStats]
