@@ -32,7 +32,7 @@
 # microseconds to milliseconds. This notebook measures both, shows where Ray pays off, and asks the
 # simulator what 4, 16 and 64 machines would do. Here "the cluster" is a local Ray on this machine; on a
 # real cluster you pass its address: `amp.train(..., backend="ray", address="head-node:6379")` (see the
-# README for `ray start`).
+# docs page *Many machines (Ray)*, `docs/ray.md`, for `ray start`).
 
 # %%
 import time

@@ -220,4 +220,4 @@ amp.compile(gated)
 # * `amp.models.as_python` holds the whole zoo (MLP, RNN, Tree-LSTM, GG-NN) written this way.
 # * `amp.from_torch(module)` imports `nn.Sequential` stacks and one-layer `nn.RNN`/`nn.GRU`/`nn.LSTM`
 #   with their weights, as such a function; `imported.to_torch(result.params)` writes trained weights back.
-# * The README's section *Write models as Python* lists the whole vocabulary and every construct.
+# * The docs page *Models as Python* (`docs/compiler.md`) lists the whole vocabulary and every construct.

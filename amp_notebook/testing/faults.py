@@ -1,6 +1,6 @@
 """Fault injection for the runtime: one fault per run, and what reached the caller.
 
-The promise under test (issue 11): whatever goes wrong inside a run, the caller gets an error (never a
+The promise under test: whatever goes wrong inside a run, the caller gets an error (never a
 hang) soon, every thread of the run ends, and the error says what happened. Each case trains a small model
 (the MLP on digits, or the list-reduction RNN with its loop through Phi and Cond) on the threaded backend,
 with one fault that fires once, at the k-th matching event:

@@ -144,7 +144,7 @@ class GraphBuilder(anywidget.AnyWidget):
         self._do(self.model.load, graph)
 
     def load_model(self, name: str) -> None:
-        """Load a model-zoo graph: one of ``ZOO_MODELS`` (mlp, rnn, rnn_x2, tree_lstm, ggsnn, ...)."""
+        """Load a model-zoo graph: one of ``ZOO_MODELS`` (mlp, rnn, rnn-x2, tree-lstm, ggsnn, ...)."""
         self._do(self.model.load_model, name)
 
     def auto_layout(self, direction: str | None = None) -> None:
@@ -214,7 +214,7 @@ class GraphBuilder(anywidget.AnyWidget):
         problems = self.problems()
         if problems:
             raise BuilderError(f"cannot train yet, {len(problems)} problem(s):\n  - " + "\n  - ".join(problems))
-        if self.run is not None and not self.run.done():
+        if self.run is not None and not self.run.done:
             self.run.stop(wait=False)
         graph = graph_from_dict(graph_to_dict(self.graph))  # later edits must not reach the running graph
         settings = {**self.train_options, "workers": self.workers, **options, "background": True}
@@ -296,6 +296,6 @@ class GraphBuilder(anywidget.AnyWidget):
                 f"run {s['state']}: epoch {s['epoch'] + 1}/{s['epochs']}, {s['keys_done']} keys done{loss}"
                 + (f" ({s['error']})" if s["error"] else "")
             )
-            if run.done() or self.run is not run:
+            if run.done or self.run is not run:
                 return
             threading.Event().wait(STATUS_PERIOD_S)

@@ -41,6 +41,7 @@ from amp_notebook.ir import ops as O
 from amp_notebook.ir.graph import Graph, Ref
 from amp_notebook.ir.serialize import graph_from_dict, graph_to_dict, rebuild_graph
 from amp_notebook.ir.validate import check, infer_widths
+from amp_notebook.models import zoo
 from amp_notebook.ui import builder_schema as S
 from amp_notebook.ui.builder_replicas import set_replicas
 from amp_notebook.ui.builder_schema import BuilderError
@@ -55,21 +56,7 @@ UNDO_LIMIT = 200
 DIRECTIONS = ("TB", "LR")
 
 
-def _zoo() -> dict[str, Callable[[], Graph]]:
-    from amp_notebook import models
-
-    return {
-        "mlp": lambda: models.mlp(input_width=64, hidden=128),
-        "rnn": models.rnn,
-        "rnn_x2": lambda: models.rnn(replicas=2),
-        "tree_lstm": lambda: models.tree_lstm(vocab_size=100),
-        "ggsnn": lambda: models.ggsnn(n_edge_types=2, feature_width=8, classes=4),
-        "ggsnn_node_selection": lambda: models.ggsnn(n_edge_types=2, feature_width=8, task="node_selection"),
-        "ggsnn_regression": lambda: models.ggsnn(n_edge_types=2, feature_width=8, task="regression"),
-    }
-
-
-ZOO_MODELS = ("mlp", "rnn", "rnn_x2", "tree_lstm", "ggsnn", "ggsnn_node_selection", "ggsnn_regression")
+ZOO_MODELS = zoo.NAMES  # the model zoo's registry (amp_notebook/models/zoo.py): the CLI's names
 ATTRS = ("name", "min_update_frequency", "optimizer", "worker", "replicas")
 
 
@@ -237,10 +224,12 @@ class BuilderModel:
             raise
 
     def load_model(self, model: str) -> None:
-        zoo = _zoo()
-        if model not in zoo:
-            raise BuilderError(f"unknown model {model!r}; the model zoo has {sorted(zoo)}")
-        self.load(zoo[model]())
+        """Load a zoo model's graph (``zoo.get(model).graph()``: sized for its small dataset)."""
+        try:
+            entry = zoo.get(model)
+        except zoo.ZooError as exc:
+            raise BuilderError(str(exc)) from None
+        self.load(entry.graph())
 
     def auto_layout(self, direction: str | None = None) -> None:
         """Forget every position so the browser lays the graph out again (one undo step): ``"TB"`` top to

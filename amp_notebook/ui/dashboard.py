@@ -337,7 +337,7 @@ def _as_trace(source: Any) -> tuple[Trace, list[dict[str, Any]] | None, str | No
     if isinstance(source, str | Path):
         return load_trace(source), None, Path(source).stem
     if isinstance(source, Run):
-        if not source.done():
+        if not source.done:
             raise SettingError("source", "Dashboard.replay: this run is still going; show it live with Dashboard(run)")
         source = source.wait()
     if isinstance(source, TrainResult):

@@ -80,7 +80,7 @@ def test_a_run_saved_mid_epoch_goes_on_and_its_checkpoint_resumes_bit_for_bit(di
     run = train(mlp(), digits, mode="sync", epochs=2, background=True, **SETTINGS)
     assert isinstance(run, Run)
     deadline = time.monotonic() + 20
-    while run.status["keys_done"] < 10 and not run.done():
+    while run.status["keys_done"] < 10 and not run.done:
         assert time.monotonic() < deadline
         time.sleep(0.005)
     path = run.save(tmp_path / "mid.npz", meta={"note": "mid-run"})
@@ -102,7 +102,7 @@ def test_a_stopped_run_resumes_with_the_keys_it_did_not_admit(digits, tmp_path):
 
     run = train(mlp(), digits, mode="sync", epochs=2, background=True, on_key_done=stop_after_30, **SETTINGS)
     deadline = time.monotonic() + 20
-    while len(stopped) < 10 and not run.done():
+    while len(stopped) < 10 and not run.done:
         assert time.monotonic() < deadline
         time.sleep(0.002)
     run.stop()

@@ -249,7 +249,7 @@ def test_cli_trains_on_a_ray_cluster(ray_cluster, capsys):
 
     from amp_notebook.cli import main
 
-    assert main(["train", "--model", "mlp", "--backend", "ray", "--ray-address", ray_cluster.address,
+    assert main(["train", "--model", "mlp", "--backend", "ray", "--address", ray_cluster.address,
                  "--epochs", "1", "--quiet", "--json"]) == 0  # fmt: skip
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["backend"] == "ray" and summary["train_instances"] > 0
