@@ -17,17 +17,7 @@ from amp_notebook.compiler import nn
 from amp_notebook.ir.analysis import cycle_without_phi, loop_back_edges, loops, to_networkx, topological_order, upstream
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.validate import check
-
-
-def first_step_differs(tokens: nn.Sequence(int), target: nn.Ints()):
-    h = nn.zeros(6)
-    for t, token in enumerate(tokens):
-        e = nn.embedding(token, 14, 4, name="embed")
-        if t == 0:
-            h = nn.tanh(nn.linear(e, 6, name="first"))
-        else:
-            h = nn.relu(nn.linear(nn.concat(e, h), 6, name="step"))
-    return nn.softmax_cross_entropy(nn.linear(h, 3, name="out"), target)
+from tests.compiler.test_language import first_step_differs  # an if on the loop counter inside a for
 
 
 def nested(tokens: nn.Sequence(int), target: nn.Ints(), depth=2):
