@@ -22,7 +22,13 @@ side) all use this one answer.
 
 **Order.** :func:`topological_order` sorts the graph without its back-edges, insertion order breaking
 ties; the validator's width inference, placement and the watchdog's report walk it. An invalid graph (a
-cycle without a Phi) falls back to insertion order.
+cycle without a Phi) falls back to insertion order. The back-edges and the order of one shape of a graph
+(its node names and kinds in order, its edges) are kept beside it, since a builder's view asks several
+times; any edit changes the shape and the next call recomputes them.
+
+**Reachability.** :func:`upstream` gives what a set of nodes depends on (the compiler keeps only the nodes
+a loss depends on); :func:`loops` the sets of nodes messages can go round (the validator wants an Isu in
+each).
 
 **Gradient flow** is decided statically. An output *requires grad* when its node has parameters, when its
 forward depends on whether the key trains (a Dropout: ``ctx.train``, which a runtime sets only where a
