@@ -40,6 +40,13 @@ Route = dict[tuple[str, str], tuple[str, str]]
 
 
 class Interpreter:
+    """The reference executor of one graph: runs one key at a time to completion, forward then backward.
+
+    Owns its copy of the graph's parameters, each node's context (caches, gradients, optimizer state) and a
+    FIFO worklist of messages. It routes by node name straight from the graph's edges and checks the IR's
+    invariants as it goes (module docstring). It never touches threads, placement, priorities, credits or the
+    runtime's compiled plan, so that it can be the oracle every backend is tested against."""
+
     def __init__(
         self,
         graph: Graph,

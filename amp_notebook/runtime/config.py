@@ -220,7 +220,12 @@ def _placement(value: Any) -> Any:
 @dataclass(frozen=True, kw_only=True)
 class RunConfig:
     """Every setting of a run, validated when made; see the module docstring. ``RunConfig.settings()``
-    lists the declarations, ``replace(**changes)`` makes a changed copy (validated again)."""
+    lists the declarations, ``replace(**changes)`` makes a changed copy (validated again).
+
+    Owns the values a run starts from, and nothing else: it is frozen, so a live knob changed while a run
+    goes (``Run.set_max_active_keys``, ...) changes the run, never its config. It never holds the objects of
+    one call (the graph, the data, parameters, callbacks, a checkpoint, a cost model) and never runs
+    anything: ``train``, ``simulate``, checkpoints, Ray and the dashboard read it."""
 
     workers: int = setting(2, "the workers (threads, simulated devices or Ray actors) nodes are placed on",
                            minimum=1)
