@@ -111,8 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--max-bundle",
         type=positive_int,
-        default=1,
-        help="messages of different keys a node may run as one call (1: none; try 16 with one tree per key)",
+        default=None,
+        help="waiting messages a node may run as one call (1: none); default 16 in amp mode, 1 in sync and pipeline",
     )
     t.add_argument("--epochs", type=positive_int, default=3)
     t.add_argument("--seed", type=int, default=0)
@@ -319,7 +319,7 @@ def run_training(
             graph, data, workers=args.workers, mode=args.mode, max_active_keys=args.max_active_keys,
             min_update_frequency=muf, optimizer=optimizer, epochs=args.epochs, seed=args.seed,
             placement=getattr(args, "placement", "round_robin"), priority=getattr(args, "priority", "backward_first"),
-            order=getattr(args, "order", "oldest_key"), max_bundle=getattr(args, "max_bundle", 1),
+            order=getattr(args, "order", "oldest_key"), max_bundle=getattr(args, "max_bundle", None),
             on_key_done=on_key, on_epoch=on_epoch, **backend_options(args), **checkpoint_options(args),
         )  # fmt: skip
     finally:

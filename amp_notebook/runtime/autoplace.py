@@ -50,6 +50,7 @@ import numpy as np
 from amp_notebook.data.batch import Dataset
 from amp_notebook.ir import ops as O
 from amp_notebook.ir.graph import Graph
+from amp_notebook.optim import DEFAULT_OPTIMIZER
 from amp_notebook.runtime.costs import CostModel, NodeCost
 from amp_notebook.runtime.placement import PlacementError, place
 
@@ -108,7 +109,7 @@ def measure_costs(
     dataset: Dataset,
     *,
     measure_keys: int = 16,
-    optimizer: Any = "sgd",
+    optimizer: Any = DEFAULT_OPTIMIZER,
     params: dict[str, dict[str, np.ndarray]] | None = None,
     dtype: str = "float32",
     seed: int = 0,
@@ -151,7 +152,7 @@ def autoplace(
     priority: str = "backward_first",
     order: str = "oldest_key",
     max_bundle: int | dict[str, int] = 1,
-    optimizer: Any = "sgd",
+    optimizer: Any = DEFAULT_OPTIMIZER,
     params: dict[str, dict[str, np.ndarray]] | None = None,
     dtype: str = "float32",
     seed: int = 0,

@@ -21,7 +21,7 @@ from amp_notebook.errors import AmpError
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.message import FWD, UPDATE, Message, State
 from amp_notebook.ir.ops import NodeContext
-from amp_notebook.optim import Optimizer, make_optimizer
+from amp_notebook.optim import DEFAULT_OPTIMIZER, Optimizer, make_optimizer
 from amp_notebook.runtime.controller import Action, Controller, Handlers, KeyInfo, carry_out
 from amp_notebook.runtime.credits import Credits
 from amp_notebook.runtime.inbox import ORDERS, PRIORITIES
@@ -45,6 +45,21 @@ class Backend(Protocol):
 
 class DataError(AmpError, ValueError):
     """A dataset that does not fit the graph's inputs."""
+
+
+# Waiting messages a node may run as one call in an amp run on threads or Ray unless told otherwise (see
+# default_max_bundle). Bundled results are those of the messages one by one to the rounding of a larger matrix
+# product, and a node that updates locally takes no more gradients than its next update needs.
+DEFAULT_MAX_BUNDLE = 16
+
+
+def default_max_bundle(mode: str, backend: str) -> int:
+    """``max_bundle`` when a run names none: :data:`DEFAULT_MAX_BUNDLE` for ``amp`` runs on threads or Ray,
+    whose schedule (and so the rounding of their sums) varies from run to run anyway; 1 for ``sync`` and
+    ``pipeline`` runs, which repeat bit for bit unbundled (a bundle's row count, which the timing decides,
+    changes a matrix product's rounding), and for the simulator, whose schedules are exact and bundling
+    would change them."""
+    return DEFAULT_MAX_BUNDLE if mode == "amp" and backend != "simulated" else 1
 
 
 @dataclass
@@ -130,7 +145,7 @@ class Session:
             raise ValueError(f"order: expected one of {ORDERS}, got {config.order!r}")
         placement = place(graph, config.workers, config.placement, config.placement_strategy)
         self.plan: Plan = compile_plan(graph, placement, config.workers, config.min_update_frequency, optimizer)
-        self.optimizer_spec = (optimizer or make_optimizer("sgd")).spec()  # as given, before any lr_decay
+        self.optimizer_spec = (optimizer or make_optimizer(DEFAULT_OPTIMIZER)).spec()  # as given, before any lr_decay
         check_dataset(self.plan, dataset)
         self.plan.max_bundle[:] = resolve_max_bundle(self.plan, config.max_bundle)
         initial = params if params is not None else graph.init_params(config.seed, self.dtype)
@@ -350,4 +365,7 @@ def check_dataset(plan: Plan, dataset: Dataset) -> None:
                 )
 
 
-__all__ = ["Backend", "DataError", "EpochStats", "RunConfig", "Session", "check_dataset", "resolve_max_bundle"]
+__all__ = [
+    "DEFAULT_MAX_BUNDLE", "Backend", "DataError", "EpochStats", "RunConfig", "Session", "check_dataset",
+    "default_max_bundle", "resolve_max_bundle",
+]  # fmt: skip

@@ -23,10 +23,10 @@ import numpy as np
 from amp_notebook.data.batch import Dataset
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.serialize import save_params
-from amp_notebook.optim import Optimizer, make_optimizer
+from amp_notebook.optim import DEFAULT_OPTIMIZER, Optimizer, make_optimizer
 from amp_notebook.runtime.checkpoint import Checkpoint, capture, load_checkpoint, restore
 from amp_notebook.runtime.costs import CostModel
-from amp_notebook.runtime.session import EpochStats, RunConfig, Session
+from amp_notebook.runtime.session import EpochStats, RunConfig, Session, default_max_bundle
 from amp_notebook.runtime.watchdog import DEFAULT_WATCHDOG_S, Watchdog
 from amp_notebook.trace.buffers import DEFAULT_CAPACITY
 from amp_notebook.trace.metrics import staleness_summary, utilization
@@ -148,7 +148,7 @@ def train(
     mode: str = "amp",
     max_active_keys: int = 4,
     min_update_frequency: int = 1,
-    optimizer: Optimizer | dict[str, Any] | str = "sgd",
+    optimizer: Optimizer | dict[str, Any] | str = DEFAULT_OPTIMIZER,
     epochs: int = 1,
     seed: int = 0,
     dtype: str = "float32",
@@ -159,7 +159,7 @@ def train(
     placement: dict[str, int] | str | None = None,
     priority: str = "backward_first",
     order: str = "oldest_key",
-    max_bundle: int | dict[str, int] = 1,
+    max_bundle: int | dict[str, int] | None = None,
     backend: str = "threads",
     costs: Any = None,
     on_key_done: Callable[[Any], None] | None = None,
@@ -185,9 +185,13 @@ def train(
     ``priority`` orders each worker's inbox across directions: ``"backward_first"`` (the paper) or ``"fifo"``;
     ``order`` within a direction: ``"oldest_key"`` (the key admitted earliest first) or ``"arrival"``.
     ``max_bundle`` lets a node take up to that many waiting messages (of different keys, same port and
-    direction) and run them as one call: one int for every node or ``{node: int}``; 1 (the default) runs
-    every message alone. Results are those of the messages one by one (to the rounding of a larger matrix
-    product); staleness, credits and caches stay per message.
+    direction) and run them as one call: one int for every node or ``{node: int}``; 1 runs every message
+    alone. Results are those of the messages one by one (to the rounding of a larger matrix product);
+    staleness, credits and caches stay per message. By default (None) ``amp`` runs on threads or Ray bundle
+    up to 16 messages, and ``sync``/``pipeline`` runs and the simulator none, so that those repeat bit for
+    bit (:func:`~amp_notebook.runtime.session.default_max_bundle`).
+    ``optimizer`` is a name (default ``"adam"``, learning rate 1e-3), a dict ``{"name": ..., "lr": ...,
+    "clip_norm": ..., "lr_decay": ...}`` or an :class:`~amp_notebook.optim.Optimizer`.
     ``on_epoch(stats)`` is called after each epoch; returning True stops the run there.
     ``backend="simulated"`` runs on simulated hardware described by ``costs`` (a
     :class:`~amp_notebook.runtime.costs.CostModel`, default the paper's 1 TFLOPS device) in virtual time:
@@ -231,6 +235,8 @@ def train(
             raise ValueError("params= and resume= both give the parameters; pass one of them")
         params = start.params
     opt = make_optimizer(optimizer)
+    if max_bundle is None:
+        max_bundle = default_max_bundle(mode, backend)
     auto = None
     if placement == "auto":  # resolved to a placement dict before the session is built
         from amp_notebook.runtime.autoplace import autoplace
