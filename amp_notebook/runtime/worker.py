@@ -197,11 +197,7 @@ class Worker:
             try:
                 emitted += call(ctx, m.port, [m.payload], [m.state])
             except Exception as exc:
-                node = m.node
-                raise NodeError(
-                    self.plan.names[node], type(self._ops[node]).__name__, DIRECTION_NAMES[m.direction], m.port,
-                    m.state, exc,
-                ) from exc  # fmt: skip
+                raise self._error(m, exc) from exc
         return emitted
 
     def _route_forward(
@@ -261,11 +257,13 @@ class Worker:
         except NodeError:
             raise
         except Exception as exc:
-            node = msg.node
-            raise NodeError(
-                self.plan.names[node], type(self._ops[node]).__name__, DIRECTION_NAMES[msg.direction], msg.port,
-                msg.state, exc,
-            ) from exc  # fmt: skip
+            raise self._error(msg, exc) from exc
+
+    def _error(self, msg: Message, exc: Exception) -> NodeError:
+        """The NodeError for ``exc`` raised while handling ``msg``: its node, direction, port and state."""
+        node = msg.node
+        kind, direction = type(self._ops[node]).__name__, DIRECTION_NAMES[msg.direction]
+        return NodeError(self.plan.names[node], kind, direction, msg.port, msg.state, exc)
 
     def _forward(self, msg: Message) -> list[Message]:
         node = msg.node
