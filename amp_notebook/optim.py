@@ -161,6 +161,11 @@ class Adam(Optimizer):
 
 
 OPTIMIZERS: dict[str, type[Optimizer]] = {"sgd": SGD, "momentum": Momentum, "adam": Adam}
+# The optimizer of a run that names none. Adam moves each parameter by about ``lr`` per update however large
+# the gradient, so a node that updates after every partial gradient (a recurrent Linear with
+# min_update_frequency 1 gets one per time step of every key) cannot blow up; plain SGD at 0.1 took up to
+# ten full steps per key on the RNN's step Linear and diverged.
+DEFAULT_OPTIMIZER = "adam"
 
 
 def make_optimizer(spec: Optimizer | Mapping[str, Any] | str) -> Optimizer:

@@ -29,7 +29,7 @@ from amp_notebook.ir.analysis import carries_gradient, requires_grad
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.message import BWD, FWD, State
 from amp_notebook.ir.ops import LOSS_PORT, NodeContext
-from amp_notebook.optim import Optimizer, average_parameters, end_epoch, make_optimizer
+from amp_notebook.optim import DEFAULT_OPTIMIZER, Optimizer, average_parameters, end_epoch, make_optimizer
 
 
 class InvariantError(AmpError, AssertionError):
@@ -53,7 +53,7 @@ class Interpreter:
         params: dict[str, dict[str, np.ndarray]] | None = None,
         seed: int = 0,
         dtype: Any = np.float64,
-        optimizer: Optimizer | dict[str, Any] | str = "sgd",
+        optimizer: Optimizer | dict[str, Any] | str = DEFAULT_OPTIMIZER,
     ) -> None:
         graph.validate()
         self.graph = graph

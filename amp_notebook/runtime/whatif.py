@@ -38,6 +38,7 @@ import numpy as np
 from amp_notebook.data.batch import Batch, Dataset
 from amp_notebook.errors import SettingError
 from amp_notebook.ir.graph import Graph
+from amp_notebook.optim import DEFAULT_OPTIMIZER
 from amp_notebook.runtime.costs import CostModel
 from amp_notebook.runtime.launch import simulate
 from amp_notebook.runtime.result import TrainResult
@@ -84,7 +85,7 @@ def whatif(
     max_active_keys: int = 4,
     min_update_frequency: int = 1,
     epochs: int = 1,
-    optimizer: Any = "sgd",
+    optimizer: Any = DEFAULT_OPTIMIZER,
     seed: int = 0,
     validate: bool = False,
     placement: dict[str, int] | None = None,
