@@ -56,6 +56,9 @@ def assemble(session: Session) -> Any:
     for i, ctx in enumerate(session.contexts):
         op = plan.ops[i]
         names = list(op.param_shapes())
+        for arrays in (ctx.params, ctx.grads):
+            for k in names:
+                arrays[k] = shareable(arrays[k])
         optimizer = plan.optimizers[i]
         python_update = plan.parameterized[i] and (i in bridged or type(optimizer) not in NATIVE_OPTIMIZERS)
         python_updates |= python_update
@@ -73,6 +76,14 @@ def assemble(session: Session) -> Any:
     return engine
 
 
+def shareable(array: np.ndarray) -> np.ndarray:
+    """``array`` if the engine can write it in place (C-contiguous, writeable), else such a copy of it: a
+    parameter imported from torch may be a transposed (Fortran-ordered) view."""
+    if array.flags.c_contiguous and array.flags.writeable:
+        return array
+    return np.array(array, order="C")
+
+
 def optimizer_spec(optimizer: Optimizer, ctx: NodeContext, names: list[str]) -> dict[str, Any]:
     """What the native optimizer of a node reads: its kind and settings, Adam's step count, and its memory
     (arrays of ``ctx.opt_state``, made as ``optim.py`` makes them when absent)."""
@@ -83,8 +94,7 @@ def optimizer_spec(optimizer: Optimizer, ctx: NodeContext, names: list[str]) -> 
         arrays = []
         for name in names:
             key = name + suffix
-            if key not in state:
-                state[key] = np.zeros_like(ctx.params[name])
+            state[key] = shareable(state[key]) if key in state else np.zeros_like(ctx.params[name])
             arrays.append(state[key])
         return arrays
 
@@ -115,4 +125,4 @@ def _python_update(session: Session) -> Any:
     return update
 
 
-__all__ = ["NATIVE_OPTIMIZERS", "assemble", "optimizer_spec"]
+__all__ = ["NATIVE_OPTIMIZERS", "assemble", "optimizer_spec", "shareable"]

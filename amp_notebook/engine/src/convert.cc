@@ -101,7 +101,8 @@ nb::object tensor_to_python(const Tensor& t) {
 
 Tensor borrow_array(nb::handle obj, const char* what) {
   nb::ndarray<nb::c_contig> a;
-  if (!nb::try_cast(obj, a))
+  // no conversion: a converted copy would die with `a`, and the engine would write into freed memory
+  if (!nb::try_cast(obj, a, /*convert=*/false))
     throw nb::type_error((std::string(what) + ": expected a writeable C-contiguous numpy array").c_str());
   DType dtype;
   if (a.dtype() == nb::dtype<double>()) dtype = DType::f64;

@@ -1,7 +1,10 @@
 // The worker's loop: mailbox, inbox, idling and the thread (see worker.h); the step is in step.cc.
 #include "worker.h"
 
+#include <pthread.h>
 #include <time.h>
+
+#include <string>
 
 #include "engine.h"
 
@@ -49,6 +52,8 @@ void Worker::join() {
 }
 
 void Worker::run() {
+  const std::string name = "amp-native-" + std::to_string(index_);  // what /proc/<pid>/task/*/comm shows
+  pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
   void* token = engine_.attach_thread ? engine_.attach_thread() : nullptr;
   try {
     loop();
