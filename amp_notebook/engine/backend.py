@@ -36,6 +36,7 @@ from amp_notebook.engine.assemble import assemble
 from amp_notebook.engine.errors import failure_exception
 from amp_notebook.ir.message import DIRECTION_NAMES, UPDATE, Message
 from amp_notebook.runtime.blas import single_threaded_blas
+from amp_notebook.runtime.session import DataError
 from amp_notebook.runtime.watchdog import Diagnosis, StuckRunError, Watchdog, diagnose
 
 if TYPE_CHECKING:
@@ -92,9 +93,13 @@ class NativeBackend:
 
     # ------------------------------------------------------------ the Backend protocol
     def inject(self, msgs: list[Message]) -> None:
-        """Post messages from the controller (their credits registered) to their workers."""
+        """Post messages from the controller (their credits registered) to their workers; a payload or state
+        the engine cannot take is a :class:`~amp_notebook.runtime.session.DataError` naming the key and input."""
         self._admit(msgs)
-        self.engine.inject(msgs)
+        try:
+            self.engine.inject(msgs)
+        except (TypeError, ValueError) as exc:
+            raise self._refused(msgs, exc) from exc
 
     def now(self) -> float:
         return time.perf_counter() - self.origin
@@ -197,6 +202,21 @@ class NativeBackend:
             raise StuckRunError(diagnosis)
 
     # ------------------------------------------------------------ helpers
+    def _refused(self, msgs: list[Message], exc: Exception) -> DataError:
+        culprit = msgs[0]
+        for m in msgs:  # which one (converting again, posting nothing)
+            try:
+                self.engine.inject([m], False)
+            except (TypeError, ValueError) as found:
+                culprit, exc = m, found
+                break
+        what = self.session.plan.describe(culprit.node)
+        return DataError(
+            f"key {culprit.key}: the message into {what} cannot enter the native engine: {exc}; give the data "
+            "float32, float64, integer or bool arrays of at most 4 axes and int state fields within int64, or "
+            "train with engine='python'"
+        )
+
     def _collect(self) -> None:
         """Loss reports to the session (each in its node's worker's queue, as Python workers leave them) and
         keys skipped for NaN/inf to the numerics guard."""

@@ -2,11 +2,13 @@
 //
 //   Engine(codec, n_nodes, workers, priority, order, local_updates, numerics, tracing, spin)
 //   add_node(...), set_trace(worker, TraceBuffer), set_python_update(fn), start()     building (GIL held)
-//   admit_key/admit_flush, inject(messages), wait(timeout) -> (done, flushed, failed)  the driver
+//   admit_key/admit_flush, inject(messages, post), wait(timeout) -> (done, flushed, failed)  the driver
+//                                                   (post=False converts and checks only)
 //   take_reports(), take_skipped(), failure()                                         what workers handed over
 //   set_max_bundle / set_min_update_frequency / set_paused, set_lr                     live knobs
 //   handled(), queued(), activity(), in_flight(), busy(), held(node)                  watchdog and diagnosis
 //   node_state(node), stop(), join()                                                  end of a run
+//   optimizer_step(spec, params, grads, scale)                                        one native step (tests)
 //
 // Everything entering is checked here once (node indices, routes, ports, optimizer memory shapes); the
 // workers trust it. Calls that wait on workers (wait, join) release the GIL first, and the handle's
@@ -29,6 +31,48 @@ namespace {
 
 using Route = std::vector<std::pair<int, int>>;
 
+// {"kind": "sgd"|"momentum"|"adam", "lr", "momentum", "beta1", "beta2", "eps", "clip_norm" (0: none), "t",
+//  "velocity" | "m", "v", "scratch": one array per parameter (like it), "norm_order": parameter indices};
+// the memory arrays are borrowed (their owners go to `keep`).
+std::unique_ptr<OptimizerState> optimizer_state(nb::dict spec, const NodeCtx& ctx, std::vector<nb::object>* keep) {
+    auto opt = std::make_unique<OptimizerState>();
+    std::string kind = nb::cast<std::string>(spec["kind"]);
+    opt->kind = kind == "sgd" ? OptimizerKind::kSgd : kind == "momentum" ? OptimizerKind::kMomentum
+              : kind == "adam" ? OptimizerKind::kAdam : throw nb::value_error(("optimizer: no native '" + kind + "'").c_str());
+    opt->lr.store(nb::cast<double>(spec["lr"]));
+    opt->momentum = nb::cast<double>(spec["momentum"]);
+    opt->beta1 = nb::cast<double>(spec["beta1"]);
+    opt->beta2 = nb::cast<double>(spec["beta2"]);
+    opt->eps = nb::cast<double>(spec["eps"]);
+    opt->clip_norm = nb::cast<double>(spec["clip_norm"]);
+    opt->t = nb::cast<int64_t>(spec["t"]);
+    opt->norm_order = nb::cast<std::vector<int>>(spec["norm_order"]);
+    const size_t n = ctx.params.size();
+    if (opt->norm_order.size() != n) throw nb::value_error("optimizer: norm_order names every parameter once");
+    for (int i : opt->norm_order)
+      if (i < 0 || static_cast<size_t>(i) >= n) throw nb::value_error("optimizer: norm_order out of range");
+    for (const Tensor& p : ctx.params)
+      if (!p.contiguous()) throw nb::value_error("optimizer: parameters must be contiguous");
+    auto arrays = [&](const char* name, std::vector<Tensor>* out) {
+      nb::list list = nb::borrow<nb::list>(spec[name]);
+      if (nb::len(list) != n) throw nb::value_error((std::string("optimizer: one '") + name + "' array per parameter").c_str());
+      for (size_t i = 0; i < n; ++i) {
+        keep->push_back(nb::borrow(list[i]));
+        Tensor t = borrow_array(list[i], "optimizer memory");
+        if (!t.same_shape(ctx.params[i]) || t.dtype() != ctx.params[i].dtype())
+          throw nb::value_error((std::string("optimizer: '") + name + "' differs from its parameter").c_str());
+        out->push_back(t);
+      }
+    };
+    if (opt->kind == OptimizerKind::kMomentum) arrays("velocity", &opt->velocity);
+    if (opt->kind == OptimizerKind::kAdam) {
+      arrays("m", &opt->m);
+      arrays("v", &opt->v);
+      arrays("scratch", &opt->scratch);
+    }
+    return opt;
+  }
+
 class EngineHandle {
  public:
   EngineHandle(nb::object codec, int n_nodes, int workers, const std::string& priority, const std::string& order,
@@ -46,6 +90,8 @@ class EngineHandle {
     config.spin = spin < 0 ? 0 : spin;
     engine_ = std::make_unique<Engine>(config, codec_->layout(), n_nodes);
     added_.assign(static_cast<size_t>(n_nodes), false);
+    in_ports_.resize(static_cast<size_t>(n_nodes));
+    n_out_.resize(static_cast<size_t>(n_nodes));
   }
 
   ~EngineHandle() {
@@ -92,9 +138,7 @@ class EngineHandle {
       n.optimizer = optimizer_from_python(nb::borrow<nb::dict>(optimizer), n.ctx);
     }
     needs_python_ |= python_update || !bridge.is_none();
-    in_ports_.resize(added_.size());
     in_ports_[static_cast<size_t>(index)] = ks.in_names;
-    n_out_.resize(added_.size());
     n_out_[static_cast<size_t>(index)] = static_cast<int>(ks.out_names.size());
     std::vector<int> one{index};
     engine_->set_min_update_frequency(one, min_update_frequency);
@@ -143,7 +187,7 @@ class EngineHandle {
     engine_->start();
   }
 
-  void inject(nb::list msgs) {
+  void inject(nb::list msgs, bool post) {
     std::vector<Message> out;
     out.reserve(nb::len(msgs));
     const int n_nodes = static_cast<int>(added_.size());
@@ -151,7 +195,8 @@ class EngineHandle {
       Message m;
       m.node = nb::cast<int>(h.attr("node"));
       m.direction = static_cast<int8_t>(nb::cast<int>(h.attr("direction")));
-      if (m.node < 0 || m.node >= n_nodes || m.direction < kForward || m.direction > kUpdate)
+      if (m.node < 0 || m.node >= n_nodes || m.direction < kForward || m.direction > kUpdate ||
+          !added_[static_cast<size_t>(m.node)])
         throw nb::value_error("inject: a message with no such node or direction");
       m.train = nb::cast<bool>(h.attr("train"));
       m.state = codec_->encode(h.attr("state"));
@@ -171,7 +216,7 @@ class EngineHandle {
       }
       out.push_back(std::move(m));
     }
-    engine_->inject(out);
+    if (post) engine_->inject(out);
   }
 
   nb::tuple wait(double timeout) {
@@ -276,45 +321,8 @@ class EngineHandle {
     return *engine_->nodes[static_cast<size_t>(node)];
   }
 
-  // {"kind": "sgd"|"momentum"|"adam", "lr", "momentum", "beta1", "beta2", "eps", "clip_norm" (0: none), "t",
-  //  "velocity" | "m", "v", "scratch": one array per parameter (like it), "norm_order": parameter indices}
   std::unique_ptr<OptimizerState> optimizer_from_python(nb::dict spec, const NodeCtx& ctx) {
-    auto opt = std::make_unique<OptimizerState>();
-    std::string kind = nb::cast<std::string>(spec["kind"]);
-    opt->kind = kind == "sgd" ? OptimizerKind::kSgd : kind == "momentum" ? OptimizerKind::kMomentum
-              : kind == "adam" ? OptimizerKind::kAdam : throw nb::value_error(("optimizer: no native '" + kind + "'").c_str());
-    opt->lr.store(nb::cast<double>(spec["lr"]));
-    opt->momentum = nb::cast<double>(spec["momentum"]);
-    opt->beta1 = nb::cast<double>(spec["beta1"]);
-    opt->beta2 = nb::cast<double>(spec["beta2"]);
-    opt->eps = nb::cast<double>(spec["eps"]);
-    opt->clip_norm = nb::cast<double>(spec["clip_norm"]);
-    opt->t = nb::cast<int64_t>(spec["t"]);
-    opt->norm_order = nb::cast<std::vector<int>>(spec["norm_order"]);
-    const size_t n = ctx.params.size();
-    if (opt->norm_order.size() != n) throw nb::value_error("optimizer: norm_order names every parameter once");
-    for (int i : opt->norm_order)
-      if (i < 0 || static_cast<size_t>(i) >= n) throw nb::value_error("optimizer: norm_order out of range");
-    for (const Tensor& p : ctx.params)
-      if (!p.contiguous()) throw nb::value_error("optimizer: parameters must be contiguous");
-    auto arrays = [&](const char* name, std::vector<Tensor>* out) {
-      nb::list list = nb::borrow<nb::list>(spec[name]);
-      if (nb::len(list) != n) throw nb::value_error((std::string("optimizer: one '") + name + "' array per parameter").c_str());
-      for (size_t i = 0; i < n; ++i) {
-        keep_.push_back(nb::borrow(list[i]));
-        Tensor t = borrow_array(list[i], "optimizer memory");
-        if (!t.same_shape(ctx.params[i]) || t.dtype() != ctx.params[i].dtype())
-          throw nb::value_error((std::string("optimizer: '") + name + "' differs from its parameter").c_str());
-        out->push_back(t);
-      }
-    };
-    if (opt->kind == OptimizerKind::kMomentum) arrays("velocity", &opt->velocity);
-    if (opt->kind == OptimizerKind::kAdam) {
-      arrays("m", &opt->m);
-      arrays("v", &opt->v);
-      arrays("scratch", &opt->scratch);
-    }
-    return opt;
+    return optimizer_state(spec, ctx, &keep_);
   }
 
   nb::object codec_obj_;
@@ -331,6 +339,20 @@ class EngineHandle {
 }  // namespace
 
 void bind_engine(nb::module_& m) {
+  // One native optimizer step on arrays Python owns (written in place): tests hold it to optim.py.
+  m.def("optimizer_step", [](nb::dict spec, nb::list params, nb::list grads, double scale) {
+    NodeCtx ctx;
+    std::vector<nb::object> keep;
+    for (nb::handle p : params) ctx.params.push_back(borrow_array(p, "parameter"));
+    for (nb::handle g : grads) ctx.grads.push_back(borrow_array(g, "gradient accumulator"));
+    if (ctx.params.size() != ctx.grads.size()) throw nb::value_error("one accumulator per parameter");
+    for (size_t i = 0; i < ctx.params.size(); ++i)
+      if (!ctx.grads[i].same_shape(ctx.params[i]) || ctx.grads[i].dtype() != ctx.params[i].dtype())
+        throw nb::value_error("an accumulator differs from its parameter");
+    std::unique_ptr<OptimizerState> opt = optimizer_state(spec, ctx, &keep);
+    optimizer_step(*opt, ctx.params, ctx.grads, scale);
+    return opt->t;
+  });
   nb::class_<EngineHandle>(m, "Engine")
       .def(nb::init<nb::object, int, int, const std::string&, const std::string&, bool, int, bool, int>(),
            nb::arg("codec"), nb::arg("n_nodes"), nb::arg("workers"), nb::arg("priority"), nb::arg("order"),
@@ -345,7 +367,7 @@ void bind_engine(nb::module_& m) {
       .def("start", &EngineHandle::start)
       .def("admit_key", [](EngineHandle& h, int64_t key, int64_t n) { h.engine().ledger.inject_key(key, n); })
       .def("admit_flush", [](EngineHandle& h, int64_t id, int64_t n) { h.engine().ledger.inject_flush(id, n); })
-      .def("inject", &EngineHandle::inject)
+      .def("inject", &EngineHandle::inject, nb::arg("msgs"), nb::arg("post") = true)
       .def("wait", &EngineHandle::wait, nb::arg("timeout"))
       .def("notify", [](EngineHandle& h) { h.engine().notify(); })
       .def("take_reports", &EngineHandle::take_reports)
