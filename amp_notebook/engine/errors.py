@@ -46,12 +46,8 @@ def replay(
     op: Op, forward: bool, port: str, payloads: list[Any], states: list[State], program: int, code: int
 ) -> Exception:
     """The exception the Python op raises on the messages whose expression ``program`` failed natively."""
-    ctx = NodeContext("replay")
-    ctx.train = False
-    try:
-        call = op.forward_bundle if forward else op.backward_bundle
-        call(ctx, port, payloads, states)
-    except Exception as python_exc:  # the Python op's own error: exactly what the Python engine raises
+    python_exc = python_raises(op, forward, port, payloads, states)
+    if python_exc is not None:  # the Python op's own error: exactly what the Python engine raises
         return python_exc
     if code == OVERFLOW:
         return ExpressionError(
@@ -60,6 +56,17 @@ def replay(
             "engine='python'"
         )
     return RuntimeError(f"native expression failure {code} in program {program} that the Python op does not raise")
+
+
+def python_raises(op: Op, forward: bool, port: str, payloads: list[Any], states: list[State]) -> Exception | None:
+    """What the (pure) Python op raises on these messages, if anything: run with a fresh context, caching nothing."""
+    ctx = NodeContext("replay")
+    ctx.train = False
+    try:
+        (op.forward_bundle if forward else op.backward_bundle)(ctx, port, payloads, states)
+    except Exception as exc:
+        return exc
+    return None
 
 
 def failure_exception(failure: dict[str, Any], session: Session) -> BaseException:
@@ -94,8 +101,12 @@ def failure_exception(failure: dict[str, Any], session: Session) -> BaseExceptio
         port_index = failure["op_port"]
         cause = OpError(failure["message"], ports[port_index] if 0 <= port_index < len(ports) else None)
     elif kind == "expression":
-        cause = replay(op, direction == FWD, port_name(op, direction, failure["port"]), failure["payloads"], states,
-                       failure["program"], failure["code"])  # fmt: skip
+        port, payloads = port_name(op, direction, failure["port"]), failure["payloads"]
+        for i in range(len(states) if len(states) > 1 else 0):  # the message of a bundle that fails alone
+            if python_raises(op, direction == FWD, port, payloads[i : i + 1], states[i : i + 1]) is not None:
+                states, payloads = states[i : i + 1], payloads[i : i + 1]
+                break
+        cause = replay(op, direction == FWD, port, payloads, states, failure["program"], failure["code"])
     else:
         cause = RuntimeError(failure["message"] or f"native failure of kind {kind}")
     if direction == UPDATE:
@@ -121,4 +132,4 @@ def port_name(op: Op, direction: int, port: int) -> str:
     return ""
 
 
-__all__ = ["failure_exception", "from_native", "port_name", "replay"]
+__all__ = ["failure_exception", "from_native", "port_name", "python_raises", "replay"]
