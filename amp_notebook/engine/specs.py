@@ -18,7 +18,7 @@ import numpy as np
 
 from amp_notebook.engine.expressions import compile_expression
 from amp_notebook.ir.expr import Expression
-from amp_notebook.ir.ops import Cond, Isu, Linear, Op, Split
+from amp_notebook.ir.ops import OPS, Cond, Isu, Linear, Op, Split
 
 Spec = dict[str, Any]
 Encoder = Callable[[Op, Mapping[str, int]], tuple[list[int], list[Expression]]]
@@ -113,8 +113,9 @@ FITS: dict[str, Callable[[Op], bool]] = {
 
 
 def native_kernel(op: Op) -> bool:
-    """Whether ``op``'s node runs a native kernel (else it runs through the bridge)."""
-    return op.kind in ENCODERS and FITS.get(op.kind, lambda _: True)(op)
+    """Whether ``op``'s node runs a native kernel (else it runs through the bridge): its kind has one and the op
+    is that kind's own class (a user's subclass may change what it computes, so it runs as written)."""
+    return op.kind in ENCODERS and type(op) is OPS.get(op.kind) and FITS.get(op.kind, lambda _: True)(op)
 
 
 __all__ = ["ENCODERS", "FITS", "Spec", "kernel_spec", "native_kernel"]

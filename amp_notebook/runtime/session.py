@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from amp_notebook.data.batch import Batch, Dataset
+from amp_notebook.engine.choice import PYTHON, EngineChoice
 from amp_notebook.errors import AmpError
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.message import FWD, UPDATE, Message, State
@@ -29,7 +30,6 @@ from amp_notebook.runtime.numerics import Guard
 from amp_notebook.runtime.placement import place
 from amp_notebook.runtime.plan import Plan, average_replicas, compile_plan, end_epoch_optimizers
 from amp_notebook.runtime.worker import Worker
-from amp_notebook.trace.buffers import WorkerBuffer
 
 RECENT_DECAY = 0.95  # weight of the past in the moving averages of the training loss and accuracy
 
@@ -95,9 +95,11 @@ class Session:
         optimizer: Optimizer | None = None,
         params: dict[str, dict[str, np.ndarray]] | None = None,
         clock: Callable[[], float] | None = None,
+        engine: EngineChoice = PYTHON,
     ) -> None:
         graph.validate(require_loss=True)
         self.graph = graph
+        self.engine = engine  # what runs the workers of a threaded run (engine/choice.py); its trace buffers
         self.dataset = dataset
         self.config = config
         self.dtype = np.dtype(config.dtype)  # config: validated when it was made
@@ -124,7 +126,7 @@ class Session:
         self.controller = Controller(
             dataset, config.mode, config.max_active_keys, config.epochs, config.seed, config.shuffle, config.validate
         )
-        self.buffers = [WorkerBuffer(config.trace_capacity) for _ in range(config.workers)]
+        self.buffers = [engine.trace_buffer(config.trace_capacity) for _ in range(config.workers)]
         self.workers = [
             Worker(
                 w, self.plan,
