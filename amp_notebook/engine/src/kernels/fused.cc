@@ -1,0 +1,557 @@
+// Fused cell kernels, the native twins of ir/ops/fused.py: TreeLSTMLeaf, TreeLSTMBranch, GRUUpdate,
+// LSTMStart and LSTMUpdate, the elementwise part of one recurrent cell as one node. The ints of a spec:
+// [hidden].
+//
+// One generic kernel (CellKernel) does the messaging for every cell: the join of its inputs by state
+// (kernel.h Joins; a one-input cell completes at once), the checks the Python op makes, one output array
+// for all the complete groups of a bundle (their rows side by side: the "rows" bundling without stacking
+// the inputs, since every row is computed on its own), what it keeps for backward, and the gradients.
+// Each cell (a struct below) brings its widths and two row passes, forward and backward, written once
+// over SIMD lanes (vecmath.h) for float32 and float64 and compiled for each instruction set.
+//
+// Each pass is the Python op's arithmetic, operation by operation in the same order (products and sums
+// round one at a time as numpy's do), so outputs and gradients equal the Python op's to the last bits of
+// tanh (float64: within 1e-12). A pass reads its inputs in place (rows may be strided, items along a row
+// contiguous) and writes the output and what backward needs (`saved`) in one go; backward reads the
+// saved rows and the inputs the cell kept (children's cells, h_gates, h, c: references, not copies).
+// Per bundle: one output array, one saved array for training keys (scratch otherwise), one array per
+// input gradient; nothing per element or per message besides the cache entry.
+// Never touches Python, the inbox or other nodes.
+#include <string>
+#include <vector>
+
+#include "kernels/kernel.h"
+#include "kernels/vecmath.h"
+
+namespace amp {
+
+namespace {
+
+using simd::load;
+using simd::store;
+
+template <class T>
+struct Rows {  // a 2-d array whose items along a row are contiguous; row r starts at p + r * ld
+  T* p = nullptr;
+  int64_t ld = 0;
+  T* row(int64_t r) const { return p + r * ld; }
+};
+
+// What a row pass reads and writes, for `rows` rows of hidden width H.
+template <class T>
+struct Args {
+  Rows<const T> in[3];  // forward: the joined inputs, by port; backward: the inputs the cell kept
+  Rows<T> out;          // forward: the output
+  Rows<T> save;         // forward: what backward needs
+  Rows<const T> saved;  // backward: that, read back
+  Rows<const T> g;      // backward: the output's gradient
+  Rows<T> grad[3];      // backward: the inputs' gradients, by port
+  int64_t rows = 0, H = 0;
+};
+
+template <class T>
+using Vec = typename simd::Lanes<T>::V;
+
+// TreeLSTMLeaf (fused.TreeLSTMLeaf): gates [i, o, u] -> [h; c] with c = sigmoid(i) * tanh(u),
+// h = sigmoid(o) * tanh(c); saved [s_i, s_o, tanh(u), tanh(c)]. Backward, with dc = g_c + g_h * s_o *
+// (1 - tc^2): d_i = dc * tu * (s_i (1 - s_i)), d_o = g_h * tc * (s_o (1 - s_o)), d_u = dc * s_i * (1 - tu^2).
+struct Leaf {
+  static constexpr const char* kName = "TreeLSTMLeaf";
+  static constexpr int kPorts = 1;
+  static constexpr int kIn[3] = {3, 0, 0};  // input widths, in hidden units
+  static constexpr int kOut = 2, kSaved = 4;
+  static constexpr bool kKeep[3] = {false, false, false};  // inputs that backward reads
+  static constexpr bool kSharedGrad = false;  // input 1 gets input 0's gradient array
+
+  template <class T>
+  static AMP_INLINE void forward(const Args<T>& a) {
+    const int64_t H = a.H;
+    for (int64_t r = 0; r < a.rows; ++r) {
+      const T* z = a.in[0].row(r);
+      T* o = a.out.row(r);
+      T* sv = a.save.row(r);
+      simd::blocks<T>(H, AMP_LANES {
+        const Vec<T> si = simd::sigmoid<T>(load(z + j, m)), so = simd::sigmoid<T>(load(z + H + j, m));
+        const Vec<T> tu = simd::tanh<T>(load(z + 2 * H + j, m));
+        const Vec<T> c = si * tu;
+        const Vec<T> tc = simd::tanh<T>(c);
+        store(o + j, so * tc, m);
+        store(o + H + j, c, m);
+        store(sv + j, si, m);
+        store(sv + H + j, so, m);
+        store(sv + 2 * H + j, tu, m);
+        store(sv + 3 * H + j, tc, m);
+      });
+    }
+  }
+
+  template <class T>
+  static AMP_INLINE void backward(const Args<T>& a) {
+    const int64_t H = a.H;
+    for (int64_t r = 0; r < a.rows; ++r) {
+      const T* g = a.g.row(r);
+      const T* sv = a.saved.row(r);
+      T* d = a.grad[0].row(r);
+      simd::blocks<T>(H, AMP_LANES {
+        const Vec<T> gh = load(g + j, m), si = load(sv + j, m), so = load(sv + H + j, m);
+        const Vec<T> tu = load(sv + 2 * H + j, m), tc = load(sv + 3 * H + j, m);
+        const Vec<T> dc = load(g + H + j, m) + gh * so * (T(1) - tc * tc);
+        store(d + j, dc * tu * (si * (T(1) - si)), m);
+        store(d + H + j, gh * tc * (so * (T(1) - so)), m);
+        store(d + 2 * H + j, dc * si * (T(1) - tu * tu), m);
+      });
+    }
+  }
+};
+
+// TreeLSTMBranch (fused.TreeLSTMBranch): gates [i, f_l, f_r, o, u], c_left, c_right -> [h; c] with
+// c = s_i * tanh(u) + s_fl * c_left + s_fr * c_right (summed left to right), h = s_o * tanh(c); saved
+// [s_i, s_fl, s_fr, s_o, tanh(u), tanh(c)], the children's cells kept. Backward, with dc as the leaf's:
+// d_i = dc * tu * s', d_fl = dc * c_left * s', d_fr = dc * c_right * s', d_o = g_h * tc * s' (s' = s (1 - s)
+// of each gate), d_u = dc * s_i * (1 - tu^2); the children get dc * s_fl and dc * s_fr.
+struct Branch {
+  static constexpr const char* kName = "TreeLSTMBranch";
+  static constexpr int kPorts = 3;
+  static constexpr int kIn[3] = {5, 1, 1};
+  static constexpr int kOut = 2, kSaved = 6;
+  static constexpr bool kKeep[3] = {false, true, true};
+  static constexpr bool kSharedGrad = false;
+
+  template <class T>
+  static AMP_INLINE void forward(const Args<T>& a) {
+    const int64_t H = a.H;
+    for (int64_t r = 0; r < a.rows; ++r) {
+      const T* z = a.in[0].row(r);
+      const T* cl = a.in[1].row(r);
+      const T* cr = a.in[2].row(r);
+      T* o = a.out.row(r);
+      T* sv = a.save.row(r);
+      simd::blocks<T>(H, AMP_LANES {
+        const Vec<T> si = simd::sigmoid<T>(load(z + j, m)), sl = simd::sigmoid<T>(load(z + H + j, m));
+        const Vec<T> sr = simd::sigmoid<T>(load(z + 2 * H + j, m)), so = simd::sigmoid<T>(load(z + 3 * H + j, m));
+        const Vec<T> tu = simd::tanh<T>(load(z + 4 * H + j, m));
+        const Vec<T> c = si * tu + sl * load(cl + j, m) + sr * load(cr + j, m);
+        const Vec<T> tc = simd::tanh<T>(c);
+        store(o + j, so * tc, m);
+        store(o + H + j, c, m);
+        store(sv + j, si, m);
+        store(sv + H + j, sl, m);
+        store(sv + 2 * H + j, sr, m);
+        store(sv + 3 * H + j, so, m);
+        store(sv + 4 * H + j, tu, m);
+        store(sv + 5 * H + j, tc, m);
+      });
+    }
+  }
+
+  template <class T>
+  static AMP_INLINE void backward(const Args<T>& a) {
+    const int64_t H = a.H;
+    for (int64_t r = 0; r < a.rows; ++r) {
+      const T* g = a.g.row(r);
+      const T* sv = a.saved.row(r);
+      const T* cl = a.in[1].row(r);
+      const T* cr = a.in[2].row(r);
+      T* d = a.grad[0].row(r);
+      T* dl = a.grad[1].row(r);
+      T* dr = a.grad[2].row(r);
+      simd::blocks<T>(H, AMP_LANES {
+        const Vec<T> gh = load(g + j, m), si = load(sv + j, m), sl = load(sv + H + j, m);
+        const Vec<T> sr = load(sv + 2 * H + j, m), so = load(sv + 3 * H + j, m);
+        const Vec<T> tu = load(sv + 4 * H + j, m), tc = load(sv + 5 * H + j, m);
+        const Vec<T> dc = load(g + H + j, m) + gh * so * (T(1) - tc * tc);
+        store(d + j, dc * tu * (si * (T(1) - si)), m);
+        store(d + H + j, dc * load(cl + j, m) * (sl * (T(1) - sl)), m);
+        store(d + 2 * H + j, dc * load(cr + j, m) * (sr * (T(1) - sr)), m);
+        store(d + 3 * H + j, gh * tc * (so * (T(1) - so)), m);
+        store(d + 4 * H + j, dc * si * (T(1) - tu * tu), m);
+        store(dl + j, dc * sl, m);
+        store(dr + j, dc * sr, m);
+      });
+    }
+  }
+};
+
+// GRUUpdate (fused.GRUUpdate), torch.nn.GRUCell's gates r, z, n from x_gates [xr, xz, xn] and h_gates
+// [hr, hz, hn]: r = sigmoid(xr + hr), z = sigmoid(xz + hz), n = tanh(xn + r * hn), h' = n + z * (h - n);
+// saved [r, z, n], h_gates and h kept (h - n is recomputed: the same bits). Backward, with
+// g_z = g * z and dn = (1 - n^2) * (g - g_z): x_gates get [dn * hn * (1 - r) r, g * (h - n) * (1 - z) z,
+// dn], h_gates the same with dn * r last, h gets g_z.
+struct GRU {
+  static constexpr const char* kName = "GRUUpdate";
+  static constexpr int kPorts = 3;
+  static constexpr int kIn[3] = {3, 3, 1};
+  static constexpr int kOut = 1, kSaved = 3;
+  static constexpr bool kKeep[3] = {false, true, true};
+  static constexpr bool kSharedGrad = false;
+
+  template <class T>
+  static AMP_INLINE void forward(const Args<T>& a) {
+    const int64_t H = a.H;
+    for (int64_t r = 0; r < a.rows; ++r) {
+      const T* xg = a.in[0].row(r);
+      const T* hg = a.in[1].row(r);
+      const T* h = a.in[2].row(r);
+      T* o = a.out.row(r);
+      T* sv = a.save.row(r);
+      simd::blocks<T>(H, AMP_LANES {
+        const Vec<T> rg = simd::sigmoid<T>(load(xg + j, m) + load(hg + j, m));
+        const Vec<T> zg = simd::sigmoid<T>(load(xg + H + j, m) + load(hg + H + j, m));
+        const Vec<T> n = simd::tanh<T>(load(xg + 2 * H + j, m) + rg * load(hg + 2 * H + j, m));
+        store(o + j, n + zg * (load(h + j, m) - n), m);
+        store(sv + j, rg, m);
+        store(sv + H + j, zg, m);
+        store(sv + 2 * H + j, n, m);
+      });
+    }
+  }
+
+  template <class T>
+  static AMP_INLINE void backward(const Args<T>& a) {
+    const int64_t H = a.H;
+    for (int64_t r = 0; r < a.rows; ++r) {
+      const T* g = a.g.row(r);
+      const T* sv = a.saved.row(r);
+      const T* hg = a.in[1].row(r);
+      const T* h = a.in[2].row(r);
+      T* dx = a.grad[0].row(r);
+      T* dh = a.grad[1].row(r);
+      T* dprev = a.grad[2].row(r);
+      simd::blocks<T>(H, AMP_LANES {
+        const Vec<T> gv = load(g + j, m), rg = load(sv + j, m), zg = load(sv + H + j, m), n = load(sv + 2 * H + j, m);
+        const Vec<T> gz = gv * zg;
+        const Vec<T> dn = (T(1) - n * n) * (gv - gz);
+        const Vec<T> dr = dn * load(hg + 2 * H + j, m) * ((T(1) - rg) * rg);
+        const Vec<T> dz = gv * (load(h + j, m) - n) * ((T(1) - zg) * zg);
+        store(dx + j, dr, m);
+        store(dx + H + j, dz, m);
+        store(dx + 2 * H + j, dn, m);
+        store(dh + j, dr, m);
+        store(dh + H + j, dz, m);
+        store(dh + 2 * H + j, dn * rg, m);
+        store(dprev + j, gz, m);
+      });
+    }
+  }
+};
+
+// LSTMStart (fused.LSTMStart): step 0 from the zero state, gates [i, f, g, o] -> [h; c] with
+// c = s_i * tanh(g), h = s_o * tanh(c); saved [s_i, s_o, tanh(g), tanh(c)]. Backward, with dc as the
+// leaf's: d_i = dc * tg * s_i * (1 - s_i), d_f = 0, d_g = dc * s_i * (1 - tg^2), d_o = g_h * tc * s_o * (1 - s_o)
+// (left to right, as the Python op groups them).
+struct Start {
+  static constexpr const char* kName = "LSTMStart";
+  static constexpr int kPorts = 1;
+  static constexpr int kIn[3] = {4, 0, 0};
+  static constexpr int kOut = 2, kSaved = 4;
+  static constexpr bool kKeep[3] = {false, false, false};
+  static constexpr bool kSharedGrad = false;
+
+  template <class T>
+  static AMP_INLINE void forward(const Args<T>& a) {
+    const int64_t H = a.H;
+    for (int64_t r = 0; r < a.rows; ++r) {
+      const T* z = a.in[0].row(r);
+      T* o = a.out.row(r);
+      T* sv = a.save.row(r);
+      simd::blocks<T>(H, AMP_LANES {
+        const Vec<T> si = simd::sigmoid<T>(load(z + j, m)), so = simd::sigmoid<T>(load(z + 3 * H + j, m));
+        const Vec<T> tg = simd::tanh<T>(load(z + 2 * H + j, m));
+        const Vec<T> c = si * tg;
+        const Vec<T> tc = simd::tanh<T>(c);
+        store(o + j, so * tc, m);
+        store(o + H + j, c, m);
+        store(sv + j, si, m);
+        store(sv + H + j, so, m);
+        store(sv + 2 * H + j, tg, m);
+        store(sv + 3 * H + j, tc, m);
+      });
+    }
+  }
+
+  template <class T>
+  static AMP_INLINE void backward(const Args<T>& a) {
+    const int64_t H = a.H;
+    for (int64_t r = 0; r < a.rows; ++r) {
+      const T* g = a.g.row(r);
+      const T* sv = a.saved.row(r);
+      T* d = a.grad[0].row(r);
+      simd::blocks<T>(H, AMP_LANES {
+        const Vec<T> gh = load(g + j, m), si = load(sv + j, m), so = load(sv + H + j, m);
+        const Vec<T> tg = load(sv + 2 * H + j, m), tc = load(sv + 3 * H + j, m);
+        const Vec<T> dc = load(g + H + j, m) + gh * so * (T(1) - tc * tc);
+        store(d + j, dc * tg * si * (T(1) - si), m);
+        store(d + H + j, Vec<T>{}, m);
+        store(d + 2 * H + j, dc * si * (T(1) - tg * tg), m);
+        store(d + 3 * H + j, gh * tc * so * (T(1) - so), m);
+      });
+    }
+  }
+};
+
+// LSTMUpdate (fused.LSTMUpdate), torch.nn.LSTMCell after step 0: z = x_gates + h_gates = [i, f, g, o],
+// c' = s_f * c + s_i * tanh(g), h' = s_o * tanh(c') -> [h'; c']; saved [s_i, s_f, s_o, tanh(g), tanh(c')],
+// c kept. Backward, with dc as the leaf's: d_i = dc * tg * (1 - s_i) s_i, d_f = dc * c * (1 - s_f) s_f,
+// d_g = dc * s_i * (1 - tg^2), d_o = g_h * tc * (1 - s_o) s_o; x_gates and h_gates get that one array, c
+// gets dc * s_f.
+struct Update {
+  static constexpr const char* kName = "LSTMUpdate";
+  static constexpr int kPorts = 3;
+  static constexpr int kIn[3] = {4, 4, 1};
+  static constexpr int kOut = 2, kSaved = 5;
+  static constexpr bool kKeep[3] = {false, false, true};
+  static constexpr bool kSharedGrad = true;
+
+  template <class T>
+  static AMP_INLINE void forward(const Args<T>& a) {
+    const int64_t H = a.H;
+    for (int64_t r = 0; r < a.rows; ++r) {
+      const T* xg = a.in[0].row(r);
+      const T* hg = a.in[1].row(r);
+      const T* c = a.in[2].row(r);
+      T* o = a.out.row(r);
+      T* sv = a.save.row(r);
+      simd::blocks<T>(H, AMP_LANES {
+        const Vec<T> si = simd::sigmoid<T>(load(xg + j, m) + load(hg + j, m));
+        const Vec<T> sf = simd::sigmoid<T>(load(xg + H + j, m) + load(hg + H + j, m));
+        const Vec<T> tg = simd::tanh<T>(load(xg + 2 * H + j, m) + load(hg + 2 * H + j, m));
+        const Vec<T> so = simd::sigmoid<T>(load(xg + 3 * H + j, m) + load(hg + 3 * H + j, m));
+        const Vec<T> cn = sf * load(c + j, m) + si * tg;
+        const Vec<T> tc = simd::tanh<T>(cn);
+        store(o + j, so * tc, m);
+        store(o + H + j, cn, m);
+        store(sv + j, si, m);
+        store(sv + H + j, sf, m);
+        store(sv + 2 * H + j, so, m);
+        store(sv + 3 * H + j, tg, m);
+        store(sv + 4 * H + j, tc, m);
+      });
+    }
+  }
+
+  template <class T>
+  static AMP_INLINE void backward(const Args<T>& a) {
+    const int64_t H = a.H;
+    for (int64_t r = 0; r < a.rows; ++r) {
+      const T* g = a.g.row(r);
+      const T* sv = a.saved.row(r);
+      const T* c = a.in[2].row(r);
+      T* d = a.grad[0].row(r);
+      T* dprev = a.grad[2].row(r);
+      simd::blocks<T>(H, AMP_LANES {
+        const Vec<T> gh = load(g + j, m), si = load(sv + j, m), sf = load(sv + H + j, m);
+        const Vec<T> so = load(sv + 2 * H + j, m), tg = load(sv + 3 * H + j, m), tc = load(sv + 4 * H + j, m);
+        const Vec<T> dc = load(g + H + j, m) + gh * so * (T(1) - tc * tc);
+        store(d + j, dc * tg * ((T(1) - si) * si), m);
+        store(d + H + j, dc * load(c + j, m) * ((T(1) - sf) * sf), m);
+        store(d + 2 * H + j, dc * si * (T(1) - tg * tg), m);
+        store(d + 3 * H + j, gh * tc * ((T(1) - so) * so), m);
+        store(dprev + j, dc * sf, m);
+      });
+    }
+  }
+};
+
+// The passes, compiled once per instruction set (vecmath.h AMP_SIMD_CLONES).
+template <class Cell, class T>
+AMP_SIMD_CLONES void forward_pass(const Args<T>& a) {
+  Cell::template forward<T>(a);
+}
+template <class Cell, class T>
+AMP_SIMD_CLONES void backward_pass(const Args<T>& a) {
+  Cell::template backward<T>(a);
+}
+
+template <class T>
+constexpr DType dtype_of() {
+  return sizeof(T) == 8 ? DType::f64 : DType::f32;
+}
+
+// `x` as rows a pass can read: itself when it has `dtype` and contiguous items along its rows, else a
+// contiguous copy in `dtype` (numpy's cast).
+Tensor readable(const Tensor& x, DType dtype) {
+  if (x.dtype() == dtype && (x.rank() < 2 || x.dim(1) <= 1 || x.stride(1) == 1)) return x;
+  return as_dtype(x, dtype).contiguous_copy();
+}
+
+template <class T>
+Rows<const T> rows_of(const Tensor& x) {
+  return {x.data<const T>(), x.rank() ? x.stride(0) : 0};
+}
+
+// The messaging of every cell (see the opening comment). `Cell` gives the name, ports, widths (in hidden
+// units), which inputs backward reads, and the passes.
+template <class Cell>
+class CellKernel : public Kernel {
+ public:
+  explicit CellKernel(const KernelSpec& spec) : joins_(spec), names_(spec.in_names) {
+    if (spec.ints.size() != 1 || spec.ints[0] < 1)
+      throw SpecError(std::string(Cell::kName) + " takes ints [hidden], hidden >= 1");
+    if (static_cast<int>(spec.in_names.size()) != Cell::kPorts)
+      throw SpecError(std::string(Cell::kName) + " has " + std::to_string(Cell::kPorts) + " input ports");
+    H_ = spec.ints[0];
+  }
+
+  void forward(NodeCtx& ctx, int port, Span<const Tensor> xs, Span<const State> states, Outputs& out) override {
+    groups_.clear();
+    for (size_t i = 0; i < xs.size(); ++i) {
+      JoinEntry got;
+      if (joins_.add(port, xs[i], states[i], Cell::kPorts, *ctx.layout, &got)) groups_.push_back(std::move(got));
+    }
+    if (groups_.empty()) return;
+    bool f32 = true;
+    int64_t total = 0;
+    for (const JoinEntry& e : groups_) {
+      total += checked_rows(e);
+      for (int p = 0; p < Cell::kPorts; ++p) f32 = f32 && e.slot[p].x.dtype() == DType::f32;
+    }
+    if (f32) forward_as<float>(ctx, total, out);
+    else forward_as<double>(ctx, total, out);
+    groups_.clear();
+  }
+
+  void backward(NodeCtx& ctx, int, Span<const Tensor> gs, Span<const State> states, Outputs& out) override {
+    taken_.clear();
+    for (const State& s : states) {
+      bool found = false;
+      taken_.push_back(cache_.take(s, &found));
+      if (!found) take_cached(empty_, s, *ctx.layout);  // throws the missing-cache error
+    }
+    bool f32 = true;
+    int64_t total = 0;
+    for (size_t i = 0; i < gs.size(); ++i) {
+      const Tensor& g = gs[i];
+      const Tensor& saved = taken_[i].saved;
+      if (g.rank() != 2 || g.dim(0) != saved.dim(0) || g.dim(1) != Cell::kOut * H_)
+        throw OpError(std::string(Cell::kName) + ": a gradient of shape " + shape_text(g) + " for an output of shape (" +
+                      std::to_string(saved.dim(0)) + ", " + std::to_string(Cell::kOut * H_) + ")");
+      f32 = f32 && g.dtype() == DType::f32 && saved.dtype() == DType::f32;
+      total += g.dim(0);
+    }
+    if (f32) backward_as<float>(ctx, gs, states, total, out);
+    else backward_as<double>(ctx, gs, states, total, out);
+    taken_.clear();
+  }
+
+  size_t held() const override { return cache_.size() + joins_.size(); }
+
+ private:
+  static constexpr int kOthers = Cell::kPorts > 1 ? Cell::kPorts - 1 : 1;
+  struct Entry {
+    Tensor saved;           // this message's rows of the bundle's saved array
+    Tensor kept[kOthers];   // inputs 1.. that backward reads (Cell::kKeep)
+    State state[kOthers];   // the states inputs 1.. arrived with: their gradients go back with them
+  };
+
+  // The Python op's checks (_check_rows), in its order: each input 2-d of its width, as many rows as the first.
+  int64_t checked_rows(const JoinEntry& e) const {
+    int64_t rows = -1;
+    for (int p = 0; p < Cell::kPorts; ++p) {
+      const Tensor& x = e.slot[p].x;
+      const int64_t width = Cell::kIn[p] * H_;
+      const std::string where = std::string(Cell::kName) + " input '" + names_[p] + "': ";
+      if (x.rank() != 2 || x.dim(1) != width)
+        throw OpError(where + "expected shape (n, " + std::to_string(width) + "), got " + shape_text(x), p);
+      if (rows >= 0 && x.dim(0) != rows)
+        throw OpError(where + "expected " + std::to_string(rows) + " rows (as the other inputs), got " +
+                      std::to_string(x.dim(0)), p);
+      rows = x.dim(0);
+    }
+    return rows;
+  }
+
+  template <class T>
+  void forward_as(NodeCtx& ctx, int64_t total, Outputs& out) {
+    constexpr DType dtype = dtype_of<T>();
+    const int64_t out_w = Cell::kOut * H_, save_w = Cell::kSaved * H_;
+    Tensor y = Tensor::empty(dtype, {total, out_w});
+    Tensor saved;
+    if (ctx.train) {
+      saved = Tensor::empty(dtype, {total, save_w});
+    } else {  // the pass writes what backward would need; not training, into scratch reused per group
+      int64_t most = 0;
+      for (const JoinEntry& e : groups_) most = e.slot[0].x.dim(0) > most ? e.slot[0].x.dim(0) : most;
+      if (scratch_.size() < static_cast<size_t>(most * save_w)) scratch_.resize(static_cast<size_t>(most * save_w));
+    }
+    int64_t at = 0;
+    for (const JoinEntry& e : groups_) {
+      Args<T> a;
+      a.rows = e.slot[0].x.dim(0);
+      a.H = H_;
+      Tensor in[3];
+      for (int p = 0; p < Cell::kPorts; ++p) {
+        in[p] = readable(e.slot[p].x, dtype);
+        a.in[p] = rows_of<T>(in[p]);
+      }
+      a.out = {y.data<T>() + at * out_w, out_w};
+      a.save = {ctx.train ? saved.data<T>() + at * save_w : reinterpret_cast<T*>(scratch_.data()), save_w};
+      forward_pass<Cell, T>(a);
+      const State& state = e.slot[0].state;
+      if (ctx.train) {
+        Entry& c = cache_.emplace(state);
+        c.saved = saved.rows(at, at + a.rows);
+        for (int p = 1; p < Cell::kPorts; ++p) {
+          c.state[p - 1] = e.slot[p].state;
+          if (Cell::kKeep[p]) c.kept[p - 1] = in[p];
+        }
+      }
+      out.push(0, y.rows(at, at + a.rows), state);
+      at += a.rows;
+    }
+  }
+
+  template <class T>
+  void backward_as(NodeCtx& ctx, Span<const Tensor> gs, Span<const State> states, int64_t total, Outputs& out) {
+    constexpr DType dtype = dtype_of<T>();
+    Tensor grads[3];
+    for (int p = 0; p < Cell::kPorts; ++p)
+      grads[p] = Cell::kSharedGrad && p == 1 ? grads[0] : Tensor::empty(dtype, {total, Cell::kIn[p] * H_});
+    int64_t at = 0;
+    for (size_t i = 0; i < gs.size(); ++i) {
+      Entry& e = taken_[i];
+      Args<T> a;
+      a.rows = gs[i].dim(0);
+      a.H = H_;
+      const Tensor g = readable(gs[i], dtype), saved = readable(e.saved, dtype);
+      a.g = rows_of<T>(g);
+      a.saved = rows_of<T>(saved);
+      Tensor kept[3];
+      for (int p = 1; p < Cell::kPorts; ++p) {
+        if (!Cell::kKeep[p]) continue;
+        kept[p] = readable(e.kept[p - 1], dtype);
+        a.in[p] = rows_of<T>(kept[p]);
+      }
+      for (int p = 0; p < Cell::kPorts; ++p) {
+        const int64_t w = Cell::kIn[p] * H_;
+        a.grad[p] = {grads[p].data<T>() + at * w, w};
+      }
+      backward_pass<Cell, T>(a);
+      for (int p = 0; p < Cell::kPorts; ++p)
+        if (ctx.wants_grad(p)) out.push(p, grads[p].rows(at, at + a.rows), p == 0 ? states[i] : e.state[p - 1]);
+      at += a.rows;
+    }
+  }
+
+  Joins joins_;
+  std::vector<std::string> names_;
+  int64_t H_ = 0;
+  StateMap<Entry> cache_;
+  StateMap<Tensor> empty_;
+  std::vector<JoinEntry> groups_;  // the complete groups of the bundle at hand (kept: no allocation per call)
+  std::vector<Entry> taken_;       // the cache entries of the backward bundle at hand
+  std::vector<double> scratch_;    // the saved rows of a forward that does not train
+};
+
+using TreeLSTMLeafKernel = CellKernel<Leaf>;
+using TreeLSTMBranchKernel = CellKernel<Branch>;
+using GRUUpdateKernel = CellKernel<GRU>;
+using LSTMStartKernel = CellKernel<Start>;
+using LSTMUpdateKernel = CellKernel<Update>;
+AMP_REGISTER_KERNEL("tree_lstm_leaf", TreeLSTMLeafKernel);
+AMP_REGISTER_KERNEL("tree_lstm_branch", TreeLSTMBranchKernel);
+AMP_REGISTER_KERNEL("gru_update", GRUUpdateKernel);
+AMP_REGISTER_KERNEL("lstm_start", LSTMStartKernel);
+AMP_REGISTER_KERNEL("lstm_update", LSTMUpdateKernel);
+
+}  // namespace
+}  // namespace amp
