@@ -7,7 +7,9 @@
 // for all the complete groups of a bundle (their rows side by side: the "rows" bundling without stacking
 // the inputs, since every row is computed on its own), what it keeps for backward, and the gradients.
 // Each cell (a struct below) brings its widths and two row passes, forward and backward, written once
-// over SIMD lanes (vecmath.h) for float32 and float64 and compiled for each instruction set.
+// over SIMD lanes (vecmath.h) for float32 and float64 and compiled for each instruction set. The passes
+// are pure (outputs never alias inputs), so a row's last vector may overlap the one before it
+// (simd::blocks_over) instead of ending in a partial one.
 //
 // Each pass is the Python op's arithmetic, operation by operation in the same order (products and sums
 // round one at a time as numpy's do), so outputs and gradients equal the Python op's to the last bits of
@@ -17,6 +19,7 @@
 // Per bundle: one output array, one saved array for training keys (scratch otherwise), one array per
 // input gradient; nothing per element or per message besides the cache entry.
 // Never touches Python, the inbox or other nodes.
+#include <array>
 #include <string>
 #include <vector>
 
@@ -70,7 +73,7 @@ struct Leaf {
       const T* z = a.in[0].row(r);
       T* o = a.out.row(r);
       T* sv = a.save.row(r);
-      simd::blocks<T>(H, AMP_LANES {
+      simd::blocks_over<T>(H, AMP_LANES {
         const Vec<T> si = simd::sigmoid<T>(load(z + j, m)), so = simd::sigmoid<T>(load(z + H + j, m));
         const Vec<T> tu = simd::tanh<T>(load(z + 2 * H + j, m));
         const Vec<T> c = si * tu;
@@ -92,7 +95,7 @@ struct Leaf {
       const T* g = a.g.row(r);
       const T* sv = a.saved.row(r);
       T* d = a.grad[0].row(r);
-      simd::blocks<T>(H, AMP_LANES {
+      simd::blocks_over<T>(H, AMP_LANES {
         const Vec<T> gh = load(g + j, m), si = load(sv + j, m), so = load(sv + H + j, m);
         const Vec<T> tu = load(sv + 2 * H + j, m), tc = load(sv + 3 * H + j, m);
         const Vec<T> dc = load(g + H + j, m) + gh * so * (T(1) - tc * tc);
@@ -126,7 +129,7 @@ struct Branch {
       const T* cr = a.in[2].row(r);
       T* o = a.out.row(r);
       T* sv = a.save.row(r);
-      simd::blocks<T>(H, AMP_LANES {
+      simd::blocks_over<T>(H, AMP_LANES {
         const Vec<T> si = simd::sigmoid<T>(load(z + j, m)), sl = simd::sigmoid<T>(load(z + H + j, m));
         const Vec<T> sr = simd::sigmoid<T>(load(z + 2 * H + j, m)), so = simd::sigmoid<T>(load(z + 3 * H + j, m));
         const Vec<T> tu = simd::tanh<T>(load(z + 4 * H + j, m));
@@ -155,7 +158,7 @@ struct Branch {
       T* d = a.grad[0].row(r);
       T* dl = a.grad[1].row(r);
       T* dr = a.grad[2].row(r);
-      simd::blocks<T>(H, AMP_LANES {
+      simd::blocks_over<T>(H, AMP_LANES {
         const Vec<T> gh = load(g + j, m), si = load(sv + j, m), sl = load(sv + H + j, m);
         const Vec<T> sr = load(sv + 2 * H + j, m), so = load(sv + 3 * H + j, m);
         const Vec<T> tu = load(sv + 4 * H + j, m), tc = load(sv + 5 * H + j, m);
@@ -194,7 +197,7 @@ struct GRU {
       const T* h = a.in[2].row(r);
       T* o = a.out.row(r);
       T* sv = a.save.row(r);
-      simd::blocks<T>(H, AMP_LANES {
+      simd::blocks_over<T>(H, AMP_LANES {
         const Vec<T> rg = simd::sigmoid<T>(load(xg + j, m) + load(hg + j, m));
         const Vec<T> zg = simd::sigmoid<T>(load(xg + H + j, m) + load(hg + H + j, m));
         const Vec<T> n = simd::tanh<T>(load(xg + 2 * H + j, m) + rg * load(hg + 2 * H + j, m));
@@ -217,7 +220,7 @@ struct GRU {
       T* dx = a.grad[0].row(r);
       T* dh = a.grad[1].row(r);
       T* dprev = a.grad[2].row(r);
-      simd::blocks<T>(H, AMP_LANES {
+      simd::blocks_over<T>(H, AMP_LANES {
         const Vec<T> gv = load(g + j, m), rg = load(sv + j, m), zg = load(sv + H + j, m), n = load(sv + 2 * H + j, m);
         const Vec<T> gz = gv * zg;
         const Vec<T> dn = (T(1) - n * n) * (gv - gz);
@@ -254,7 +257,7 @@ struct Start {
       const T* z = a.in[0].row(r);
       T* o = a.out.row(r);
       T* sv = a.save.row(r);
-      simd::blocks<T>(H, AMP_LANES {
+      simd::blocks_over<T>(H, AMP_LANES {
         const Vec<T> si = simd::sigmoid<T>(load(z + j, m)), so = simd::sigmoid<T>(load(z + 3 * H + j, m));
         const Vec<T> tg = simd::tanh<T>(load(z + 2 * H + j, m));
         const Vec<T> c = si * tg;
@@ -276,7 +279,7 @@ struct Start {
       const T* g = a.g.row(r);
       const T* sv = a.saved.row(r);
       T* d = a.grad[0].row(r);
-      simd::blocks<T>(H, AMP_LANES {
+      simd::blocks_over<T>(H, AMP_LANES {
         const Vec<T> gh = load(g + j, m), si = load(sv + j, m), so = load(sv + H + j, m);
         const Vec<T> tg = load(sv + 2 * H + j, m), tc = load(sv + 3 * H + j, m);
         const Vec<T> dc = load(g + H + j, m) + gh * so * (T(1) - tc * tc);
@@ -311,7 +314,7 @@ struct Update {
       const T* c = a.in[2].row(r);
       T* o = a.out.row(r);
       T* sv = a.save.row(r);
-      simd::blocks<T>(H, AMP_LANES {
+      simd::blocks_over<T>(H, AMP_LANES {
         const Vec<T> si = simd::sigmoid<T>(load(xg + j, m) + load(hg + j, m));
         const Vec<T> sf = simd::sigmoid<T>(load(xg + H + j, m) + load(hg + H + j, m));
         const Vec<T> tg = simd::tanh<T>(load(xg + 2 * H + j, m) + load(hg + 2 * H + j, m));
@@ -338,7 +341,7 @@ struct Update {
       const T* c = a.in[2].row(r);
       T* d = a.grad[0].row(r);
       T* dprev = a.grad[2].row(r);
-      simd::blocks<T>(H, AMP_LANES {
+      simd::blocks_over<T>(H, AMP_LANES {
         const Vec<T> gh = load(g + j, m), si = load(sv + j, m), sf = load(sv + H + j, m);
         const Vec<T> so = load(sv + 2 * H + j, m), tg = load(sv + 3 * H + j, m), tc = load(sv + 4 * H + j, m);
         const Vec<T> dc = load(g + H + j, m) + gh * so * (T(1) - tc * tc);
@@ -368,10 +371,11 @@ constexpr DType dtype_of() {
 }
 
 // `x` as rows a pass can read: itself when it has `dtype` and contiguous items along its rows, else a
-// contiguous copy in `dtype` (numpy's cast).
-Tensor readable(const Tensor& x, DType dtype) {
+// contiguous copy in `dtype` (numpy's cast) made into `copy`.
+const Tensor& readable(const Tensor& x, DType dtype, Tensor* copy) {
   if (x.dtype() == dtype && (x.rank() < 2 || x.dim(1) <= 1 || x.stride(1) == 1)) return x;
-  return as_dtype(x, dtype).contiguous_copy();
+  *copy = as_dtype(x, dtype).contiguous_copy();
+  return *copy;
 }
 
 template <class T>
@@ -394,20 +398,35 @@ class CellKernel : public Kernel {
 
   void forward(NodeCtx& ctx, int port, Span<const Tensor> xs, Span<const State> states, Outputs& out) override {
     groups_.clear();
-    for (size_t i = 0; i < xs.size(); ++i) {
-      JoinEntry got;
-      if (joins_.add(port, xs[i], states[i], Cell::kPorts, *ctx.layout, &got)) groups_.push_back(std::move(got));
+    if (Cell::kPorts == 1) {  // nothing to join: each message is a group
+      for (size_t i = 0; i < xs.size(); ++i) groups_.push_back(Group{{&xs[i]}, {&states[i]}});
+    } else {
+      for (size_t i = 0; i < xs.size(); ++i) {
+        JoinEntry got;
+        if (!joins_.add(port, xs[i], states[i], Cell::kPorts, *ctx.layout, &got)) continue;
+        joined_.push_back(std::move(got));
+      }
+      for (const JoinEntry& e : joined_) {
+        Group g;
+        for (int p = 0; p < Cell::kPorts; ++p) {
+          g.x[p] = &e.slot[p].x;
+          g.state[p] = &e.slot[p].state;
+        }
+        groups_.push_back(g);
+      }
     }
-    if (groups_.empty()) return;
-    bool f32 = true;
-    int64_t total = 0;
-    for (const JoinEntry& e : groups_) {
-      total += checked_rows(e);
-      for (int p = 0; p < Cell::kPorts; ++p) f32 = f32 && e.slot[p].x.dtype() == DType::f32;
+    if (!groups_.empty()) {
+      bool f32 = true;
+      int64_t total = 0;
+      for (const Group& g : groups_) {
+        total += checked_rows(g);
+        for (int p = 0; p < Cell::kPorts; ++p) f32 = f32 && g.x[p]->dtype() == DType::f32;
+      }
+      if (f32) forward_as<float>(ctx, total, out);
+      else forward_as<double>(ctx, total, out);
     }
-    if (f32) forward_as<float>(ctx, total, out);
-    else forward_as<double>(ctx, total, out);
     groups_.clear();
+    joined_.clear();
   }
 
   void backward(NodeCtx& ctx, int, Span<const Tensor> gs, Span<const State> states, Outputs& out) override {
@@ -436,18 +455,21 @@ class CellKernel : public Kernel {
   size_t held() const override { return cache_.size() + joins_.size(); }
 
  private:
-  static constexpr int kOthers = Cell::kPorts > 1 ? Cell::kPorts - 1 : 1;
   struct Entry {
-    Tensor saved;           // this message's rows of the bundle's saved array
-    Tensor kept[kOthers];   // inputs 1.. that backward reads (Cell::kKeep)
-    State state[kOthers];   // the states inputs 1.. arrived with: their gradients go back with them
+    Tensor saved;                                 // this message's rows of the bundle's saved array
+    std::array<Tensor, Cell::kPorts - 1> kept;    // inputs 1.. that backward reads (Cell::kKeep)
+    std::array<State, Cell::kPorts - 1> state;    // the states inputs 1.. arrived with: their gradients go back
+  };
+  struct Group {  // the inputs of one complete group, by port (pointers into the bundle or joined_)
+    const Tensor* x[3];
+    const State* state[3];
   };
 
   // The Python op's checks (_check_rows), in its order: each input 2-d of its width, as many rows as the first.
-  int64_t checked_rows(const JoinEntry& e) const {
+  int64_t checked_rows(const Group& g) const {
     int64_t rows = -1;
     for (int p = 0; p < Cell::kPorts; ++p) {
-      const Tensor& x = e.slot[p].x;
+      const Tensor& x = *g.x[p];
       const int64_t width = Cell::kIn[p] * H_;
       const std::string where = std::string(Cell::kName) + " input '" + names_[p] + "': ";
       if (x.rank() != 2 || x.dim(1) != width)
@@ -470,29 +492,31 @@ class CellKernel : public Kernel {
       saved = Tensor::empty(dtype, {total, save_w});
     } else {  // the pass writes what backward would need; not training, into scratch reused per group
       int64_t most = 0;
-      for (const JoinEntry& e : groups_) most = e.slot[0].x.dim(0) > most ? e.slot[0].x.dim(0) : most;
+      for (const Group& g : groups_) most = g.x[0]->dim(0) > most ? g.x[0]->dim(0) : most;
       if (scratch_.size() < static_cast<size_t>(most * save_w)) scratch_.resize(static_cast<size_t>(most * save_w));
     }
+    out.items.reserve(out.items.size() + groups_.size());
     int64_t at = 0;
-    for (const JoinEntry& e : groups_) {
+    for (const Group& g : groups_) {
       Args<T> a;
-      a.rows = e.slot[0].x.dim(0);
+      a.rows = g.x[0]->dim(0);
       a.H = H_;
-      Tensor in[3];
+      Tensor copies[3];
+      const Tensor* in[3];
       for (int p = 0; p < Cell::kPorts; ++p) {
-        in[p] = readable(e.slot[p].x, dtype);
-        a.in[p] = rows_of<T>(in[p]);
+        in[p] = &readable(*g.x[p], dtype, &copies[p]);
+        a.in[p] = rows_of<T>(*in[p]);
       }
       a.out = {y.data<T>() + at * out_w, out_w};
       a.save = {ctx.train ? saved.data<T>() + at * save_w : reinterpret_cast<T*>(scratch_.data()), save_w};
       forward_pass<Cell, T>(a);
-      const State& state = e.slot[0].state;
+      const State& state = *g.state[0];
       if (ctx.train) {
         Entry& c = cache_.emplace(state);
         c.saved = saved.rows(at, at + a.rows);
         for (int p = 1; p < Cell::kPorts; ++p) {
-          c.state[p - 1] = e.slot[p].state;
-          if (Cell::kKeep[p]) c.kept[p - 1] = in[p];
+          c.state[p - 1] = *g.state[p];
+          if (Cell::kKeep[p]) c.kept[p - 1] = *in[p];
         }
       }
       out.push(0, y.rows(at, at + a.rows), state);
@@ -506,21 +530,18 @@ class CellKernel : public Kernel {
     Tensor grads[3];
     for (int p = 0; p < Cell::kPorts; ++p)
       grads[p] = Cell::kSharedGrad && p == 1 ? grads[0] : Tensor::empty(dtype, {total, Cell::kIn[p] * H_});
+    out.items.reserve(out.items.size() + gs.size() * Cell::kPorts);
     int64_t at = 0;
     for (size_t i = 0; i < gs.size(); ++i) {
       Entry& e = taken_[i];
       Args<T> a;
       a.rows = gs[i].dim(0);
       a.H = H_;
-      const Tensor g = readable(gs[i], dtype), saved = readable(e.saved, dtype);
-      a.g = rows_of<T>(g);
-      a.saved = rows_of<T>(saved);
-      Tensor kept[3];
-      for (int p = 1; p < Cell::kPorts; ++p) {
-        if (!Cell::kKeep[p]) continue;
-        kept[p] = readable(e.kept[p - 1], dtype);
-        a.in[p] = rows_of<T>(kept[p]);
-      }
+      Tensor copies[4];
+      a.g = rows_of<T>(readable(gs[i], dtype, &copies[3]));
+      a.saved = rows_of<T>(readable(e.saved, dtype, &copies[0]));
+      for (int p = 1; p < Cell::kPorts; ++p)
+        if (Cell::kKeep[p]) a.in[p] = rows_of<T>(readable(e.kept[p - 1], dtype, &copies[p]));
       for (int p = 0; p < Cell::kPorts; ++p) {
         const int64_t w = Cell::kIn[p] * H_;
         a.grad[p] = {grads[p].data<T>() + at * w, w};
@@ -537,7 +558,8 @@ class CellKernel : public Kernel {
   int64_t H_ = 0;
   StateMap<Entry> cache_;
   StateMap<Tensor> empty_;
-  std::vector<JoinEntry> groups_;  // the complete groups of the bundle at hand (kept: no allocation per call)
+  std::vector<JoinEntry> joined_;  // the complete joins of the bundle at hand (kept: no allocation per call)
+  std::vector<Group> groups_;      // the groups to compute: the messages themselves, or the joins
   std::vector<Entry> taken_;       // the cache entries of the backward bundle at hand
   std::vector<double> scratch_;    // the saved rows of a forward that does not train
 };

@@ -41,31 +41,33 @@ constexpr DType dtype_of() {
 }
 
 // Normalize `rows` contiguous rows of x (width W) into save = [xhat | inv] per row and, when g and b are
-// given (of x's dtype), y = xhat * g + b. `tmp` holds W items.
+// given (of x's dtype), y = xhat * g + b. `tmp` holds 2 W items: x - mean and its square.
 template <class T>
 AMP_SIMD_CLONES void normalize_rows(const T* x, int64_t rows, int64_t W, T eps, const T* g, const T* b, T* y, T* save,
                                     T* tmp) {
+  T* centered = tmp;
+  T* squares = tmp + W;
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * W;
     T* xh = save + r * (W + 1);
     const T mean = simd::pairwise_sum(xr, W) / T(W);
-    simd::blocks<T>(W, AMP_LANES {
+    simd::blocks_over<T>(W, AMP_LANES {
       const Vec<T> c = load(xr + j, m) - mean;
-      store(xh + j, c, m);
-      store(tmp + j, c * c, m);
+      store(centered + j, c, m);
+      store(squares + j, c * c, m);
     });
-    const T inv = T(1) / std::sqrt(simd::pairwise_sum(tmp, W) / T(W) + eps);
-    xh[W] = inv;
+    const T inv = T(1) / std::sqrt(simd::pairwise_sum(squares, W) / T(W) + eps);
     if (g) {
       T* yr = y + r * W;
-      simd::blocks<T>(W, AMP_LANES {
-        const Vec<T> h = load(xh + j, m) * inv;
+      simd::blocks_over<T>(W, AMP_LANES {
+        const Vec<T> h = load(centered + j, m) * inv;
         store(xh + j, h, m);
         store(yr + j, h * load(g + j, m) + load(b + j, m), m);
       });
     } else {
-      simd::blocks<T>(W, AMP_LANES { store(xh + j, load(xh + j, m) * inv, m); });
+      simd::blocks_over<T>(W, AMP_LANES { store(xh + j, load(centered + j, m) * inv, m); });
     }
+    xh[W] = inv;
   }
 }
 
@@ -92,7 +94,7 @@ AMP_SIMD_CLONES void grad_rows(const T* dy, const T* saved, int64_t rows, int64_
     const T mean_d = simd::pairwise_sum(d, W) / T(W);
     const T mean_dxh = simd::pairwise_sum(dxh, W) / T(W);
     T* out = dx + r * W;
-    simd::blocks<T>(W, AMP_LANES {
+    simd::blocks_over<T>(W, AMP_LANES {
       store(out + j, inv * ((load(d + j, m) - mean_d) - load(xh + j, m) * mean_dxh), m);
     });
   }
@@ -184,7 +186,7 @@ class LayerNormKernel : public Kernel {
     Tensor y = Tensor::empty(promote(dx, dp), shape, rank);
     int64_t most = 0;  // the most rows of one message: not training, they are saved into scratch, reused
     for (const Tensor& x : xs) most = x.size() / W_ > most ? x.size() / W_ : most;
-    X* tmp = scratch<X>(static_cast<size_t>(W_ + (ctx.train ? 0 : most * (W_ + 1))));
+    X* tmp = scratch<X>(static_cast<size_t>(2 * W_ + (ctx.train ? 0 : most * (W_ + 1))));
     Tensor saved = ctx.train ? Tensor::empty(dx, {rows, W_ + 1}) : Tensor();
     const Tensor g = same ? dense(ctx.params[0], dx) : Tensor(), b = same ? dense(ctx.params[1], dx) : Tensor();
     const Tensor g64 = same ? Tensor() : dense(ctx.params[0], DType::f64);
@@ -193,7 +195,7 @@ class LayerNormKernel : public Kernel {
     for (size_t i = 0; i < xs.size(); ++i) {
       const Tensor x = dense(xs[i], dx);
       const int64_t n = x.size() / W_;
-      X* sv = ctx.train ? saved.data<X>() + at * (W_ + 1) : tmp + W_;
+      X* sv = ctx.train ? saved.data<X>() + at * (W_ + 1) : tmp + 2 * W_;
       normalize_rows<X>(x.data<X>(), n, W_, static_cast<X>(eps_), same ? g.data<X>() : nullptr,
                         same ? b.data<X>() : nullptr, same ? y.data<X>() + at * W_ : nullptr, sv, tmp);
       if (!same) {  // numpy: xhat (float32) * g (float64) + b, in float64

@@ -147,13 +147,30 @@ AMP_INLINE typename Lanes<T>::V sigmoid(const typename Lanes<T>::V& x) {
   return tanh<T>(x * T(0.5)) * T(0.5) + T(0.5);
 }
 
-// Apply `body(j, n)` to lane blocks [j, j + n) covering [0, width): full vectors, then one partial tail.
+// Apply `body(j, n)` to lane blocks [j, j + n) covering [0, width) once each: full vectors, then one
+// partial tail (loaded and stored item by item). For bodies that update in place (dst += ...).
 template <class T, class Body>
 AMP_INLINE void blocks(int64_t width, Body&& body) {
   constexpr int64_t L = Lanes<T>::kCount;
   int64_t j = 0;
   for (; j + L <= width; j += L) body(j, L);
   if (j < width) body(j, width - j);
+}
+
+// The same for pure bodies (what they store is a function of what they load, and no store lands where
+// a load reads): full vectors only, the last one ending at `width` and so overlapping the one before it
+// (its common lanes are computed and stored again, with the same bits); a partial vector only when the
+// whole width is less than one vector.
+template <class T, class Body>
+AMP_INLINE void blocks_over(int64_t width, Body&& body) {
+  constexpr int64_t L = Lanes<T>::kCount;
+  if (width < L) {
+    body(0, width);
+    return;
+  }
+  int64_t j = 0;
+  for (; j + L <= width; j += L) body(j, L);
+  if (j < width) body(width - L, L);
 }
 
 // numpy's pairwise summation (pairwise_sum in umath/loops_utils.h) of n contiguous items: under 8 a
