@@ -210,8 +210,7 @@ RNN_SETTINGS = Settings(
     optimizer={"name": "adam", "lr": 3e-3, "clip_norm": 5.0, "lr_decay": 0.85}, min_update_frequency=10
 )
 GGSNN_SETTINGS = Settings(optimizer={"name": "adam", "lr": 3e-3})
-LISTS = {"default": (100_000, 10_000), "small": (5_000, 500)}
-BABI15 = {"default": (1_000, 200), "small": (100, 40)}
+LISTS = {"default": (100_000, 10_000), "small": (20_000, 1_000)}
 
 ENTRIES: tuple[ZooModel, ...] = (
     ZooModel(
@@ -229,20 +228,21 @@ ENTRIES: tuple[ZooModel, ...] = (
     ),
     ZooModel(
         "tree-lstm", "the binary Tree-LSTM on synthetic sentiment trees, one tree per key, a loss at every node",
-        _tree_lstm_graph, _trees, {"default": (2_000, 500), "small": (200, 60)},
+        _tree_lstm_graph, _trees, {"default": (2_000, 500), "small": (600, 100)},
         Settings(optimizer={"name": "adam", "lr": 0.01}, node_min_update_frequency=_tree_lstm_frequencies()),
     ),
     ZooModel(
         "ggsnn", "a gated graph network answering bAbI task 15 by node selection, one graph per key",
-        _ggsnn_graph, _babi15("node_selection"), BABI15, GGSNN_SETTINGS, aliases=("ggsnn-node-selection",),
+        _ggsnn_graph, _babi15("node_selection"), {"default": (1_000, 200), "small": (300, 100)}, GGSNN_SETTINGS,
+        aliases=("ggsnn-node-selection",),
     ),
     ZooModel(
         "ggsnn-classification", "the gated graph network classifying bAbI-15 graphs by the answer's type",
-        _ggsnn_graph, _babi15("classification"), BABI15, GGSNN_SETTINGS,
+        _ggsnn_graph, _babi15("classification"), {"default": (3_000, 500), "small": (1_500, 300)}, GGSNN_SETTINGS,
     ),
     ZooModel(
         "ggsnn-regression", "the gated graph network regressing a property of generated molecules",
-        _ggsnn_graph, _molecules, BABI15, GGSNN_SETTINGS,
+        _ggsnn_graph, _molecules, {"default": (1_000, 200), "small": (500, 100)}, GGSNN_SETTINGS,
     ),
     ZooModel(
         "bilstm-tagger", "the BiLSTM tagger with a character model on synthetic NER sentences, one per key",

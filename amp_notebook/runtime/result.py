@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from amp_notebook.errors import RunStateError
 from amp_notebook.ir.serialize import save_params
 from amp_notebook.runtime.checkpoint import Checkpoint, capture
 from amp_notebook.runtime.config import RunConfig
@@ -33,6 +34,12 @@ if TYPE_CHECKING:
 
 @dataclass
 class TrainResult:
+    """What a finished run leaves: its settings, per-epoch history, trace, final parameters and placement.
+
+    Owns plain data, computed once the run has ended, plus the finished session (to checkpoint the run) and
+    backend figures. It never runs anything: metrics are read from the trace when asked, and the report is
+    drawn by the UI through :meth:`report`, the runtime's one reach into it (module docstring)."""
+
     config: RunConfig
     optimizer: dict[str, Any]
     history: list[EpochStats]
@@ -103,7 +110,7 @@ class TrainResult:
         """The finished run's state: resume it with ``train(..., resume=...)`` or ``resume(...)``."""
         session = self.session
         if session is None or not session.controller.finished:
-            raise RuntimeError(
+            raise RunStateError(
                 "checkpoint: this result is a view of a run still going; save a running run with run.save(path)"
             )
         return capture(session, meta)

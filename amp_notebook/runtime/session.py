@@ -22,7 +22,7 @@ from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.message import FWD, UPDATE, Message, State
 from amp_notebook.ir.ops import NodeContext
 from amp_notebook.optim import Optimizer, make_optimizer
-from amp_notebook.runtime.config import RunConfig
+from amp_notebook.runtime.config import RunConfig, default_max_bundle
 from amp_notebook.runtime.controller import Action, Controller, Handlers, KeyInfo, carry_out
 from amp_notebook.runtime.credits import Credits
 from amp_notebook.runtime.numerics import Guard
@@ -106,7 +106,8 @@ class Session:
         self.plan: Plan = compile_plan(graph, placement, config.workers, config.min_update_frequency, optimizer)
         self.optimizer_spec = optimizer.spec()  # as given, before any lr_decay
         check_dataset(self.plan, dataset)
-        self.plan.max_bundle[:] = resolve_max_bundle(self.plan, config.max_bundle)
+        max_bundle = config.max_bundle if config.max_bundle is not None else default_max_bundle(config.mode, config.backend)
+        self.plan.max_bundle[:] = resolve_max_bundle(self.plan, max_bundle)
         initial = params if params is not None else graph.init_params(config.seed, self.dtype)
         self.contexts: list[NodeContext] = []
         for i, name in enumerate(self.plan.names):

@@ -85,6 +85,9 @@ class Fault:
 
 @dataclass
 class Outcome:
+    """What one injected fault did: whether it fired, what reached the caller and how soon, and whether the run hung or
+    leaked a thread."""
+
     setup: str
     fault: str
     fired: bool
@@ -303,6 +306,8 @@ def _as_expected(fault: Fault, error: BaseException) -> bool:
 
 @dataclass
 class CampaignReport:
+    """Every outcome of a fault campaign and how long it took; ``summary()`` counts them."""
+
     outcomes: list[Outcome]
     seconds: float
 

@@ -62,6 +62,8 @@ from amp_notebook.testing.mutations import code_payloads, corrupt_text, mutate_d
 # ------------------------------------------------------------------------------------------- the seeds
 @dataclass(frozen=True)
 class Seed:
+    """A real checkpoint file to mutate, with the graph, data and settings it resumes with."""
+
     name: str
     data: bytes
     graph: Graph

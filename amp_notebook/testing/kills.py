@@ -35,6 +35,8 @@ from amp_notebook.runtime.checkpoint_file import CheckpointError
 
 @dataclass
 class KillReport:
+    """What a kill campaign found: kills, how many landed while saving, and whether the file stayed loadable."""
+
     kills: int = 0
     while_saving: int = 0  # killed between the start and the return of a save
     loadable: int = 0

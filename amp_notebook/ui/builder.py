@@ -199,7 +199,7 @@ class GraphBuilder(anywidget.AnyWidget):
 
             return python_form(self.graph)
         if form != "builder":
-            raise ValueError(f"to_python form: expected 'builder' or 'source', got {form!r}")
+            raise BuilderError(f"to_python form: expected 'builder' or 'source', got {form!r}")
         return graph_to_python(self.graph)
 
     # ------------------------------------------------------------- training

@@ -42,7 +42,7 @@ from typing import Any, ClassVar
 from amp_notebook.errors import AmpError
 from amp_notebook.ir import cells as C
 from amp_notebook.ir import ops as O
-from amp_notebook.ir.graph import Edge, Graph, Ref
+from amp_notebook.ir.graph import Graph, Ref
 from amp_notebook.ir.serialize import graph_from_dict, graph_to_dict, rebuild_graph
 from amp_notebook.ir.validate import check, infer_widths
 from amp_notebook.models import zoo
@@ -200,12 +200,7 @@ class BuilderModel:
         config = {**n.op.config(), field: S.coerce(types[field], value, where)}
         op = S.make_op(n.kind, config, n.describe())
         with self._edit():
-            n.op = op
-            ins, outs = set(op.input_ports()), set(op.output_ports())
-            self.graph.edges = [
-                e for e in self.graph.edges
-                if not ((e.dst == node and e.dst_port not in ins) or (e.src == node and e.src_port not in outs))
-            ]  # fmt: skip
+            self.graph.replace_op(node, op)
 
     def undo(self) -> None:
         if not self._undo:
@@ -262,13 +257,13 @@ class BuilderModel:
         from amp_notebook.runtime.placement import place
 
         with self._edit():
-            for node in self.graph.nodes.values():
-                node.worker = None
+            for name in self.graph.nodes:
+                self.graph.assign_worker(name, None)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 placed = place(self.graph, self.workers, strategy=strategy)
             for name, w in placed.items():
-                self.graph.nodes[name].worker = w
+                self.graph.assign_worker(name, w)
         return placed
 
     def pin(self, nodes: list[str] | tuple[str, ...], worker: Any) -> None:
@@ -288,7 +283,7 @@ class BuilderModel:
             )
         with self._edit():
             for name in nodes:
-                self.graph.nodes[name].worker = w
+                self.graph.assign_worker(name, w)
 
     def set_workers(self, workers: Any) -> None:
         workers = S.coerce(S.INT, workers, "workers")
@@ -366,10 +361,7 @@ class BuilderModel:
 
     def _replace_graph(self, new: Graph) -> None:
         """Make ``self.graph`` hold ``new``'s content, keeping the object (so users' references stay live)."""
-        if new is self.graph:
-            return
-        self.graph.name, self.graph.nodes, self.graph.edges = new.name, new.nodes, new.edges
-        self.graph.replica_groups = new.replica_groups
+        self.graph.replace_contents(new)
 
     def _require_nodes(self, names: Any, what: str) -> None:
         missing = [n for n in names if n not in self.graph.nodes]
@@ -392,9 +384,12 @@ class BuilderModel:
             low = 1 if attr == "min_update_frequency" else 0
             if v is not None and v < low:
                 raise BuilderError(f"{where}: expected an int >= {low} (or empty for the run's default), got {v}")
-            setattr(n, attr, v)
+            if attr == "worker":
+                self.graph.assign_worker(node, v)
+            else:
+                self.graph.set_min_update_frequency(node, v)
         elif attr == "optimizer":
-            n.optimizer = _optimizer(value, where)
+            self.graph.set_optimizer(node, _optimizer(value, where))
         elif attr == "replicas":
             set_replicas(self.graph, node, S.coerce(S.INT, value, where))
         else:
@@ -405,16 +400,7 @@ class BuilderModel:
             return
         if not new or not new.replace("_", "a").isalnum():
             raise BuilderError(f"rename {old!r}: expected a name of letters, digits and '_', got {new!r}")
-        if new in self.graph.nodes:
-            raise BuilderError(f"rename {old!r}: the name {new!r} is used by {self.graph.nodes[new].describe()}")
-        g = self.graph
-        g.nodes = {(new if k == old else k): v for k, v in g.nodes.items()}
-        g.nodes[new].name = new
-        g.edges = [
-            Edge(new if e.src == old else e.src, e.src_port, new if e.dst == old else e.dst, e.dst_port)
-            for e in g.edges
-        ]
-        g.replica_groups = [[new if n == old else n for n in group] for group in g.replica_groups]
+        self.graph.rename(old, new)
         if old in self.positions:
             self.positions[new] = self.positions.pop(old)
 

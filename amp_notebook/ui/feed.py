@@ -51,6 +51,8 @@ HISTORY_S = 60.0  # a view opened while a run goes gets this many seconds of its
 
 @dataclass
 class Frame:
+    """One message to the dashboard's front end: JSON content and the binary column buffers beside it."""
+
     content: dict[str, Any]
     buffers: list[bytes] = field(default_factory=list)
 

@@ -279,7 +279,8 @@ def update_and_backward_rows(run: Run, since_s: float, until_s: float) -> dict[s
     out = {}
     for node in run.status["min_update_frequency"]:
         mine = inside & (ev["node"] == names.index(node))
-        out[node] = (int(np.sum(mine & (ev["phase"] == 2))), int(np.sum(mine & (ev["phase"] == 1))))
+        gradients = int(np.sum(ev["messages"][mine & (ev["phase"] == 1)]))  # a bundle's row holds several
+        out[node] = (int(np.sum(mine & (ev["phase"] == 2))), gradients)
     return out
 
 
