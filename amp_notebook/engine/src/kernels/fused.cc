@@ -6,15 +6,15 @@
 // (kernel.h Joins; a one-input cell completes at once), the checks the Python op makes, one output array
 // for all the complete groups of a bundle (their rows side by side: the "rows" bundling without stacking
 // the inputs, since every row is computed on its own), what it keeps for backward, and the gradients.
-// Each cell (a struct below) brings its widths and two row passes, forward and backward, written once
-// over SIMD lanes (vecmath.h) for float32 and float64 and compiled for each instruction set. The passes
-// are pure (outputs never alias inputs), so a row's last vector may overlap the one before it
-// (simd::blocks_over) instead of ending in a partial one.
+// Each cell (a struct below) brings its widths and two functions of one row, forward and backward,
+// written once over SIMD lanes (vecmath.h) for float32 and float64; `pass` runs them over the rows,
+// compiled for each instruction set. They are pure (outputs never alias inputs), so a row's last vector
+// may overlap the one before it (simd::blocks_over) instead of ending in a partial one.
 //
-// Each pass is the Python op's arithmetic, operation by operation in the same order (products and sums
+// Each row function is the Python op's arithmetic, operation by operation in the same order (products and sums
 // round one at a time as numpy's do), so outputs and gradients equal the Python op's to the last bits of
 // tanh (float64: within 1e-12). A pass reads its inputs in place (rows may be strided, items along a row
-// contiguous) and writes the output and what backward needs (`saved`) in one go; backward reads the
+// contiguous) and writes the output and what backward needs (`save`) in one go; backward reads the
 // saved rows and the inputs the cell kept (children's cells, h_gates, h, c: references, not copies).
 // Per bundle: one output array, one saved array for training keys (scratch otherwise), one array per
 // input gradient; nothing per element or per message besides the cache entry.
@@ -37,10 +37,11 @@ template <class T>
 struct Rows {  // a 2-d array whose items along a row are contiguous; row r starts at p + r * ld
   T* p = nullptr;
   int64_t ld = 0;
-  T* row(int64_t r) const { return p + r * ld; }
+  T* row(int64_t r) const { return p ? p + r * ld : nullptr; }
 };
 
-// What a row pass reads and writes, for `rows` rows of hidden width H.
+// What a pass reads and writes, for `rows` rows of hidden width H, as whole arrays (Args) and as the
+// pointers of one row (Row) that a cell's row functions take.
 template <class T>
 struct Args {
   Rows<const T> in[3];  // forward: the joined inputs, by port; backward: the inputs the cell kept
@@ -51,61 +52,84 @@ struct Args {
   Rows<T> grad[3];      // backward: the inputs' gradients, by port
   int64_t rows = 0, H = 0;
 };
+template <class T>
+struct Row {
+  const T* in[3];
+  T* out;
+  T* save;
+  const T* saved;
+  const T* g;
+  T* grad[3];
+};
 
 template <class T>
 using Vec = typename simd::Lanes<T>::V;
 
-// TreeLSTMLeaf (fused.TreeLSTMLeaf): gates [i, o, u] -> [h; c] with c = sigmoid(i) * tanh(u),
-// h = sigmoid(o) * tanh(c); saved [s_i, s_o, tanh(u), tanh(c)]. Backward, with dc = g_c + g_h * s_o *
-// (1 - tc^2): d_i = dc * tu * (s_i (1 - s_i)), d_o = g_h * tc * (s_o (1 - s_o)), d_u = dc * s_i * (1 - tu^2).
-struct Leaf {
-  static constexpr const char* kName = "TreeLSTMLeaf";
+// Store lanes [j, j + m) of each vector into consecutive blocks of H items from p: the first at p, the
+// next at p + H, and so on (a row's gate blocks, or its saved blocks, in order).
+template <class T, class... V>
+AMP_INLINE void store_blocks(int64_t H, int64_t j, int64_t m, T* p, const V&... vs) {
+  int64_t k = 0;
+  (store(p + (k++) * H + j, vs, m), ...);
+}
+
+// A cell from the zero state: its gates hold blocks i, o and a candidate u (at block kO and kU of kWidth;
+// any other block multiplies the zero cell and gets a zero gradient) -> [h; c] with c = sigmoid(i) *
+// tanh(u), h = sigmoid(o) * tanh(c); saved [s_i, s_o, tanh(u), tanh(c)]. Backward, with dc = g_c + g_h *
+// s_o * (1 - tc^2): d_i = dc * tu * s'(i), d_o = g_h * tc * s'(o), d_u = dc * s_i * (1 - tu^2), where the
+// slope s' = s (1 - s) is one factor (kSlopeFirst) or two applied left to right, as each Python op groups it.
+template <const char* Name, int kWidth, int kO, int kU, bool kSlopeFirst>
+struct FromZero {
+  static constexpr const char* kName = Name;
   static constexpr int kPorts = 1;
-  static constexpr int kIn[3] = {3, 0, 0};  // input widths, in hidden units
+  static constexpr int kIn[3] = {kWidth, 0, 0};  // input widths, in hidden units
   static constexpr int kOut = 2, kSaved = 4;
   static constexpr bool kKeep[3] = {false, false, false};  // inputs that backward reads
   static constexpr bool kSharedGrad = false;  // input 1 gets input 0's gradient array
 
   template <class T>
-  static AMP_INLINE void forward(const Args<T>& a) {
-    const int64_t H = a.H;
-    for (int64_t r = 0; r < a.rows; ++r) {
-      const T* z = a.in[0].row(r);
-      T* o = a.out.row(r);
-      T* sv = a.save.row(r);
-      simd::blocks_over<T>(H, AMP_LANES {
-        const Vec<T> si = simd::sigmoid<T>(load(z + j, m)), so = simd::sigmoid<T>(load(z + H + j, m));
-        const Vec<T> tu = simd::tanh<T>(load(z + 2 * H + j, m));
-        const Vec<T> c = si * tu;
-        const Vec<T> tc = simd::tanh<T>(c);
-        store(o + j, so * tc, m);
-        store(o + H + j, c, m);
-        store(sv + j, si, m);
-        store(sv + H + j, so, m);
-        store(sv + 2 * H + j, tu, m);
-        store(sv + 3 * H + j, tc, m);
-      });
-    }
+  static AMP_INLINE void forward(const Row<T>& w, int64_t H) {
+    const T* z = w.in[0];
+    simd::blocks_over<T>(H, AMP_LANES {
+      const Vec<T> si = simd::sigmoid<T>(load(z + j, m)), so = simd::sigmoid<T>(load(z + kO * H + j, m));
+      const Vec<T> tu = simd::tanh<T>(load(z + kU * H + j, m));
+      const Vec<T> c = si * tu;
+      const Vec<T> tc = simd::tanh<T>(c);
+      store_blocks(H, j, m, w.out, so * tc, c);
+      store_blocks(H, j, m, w.save, si, so, tu, tc);
+    });
   }
 
   template <class T>
-  static AMP_INLINE void backward(const Args<T>& a) {
-    const int64_t H = a.H;
-    for (int64_t r = 0; r < a.rows; ++r) {
-      const T* g = a.g.row(r);
-      const T* sv = a.saved.row(r);
-      T* d = a.grad[0].row(r);
-      simd::blocks_over<T>(H, AMP_LANES {
-        const Vec<T> gh = load(g + j, m), si = load(sv + j, m), so = load(sv + H + j, m);
-        const Vec<T> tu = load(sv + 2 * H + j, m), tc = load(sv + 3 * H + j, m);
-        const Vec<T> dc = load(g + H + j, m) + gh * so * (T(1) - tc * tc);
+  static AMP_INLINE void backward(const Row<T>& w, int64_t H) {
+    const T* g = w.g;
+    const T* sv = w.saved;
+    T* d = w.grad[0];
+    simd::blocks_over<T>(H, AMP_LANES {
+      const Vec<T> gh = load(g + j, m), si = load(sv + j, m), so = load(sv + H + j, m);
+      const Vec<T> tu = load(sv + 2 * H + j, m), tc = load(sv + 3 * H + j, m);
+      const Vec<T> dc = load(g + H + j, m) + gh * so * (T(1) - tc * tc);
+      if constexpr (kSlopeFirst) {
         store(d + j, dc * tu * (si * (T(1) - si)), m);
-        store(d + H + j, gh * tc * (so * (T(1) - so)), m);
-        store(d + 2 * H + j, dc * si * (T(1) - tu * tu), m);
-      });
-    }
+        store(d + kO * H + j, gh * tc * (so * (T(1) - so)), m);
+      } else {
+        store(d + j, dc * tu * si * (T(1) - si), m);
+        store(d + kO * H + j, gh * tc * so * (T(1) - so), m);
+      }
+      store(d + kU * H + j, dc * si * (T(1) - tu * tu), m);
+      for (int k = 1; k < kWidth; ++k)
+        if (k != kO && k != kU) store(d + k * H + j, Vec<T>{}, m);
+    });
   }
 };
+
+constexpr char kLeafName[] = "TreeLSTMLeaf";
+constexpr char kStartName[] = "LSTMStart";
+// TreeLSTMLeaf (fused.TreeLSTMLeaf): gates [i, o, u].
+using Leaf = FromZero<kLeafName, 3, 1, 2, true>;
+// LSTMStart (fused.LSTMStart): step 0 of an LSTM, gates [i, f, g, o] (torch.nn.LSTMCell's order); f
+// multiplies the zero cell.
+using Start = FromZero<kStartName, 4, 3, 2, false>;
 
 // TreeLSTMBranch (fused.TreeLSTMBranch): gates [i, f_l, f_r, o, u], c_left, c_right -> [h; c] with
 // c = s_i * tanh(u) + s_fl * c_left + s_fr * c_right (summed left to right), h = s_o * tanh(c); saved
@@ -121,57 +145,44 @@ struct Branch {
   static constexpr bool kSharedGrad = false;
 
   template <class T>
-  static AMP_INLINE void forward(const Args<T>& a) {
-    const int64_t H = a.H;
-    for (int64_t r = 0; r < a.rows; ++r) {
-      const T* z = a.in[0].row(r);
-      const T* cl = a.in[1].row(r);
-      const T* cr = a.in[2].row(r);
-      T* o = a.out.row(r);
-      T* sv = a.save.row(r);
-      simd::blocks_over<T>(H, AMP_LANES {
-        const Vec<T> si = simd::sigmoid<T>(load(z + j, m)), sl = simd::sigmoid<T>(load(z + H + j, m));
-        const Vec<T> sr = simd::sigmoid<T>(load(z + 2 * H + j, m)), so = simd::sigmoid<T>(load(z + 3 * H + j, m));
-        const Vec<T> tu = simd::tanh<T>(load(z + 4 * H + j, m));
-        const Vec<T> c = si * tu + sl * load(cl + j, m) + sr * load(cr + j, m);
-        const Vec<T> tc = simd::tanh<T>(c);
-        store(o + j, so * tc, m);
-        store(o + H + j, c, m);
-        store(sv + j, si, m);
-        store(sv + H + j, sl, m);
-        store(sv + 2 * H + j, sr, m);
-        store(sv + 3 * H + j, so, m);
-        store(sv + 4 * H + j, tu, m);
-        store(sv + 5 * H + j, tc, m);
-      });
-    }
+  static AMP_INLINE void forward(const Row<T>& w, int64_t H) {
+    const T* z = w.in[0];
+    const T* cl = w.in[1];
+    const T* cr = w.in[2];
+    simd::blocks_over<T>(H, AMP_LANES {
+      const Vec<T> si = simd::sigmoid<T>(load(z + j, m)), sl = simd::sigmoid<T>(load(z + H + j, m));
+      const Vec<T> sr = simd::sigmoid<T>(load(z + 2 * H + j, m)), so = simd::sigmoid<T>(load(z + 3 * H + j, m));
+      const Vec<T> tu = simd::tanh<T>(load(z + 4 * H + j, m));
+      const Vec<T> c = si * tu + sl * load(cl + j, m) + sr * load(cr + j, m);
+      const Vec<T> tc = simd::tanh<T>(c);
+      store_blocks(H, j, m, w.out, so * tc, c);
+      store_blocks(H, j, m, w.save, si, sl, sr, so, tu, tc);
+    });
   }
 
   template <class T>
-  static AMP_INLINE void backward(const Args<T>& a) {
-    const int64_t H = a.H;
-    for (int64_t r = 0; r < a.rows; ++r) {
-      const T* g = a.g.row(r);
-      const T* sv = a.saved.row(r);
-      const T* cl = a.in[1].row(r);
-      const T* cr = a.in[2].row(r);
-      T* d = a.grad[0].row(r);
-      T* dl = a.grad[1].row(r);
-      T* dr = a.grad[2].row(r);
-      simd::blocks_over<T>(H, AMP_LANES {
-        const Vec<T> gh = load(g + j, m), si = load(sv + j, m), sl = load(sv + H + j, m);
-        const Vec<T> sr = load(sv + 2 * H + j, m), so = load(sv + 3 * H + j, m);
-        const Vec<T> tu = load(sv + 4 * H + j, m), tc = load(sv + 5 * H + j, m);
-        const Vec<T> dc = load(g + H + j, m) + gh * so * (T(1) - tc * tc);
-        store(d + j, dc * tu * (si * (T(1) - si)), m);
-        store(d + H + j, dc * load(cl + j, m) * (sl * (T(1) - sl)), m);
-        store(d + 2 * H + j, dc * load(cr + j, m) * (sr * (T(1) - sr)), m);
-        store(d + 3 * H + j, gh * tc * (so * (T(1) - so)), m);
-        store(d + 4 * H + j, dc * si * (T(1) - tu * tu), m);
-        store(dl + j, dc * sl, m);
-        store(dr + j, dc * sr, m);
-      });
-    }
+  static AMP_INLINE void backward(const Row<T>& w, int64_t H) {
+    const T* g = w.g;
+    const T* sv = w.saved;
+    const T* cl = w.in[1];
+    const T* cr = w.in[2];
+    T* d = w.grad[0];
+    T* dl = w.grad[1];
+    T* dr = w.grad[2];
+    simd::blocks_over<T>(H, AMP_LANES {
+      const Vec<T> gh = load(g + j, m), si = load(sv + j, m), sl = load(sv + H + j, m);
+      const Vec<T> sr = load(sv + 2 * H + j, m), so = load(sv + 3 * H + j, m);
+      const Vec<T> tu = load(sv + 4 * H + j, m), tc = load(sv + 5 * H + j, m);
+      const Vec<T> dc = load(g + H + j, m) + gh * so * (T(1) - tc * tc);
+      store_blocks(H, j, m, d,
+                   dc * tu * (si * (T(1) - si)),                   // i
+                   dc * load(cl + j, m) * (sl * (T(1) - sl)),      // f_l
+                   dc * load(cr + j, m) * (sr * (T(1) - sr)),      // f_r
+                   gh * tc * (so * (T(1) - so)),                   // o
+                   dc * si * (T(1) - tu * tu));                    // u
+      store(dl + j, dc * sl, m);
+      store(dr + j, dc * sr, m);
+    });
   }
 };
 
@@ -189,106 +200,38 @@ struct GRU {
   static constexpr bool kSharedGrad = false;
 
   template <class T>
-  static AMP_INLINE void forward(const Args<T>& a) {
-    const int64_t H = a.H;
-    for (int64_t r = 0; r < a.rows; ++r) {
-      const T* xg = a.in[0].row(r);
-      const T* hg = a.in[1].row(r);
-      const T* h = a.in[2].row(r);
-      T* o = a.out.row(r);
-      T* sv = a.save.row(r);
-      simd::blocks_over<T>(H, AMP_LANES {
-        const Vec<T> rg = simd::sigmoid<T>(load(xg + j, m) + load(hg + j, m));
-        const Vec<T> zg = simd::sigmoid<T>(load(xg + H + j, m) + load(hg + H + j, m));
-        const Vec<T> n = simd::tanh<T>(load(xg + 2 * H + j, m) + rg * load(hg + 2 * H + j, m));
-        store(o + j, n + zg * (load(h + j, m) - n), m);
-        store(sv + j, rg, m);
-        store(sv + H + j, zg, m);
-        store(sv + 2 * H + j, n, m);
-      });
-    }
+  static AMP_INLINE void forward(const Row<T>& w, int64_t H) {
+    const T* xg = w.in[0];
+    const T* hg = w.in[1];
+    const T* h = w.in[2];
+    simd::blocks_over<T>(H, AMP_LANES {
+      const Vec<T> rg = simd::sigmoid<T>(load(xg + j, m) + load(hg + j, m));
+      const Vec<T> zg = simd::sigmoid<T>(load(xg + H + j, m) + load(hg + H + j, m));
+      const Vec<T> n = simd::tanh<T>(load(xg + 2 * H + j, m) + rg * load(hg + 2 * H + j, m));
+      store(w.out + j, n + zg * (load(h + j, m) - n), m);
+      store_blocks(H, j, m, w.save, rg, zg, n);
+    });
   }
 
   template <class T>
-  static AMP_INLINE void backward(const Args<T>& a) {
-    const int64_t H = a.H;
-    for (int64_t r = 0; r < a.rows; ++r) {
-      const T* g = a.g.row(r);
-      const T* sv = a.saved.row(r);
-      const T* hg = a.in[1].row(r);
-      const T* h = a.in[2].row(r);
-      T* dx = a.grad[0].row(r);
-      T* dh = a.grad[1].row(r);
-      T* dprev = a.grad[2].row(r);
-      simd::blocks_over<T>(H, AMP_LANES {
-        const Vec<T> gv = load(g + j, m), rg = load(sv + j, m), zg = load(sv + H + j, m), n = load(sv + 2 * H + j, m);
-        const Vec<T> gz = gv * zg;
-        const Vec<T> dn = (T(1) - n * n) * (gv - gz);
-        const Vec<T> dr = dn * load(hg + 2 * H + j, m) * ((T(1) - rg) * rg);
-        const Vec<T> dz = gv * (load(h + j, m) - n) * ((T(1) - zg) * zg);
-        store(dx + j, dr, m);
-        store(dx + H + j, dz, m);
-        store(dx + 2 * H + j, dn, m);
-        store(dh + j, dr, m);
-        store(dh + H + j, dz, m);
-        store(dh + 2 * H + j, dn * rg, m);
-        store(dprev + j, gz, m);
-      });
-    }
-  }
-};
-
-// LSTMStart (fused.LSTMStart): step 0 from the zero state, gates [i, f, g, o] -> [h; c] with
-// c = s_i * tanh(g), h = s_o * tanh(c); saved [s_i, s_o, tanh(g), tanh(c)]. Backward, with dc as the
-// leaf's: d_i = dc * tg * s_i * (1 - s_i), d_f = 0, d_g = dc * s_i * (1 - tg^2), d_o = g_h * tc * s_o * (1 - s_o)
-// (left to right, as the Python op groups them).
-struct Start {
-  static constexpr const char* kName = "LSTMStart";
-  static constexpr int kPorts = 1;
-  static constexpr int kIn[3] = {4, 0, 0};
-  static constexpr int kOut = 2, kSaved = 4;
-  static constexpr bool kKeep[3] = {false, false, false};
-  static constexpr bool kSharedGrad = false;
-
-  template <class T>
-  static AMP_INLINE void forward(const Args<T>& a) {
-    const int64_t H = a.H;
-    for (int64_t r = 0; r < a.rows; ++r) {
-      const T* z = a.in[0].row(r);
-      T* o = a.out.row(r);
-      T* sv = a.save.row(r);
-      simd::blocks_over<T>(H, AMP_LANES {
-        const Vec<T> si = simd::sigmoid<T>(load(z + j, m)), so = simd::sigmoid<T>(load(z + 3 * H + j, m));
-        const Vec<T> tg = simd::tanh<T>(load(z + 2 * H + j, m));
-        const Vec<T> c = si * tg;
-        const Vec<T> tc = simd::tanh<T>(c);
-        store(o + j, so * tc, m);
-        store(o + H + j, c, m);
-        store(sv + j, si, m);
-        store(sv + H + j, so, m);
-        store(sv + 2 * H + j, tg, m);
-        store(sv + 3 * H + j, tc, m);
-      });
-    }
-  }
-
-  template <class T>
-  static AMP_INLINE void backward(const Args<T>& a) {
-    const int64_t H = a.H;
-    for (int64_t r = 0; r < a.rows; ++r) {
-      const T* g = a.g.row(r);
-      const T* sv = a.saved.row(r);
-      T* d = a.grad[0].row(r);
-      simd::blocks_over<T>(H, AMP_LANES {
-        const Vec<T> gh = load(g + j, m), si = load(sv + j, m), so = load(sv + H + j, m);
-        const Vec<T> tg = load(sv + 2 * H + j, m), tc = load(sv + 3 * H + j, m);
-        const Vec<T> dc = load(g + H + j, m) + gh * so * (T(1) - tc * tc);
-        store(d + j, dc * tg * si * (T(1) - si), m);
-        store(d + H + j, Vec<T>{}, m);
-        store(d + 2 * H + j, dc * si * (T(1) - tg * tg), m);
-        store(d + 3 * H + j, gh * tc * so * (T(1) - so), m);
-      });
-    }
+  static AMP_INLINE void backward(const Row<T>& w, int64_t H) {
+    const T* g = w.g;
+    const T* sv = w.saved;
+    const T* hg = w.in[1];
+    const T* h = w.in[2];
+    T* dx = w.grad[0];
+    T* dh = w.grad[1];
+    T* dprev = w.grad[2];
+    simd::blocks_over<T>(H, AMP_LANES {
+      const Vec<T> gv = load(g + j, m), rg = load(sv + j, m), zg = load(sv + H + j, m), n = load(sv + 2 * H + j, m);
+      const Vec<T> gz = gv * zg;
+      const Vec<T> dn = (T(1) - n * n) * (gv - gz);
+      const Vec<T> dr = dn * load(hg + 2 * H + j, m) * ((T(1) - rg) * rg);
+      const Vec<T> dz = gv * (load(h + j, m) - n) * ((T(1) - zg) * zg);
+      store_blocks(H, j, m, dx, dr, dz, dn);
+      store_blocks(H, j, m, dh, dr, dz, dn * rg);
+      store(dprev + j, gz, m);
+    });
   }
 };
 
@@ -306,63 +249,52 @@ struct Update {
   static constexpr bool kSharedGrad = true;
 
   template <class T>
-  static AMP_INLINE void forward(const Args<T>& a) {
-    const int64_t H = a.H;
-    for (int64_t r = 0; r < a.rows; ++r) {
-      const T* xg = a.in[0].row(r);
-      const T* hg = a.in[1].row(r);
-      const T* c = a.in[2].row(r);
-      T* o = a.out.row(r);
-      T* sv = a.save.row(r);
-      simd::blocks_over<T>(H, AMP_LANES {
-        const Vec<T> si = simd::sigmoid<T>(load(xg + j, m) + load(hg + j, m));
-        const Vec<T> sf = simd::sigmoid<T>(load(xg + H + j, m) + load(hg + H + j, m));
-        const Vec<T> tg = simd::tanh<T>(load(xg + 2 * H + j, m) + load(hg + 2 * H + j, m));
-        const Vec<T> so = simd::sigmoid<T>(load(xg + 3 * H + j, m) + load(hg + 3 * H + j, m));
-        const Vec<T> cn = sf * load(c + j, m) + si * tg;
-        const Vec<T> tc = simd::tanh<T>(cn);
-        store(o + j, so * tc, m);
-        store(o + H + j, cn, m);
-        store(sv + j, si, m);
-        store(sv + H + j, sf, m);
-        store(sv + 2 * H + j, so, m);
-        store(sv + 3 * H + j, tg, m);
-        store(sv + 4 * H + j, tc, m);
-      });
-    }
+  static AMP_INLINE void forward(const Row<T>& w, int64_t H) {
+    const T* xg = w.in[0];
+    const T* hg = w.in[1];
+    const T* c = w.in[2];
+    simd::blocks_over<T>(H, AMP_LANES {
+      const Vec<T> si = simd::sigmoid<T>(load(xg + j, m) + load(hg + j, m));
+      const Vec<T> sf = simd::sigmoid<T>(load(xg + H + j, m) + load(hg + H + j, m));
+      const Vec<T> tg = simd::tanh<T>(load(xg + 2 * H + j, m) + load(hg + 2 * H + j, m));
+      const Vec<T> so = simd::sigmoid<T>(load(xg + 3 * H + j, m) + load(hg + 3 * H + j, m));
+      const Vec<T> cn = sf * load(c + j, m) + si * tg;
+      const Vec<T> tc = simd::tanh<T>(cn);
+      store_blocks(H, j, m, w.out, so * tc, cn);
+      store_blocks(H, j, m, w.save, si, sf, so, tg, tc);
+    });
   }
 
   template <class T>
-  static AMP_INLINE void backward(const Args<T>& a) {
-    const int64_t H = a.H;
-    for (int64_t r = 0; r < a.rows; ++r) {
-      const T* g = a.g.row(r);
-      const T* sv = a.saved.row(r);
-      const T* c = a.in[2].row(r);
-      T* d = a.grad[0].row(r);
-      T* dprev = a.grad[2].row(r);
-      simd::blocks_over<T>(H, AMP_LANES {
-        const Vec<T> gh = load(g + j, m), si = load(sv + j, m), sf = load(sv + H + j, m);
-        const Vec<T> so = load(sv + 2 * H + j, m), tg = load(sv + 3 * H + j, m), tc = load(sv + 4 * H + j, m);
-        const Vec<T> dc = load(g + H + j, m) + gh * so * (T(1) - tc * tc);
-        store(d + j, dc * tg * ((T(1) - si) * si), m);
-        store(d + H + j, dc * load(c + j, m) * ((T(1) - sf) * sf), m);
-        store(d + 2 * H + j, dc * si * (T(1) - tg * tg), m);
-        store(d + 3 * H + j, gh * tc * ((T(1) - so) * so), m);
-        store(dprev + j, dc * sf, m);
-      });
-    }
+  static AMP_INLINE void backward(const Row<T>& w, int64_t H) {
+    const T* g = w.g;
+    const T* sv = w.saved;
+    const T* c = w.in[2];
+    T* d = w.grad[0];
+    T* dprev = w.grad[2];
+    simd::blocks_over<T>(H, AMP_LANES {
+      const Vec<T> gh = load(g + j, m), si = load(sv + j, m), sf = load(sv + H + j, m);
+      const Vec<T> so = load(sv + 2 * H + j, m), tg = load(sv + 3 * H + j, m), tc = load(sv + 4 * H + j, m);
+      const Vec<T> dc = load(g + H + j, m) + gh * so * (T(1) - tc * tc);
+      store_blocks(H, j, m, d,
+                   dc * tg * ((T(1) - si) * si),                   // i
+                   dc * load(c + j, m) * ((T(1) - sf) * sf),       // f
+                   dc * si * (T(1) - tg * tg),                     // g
+                   gh * tc * ((T(1) - so) * so));                  // o
+      store(dprev + j, dc * sf, m);
+    });
   }
 };
 
 // The passes, compiled once per instruction set (vecmath.h AMP_SIMD_CLONES).
-template <class Cell, class T>
-AMP_SIMD_CLONES void forward_pass(const Args<T>& a) {
-  Cell::template forward<T>(a);
-}
-template <class Cell, class T>
-AMP_SIMD_CLONES void backward_pass(const Args<T>& a) {
-  Cell::template backward<T>(a);
+template <class Cell, bool kForward, class T>
+AMP_SIMD_CLONES void pass(const Args<T>& a) {
+  for (int64_t r = 0; r < a.rows; ++r) {
+    const Row<T> w{{a.in[0].row(r), a.in[1].row(r), a.in[2].row(r)}, a.out.row(r), a.save.row(r), a.saved.row(r),
+                   a.g.row(r), {a.grad[0].row(r), a.grad[1].row(r), a.grad[2].row(r)}};
+    if constexpr (kForward) Cell::template forward<T>(w, a.H);
+    else Cell::template backward<T>(w, a.H);
+  }
 }
 
 template <class T>
@@ -509,7 +441,7 @@ class CellKernel : public Kernel {
       }
       a.out = {y.data<T>() + at * out_w, out_w};
       a.save = {ctx.train ? saved.data<T>() + at * save_w : reinterpret_cast<T*>(scratch_.data()), save_w};
-      forward_pass<Cell, T>(a);
+      pass<Cell, true, T>(a);
       const State& state = *g.state[0];
       if (ctx.train) {
         Entry& c = cache_.emplace(state);
@@ -546,7 +478,7 @@ class CellKernel : public Kernel {
         const int64_t w = Cell::kIn[p] * H_;
         a.grad[p] = {grads[p].data<T>() + at * w, w};
       }
-      backward_pass<Cell, T>(a);
+      pass<Cell, false, T>(a);
       for (int p = 0; p < Cell::kPorts; ++p)
         if (ctx.wants_grad(p)) out.push(p, grads[p].rows(at, at + a.rows), p == 0 ? states[i] : e.state[p - 1]);
       at += a.rows;
