@@ -11,10 +11,10 @@
 // compiled for each instruction set. They are pure (outputs never alias inputs), so a row's last vector
 // may overlap the one before it (simd::blocks_over) instead of ending in a partial one.
 //
-// Each row function is the Python op's arithmetic, operation by operation in the same order (products and sums
-// round one at a time as numpy's do), so outputs and gradients equal the Python op's to the last bits of
-// tanh (float64: within 1e-12). A pass reads its inputs in place (rows may be strided, items along a row
-// contiguous) and writes the output and what backward needs (`save`) in one go; backward reads the
+// Each row function is the Python op's arithmetic, operation by operation in the same order (products
+// and sums round one at a time as numpy's do), so outputs and gradients equal the Python op's to the last
+// bits of tanh (float64: within 1e-12). A pass reads its inputs in place (rows may be strided, items along
+// a row contiguous) and writes the output and what backward needs (`save`) in one go; backward reads the
 // saved rows and the inputs the cell kept (children's cells, h_gates, h, c: references, not copies).
 // Per bundle: one output array, one saved array for training keys (scratch otherwise), one array per
 // input gradient; nothing per element or per message besides the cache entry.
@@ -374,8 +374,9 @@ class CellKernel : public Kernel {
       const Tensor& g = gs[i];
       const Tensor& saved = taken_[i].saved;
       if (g.rank() != 2 || g.dim(0) != saved.dim(0) || g.dim(1) != Cell::kOut * H_)
-        throw OpError(std::string(Cell::kName) + ": a gradient of shape " + shape_text(g) + " for an output of shape (" +
-                      std::to_string(saved.dim(0)) + ", " + std::to_string(Cell::kOut * H_) + ")");
+        throw OpError(std::string(Cell::kName) + ": a gradient of shape " + shape_text(g) +
+                      " for an output of shape (" + std::to_string(saved.dim(0)) + ", " +
+                      std::to_string(Cell::kOut * H_) + ")");
       f32 = f32 && g.dtype() == DType::f32 && saved.dtype() == DType::f32;
       total += g.dim(0);
     }
