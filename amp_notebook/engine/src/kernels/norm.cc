@@ -100,8 +100,12 @@ AMP_SIMD_CLONES void grad_rows(const T* dy, const T* saved, int64_t rows, int64_
   }
 }
 
-// `x` contiguous in `dtype` (itself when it already is).
-Tensor dense(const Tensor& x, DType dtype) { return as_dtype(x, dtype).contiguous_copy(); }
+// `x` contiguous in `dtype`: itself when it already is, else a copy made into `copy`.
+const Tensor& dense(const Tensor& x, DType dtype, Tensor* copy) {
+  if (x.dtype() == dtype && x.contiguous()) return x;
+  *copy = as_dtype(x, dtype).contiguous_copy();
+  return *copy;
+}
 
 std::string shape_text(const int64_t* shape, int rank) {
   std::string out = "(";
@@ -188,12 +192,12 @@ class LayerNormKernel : public Kernel {
     for (const Tensor& x : xs) most = x.size() / W_ > most ? x.size() / W_ : most;
     X* tmp = scratch<X>(static_cast<size_t>(2 * W_ + (ctx.train ? 0 : most * (W_ + 1))));
     Tensor saved = ctx.train ? Tensor::empty(dx, {rows, W_ + 1}) : Tensor();
-    const Tensor g = same ? dense(ctx.params[0], dx) : Tensor(), b = same ? dense(ctx.params[1], dx) : Tensor();
-    const Tensor g64 = same ? Tensor() : dense(ctx.params[0], DType::f64);
-    const Tensor b64 = same ? Tensor() : dense(ctx.params[1], DType::f64);
+    Tensor copies[3];
+    const Tensor& g = dense(ctx.params[0], same ? dx : DType::f64, &copies[0]);
+    const Tensor& b = dense(ctx.params[1], same ? dx : DType::f64, &copies[1]);
     int64_t at = 0, at0 = 0;
     for (size_t i = 0; i < xs.size(); ++i) {
-      const Tensor x = dense(xs[i], dx);
+      const Tensor& x = dense(xs[i], dx, &copies[2]);
       const int64_t n = x.size() / W_;
       X* sv = ctx.train ? saved.data<X>() + at * (W_ + 1) : tmp + 2 * W_;
       normalize_rows<X>(x.data<X>(), n, W_, static_cast<X>(eps_), same ? g.data<X>() : nullptr,
@@ -202,7 +206,7 @@ class LayerNormKernel : public Kernel {
         double* yr = y.data<double>() + at * W_;
         for (int64_t r = 0; r < n; ++r)
           for (int64_t j = 0; j < W_; ++j)
-            yr[r * W_ + j] = static_cast<double>(sv[r * (W_ + 1) + j]) * g64.data<double>()[j] + b64.data<double>()[j];
+            yr[r * W_ + j] = static_cast<double>(sv[r * (W_ + 1) + j]) * g.data<double>()[j] + b.data<double>()[j];
       }
       const int64_t n0 = xs[i].dim(0);
       if (ctx.train) cache_.emplace(states[i]) = saved.rows(at, at + n);
@@ -219,7 +223,8 @@ class LayerNormKernel : public Kernel {
     const bool wants = ctx.wants_grad(0);
     T* sums = scratch<T>(static_cast<size_t>(4 * W_));  // dg, db, then the per-row temporaries
     std::memset(sums, 0, static_cast<size_t>(2 * W_) * sizeof(T));
-    const Tensor g = dense(ctx.params[0], dt);
+    Tensor copies[3];
+    const Tensor& g = dense(ctx.params[0], dt, &copies[0]);
     Tensor dx;
     if (wants) {
       int64_t shape[kMaxRank];
@@ -228,7 +233,8 @@ class LayerNormKernel : public Kernel {
     }
     int64_t at = 0, at0 = 0;
     for (size_t i = 0; i < gs.size(); ++i) {
-      const Tensor dy = dense(gs[i], dt), saved = dense(taken_[i], dt);
+      const Tensor& dy = dense(gs[i], dt, &copies[1]);
+      const Tensor& saved = dense(taken_[i], dt, &copies[2]);
       const int64_t n = saved.dim(0);
       grad_rows<T>(dy.data<T>(), saved.data<T>(), n, W_, g.data<T>(), sums, sums + W_,
                    wants ? dx.data<T>() + at * W_ : nullptr, sums + 2 * W_);

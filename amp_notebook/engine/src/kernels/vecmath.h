@@ -176,27 +176,39 @@ AMP_INLINE void blocks_over(int64_t width, Body&& body) {
 // numpy's pairwise summation (pairwise_sum in umath/loops_utils.h) of n contiguous items: under 8 a
 // plain loop from 0; up to 128 eight running sums combined as a tree, then the remainder; beyond that
 // halves (at a multiple of 8) summed recursively. np.sum / np.mean over a contiguous last axis give
-// exactly this.
+// exactly this. Inlined (into the caller's clone) down to halves of at most 128 items.
 template <class T>
-T pairwise_sum(const T* a, int64_t n) {
+AMP_INLINE T pairwise_block(const T* a, int64_t n) {  // n <= 128
   if (n < 8) {
     T res = T(0);
     for (int64_t i = 0; i < n; ++i) res += a[i];
     return res;
   }
-  if (n <= 128) {
-    T r[8];
-    for (int k = 0; k < 8; ++k) r[k] = a[k];
-    int64_t i = 8;
-    for (; i < n - (n % 8); i += 8)
-      for (int k = 0; k < 8; ++k) r[k] += a[i + k];
-    T res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
-    for (; i < n; ++i) res += a[i];
-    return res;
-  }
+  T r[8];
+  for (int k = 0; k < 8; ++k) r[k] = a[k];
+  int64_t i = 8;
+  for (; i < n - (n % 8); i += 8)
+    for (int k = 0; k < 8; ++k) r[k] += a[i + k];
+  T res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+  for (; i < n; ++i) res += a[i];
+  return res;
+}
+
+template <class T>
+T pairwise_wide(const T* a, int64_t n);
+
+template <class T>
+AMP_INLINE T pairwise_sum(const T* a, int64_t n) {
+  if (n <= 128) return pairwise_block(a, n);
   int64_t n2 = n / 2;
   n2 -= n2 % 8;
-  return pairwise_sum(a, n2) + pairwise_sum(a + n2, n - n2);
+  if (n - n2 <= 128) return pairwise_block(a, n2) + pairwise_block(a + n2, n - n2);
+  return pairwise_wide(a, n2) + pairwise_wide(a + n2, n - n2);
+}
+
+template <class T>
+T pairwise_wide(const T* a, int64_t n) {
+  return pairwise_sum(a, n);
 }
 
 }  // namespace simd
