@@ -11,6 +11,7 @@ Adding a kernel: see ``src/kernels/README.md``.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -18,7 +19,7 @@ import numpy as np
 
 from amp_notebook.engine.expressions import compile_expression
 from amp_notebook.ir.expr import Expression
-from amp_notebook.ir.ops import OPS, Cond, Isu, Linear, Op, Split
+from amp_notebook.ir.ops import OPS, Cond, Isu, LayerNorm, Linear, Op, Split
 
 Spec = dict[str, Any]
 Encoder = Callable[[Op, Mapping[str, int]], tuple[list[int], list[Expression]]]
@@ -62,6 +63,17 @@ def _split(op: Op, slots: Mapping[str, int]) -> tuple[list[int], list[Expression
     return list(op.sizes), []
 
 
+def _hidden(op: Op, slots: Mapping[str, int]) -> tuple[list[int], list[Expression]]:
+    """[hidden]: the fused cells (src/kernels/fused.cc)."""
+    return [int(op.hidden)], []  # type: ignore[attr-defined]
+
+
+def _layer_norm(op: Op, slots: Mapping[str, int]) -> tuple[list[int], list[Expression]]:
+    """[width, eps as the bits of a float64]."""
+    assert isinstance(op, LayerNorm)
+    return [op.width, struct.unpack("<q", struct.pack("<d", float(op.eps)))[0]], []
+
+
 ENCODERS: dict[str, Encoder] = {
     "input": _none,
     "identity": _none,
@@ -83,6 +95,12 @@ ENCODERS: dict[str, Encoder] = {
     "isu": _isu,
     "softmax_cross_entropy": _none,
     "sink": _none,
+    "tree_lstm_leaf": _hidden,
+    "tree_lstm_branch": _hidden,
+    "gru_update": _hidden,
+    "lstm_start": _hidden,
+    "lstm_update": _hidden,
+    "layer_norm": _layer_norm,
 }
 
 

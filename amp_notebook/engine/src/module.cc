@@ -6,7 +6,8 @@
 //   StateCodec(names, State)                        a graph's slot layout: encode/decode/equality/hash
 //   Program(code, n_slots), evaluate(...)           compiled expressions
 //   KernelProbe(...)                                one node's kernel (native or bridged), driven message by
-//                                                   message or in bundles: the kernel test harness
+//                                                   message or in bundles: the kernel test harness; cost(...)
+//                                                   times it natively (benchmarks)
 //   Inbox, Ledger, TraceBuffer                      (probes.cc) the worker's parts, for their tests
 //   Engine(...)                                     (engine_module.cc) a run: nodes, worker threads, ledger
 //
@@ -17,6 +18,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
 #include <memory>
 #include <thread>
 
@@ -73,6 +75,47 @@ class KernelProbe {
   }
 
   size_t held() const { return kernel_->held(); }
+
+  // Seconds per round, over `rounds` rounds (after one more to warm up), of every call in `forwards`
+  // (training) then every call in `backwards`, each (port, payloads, states), converted once: what the
+  // kernel costs per bundle without the Python boundary (benchmarks; a backward must find its forward's cache).
+  double cost(nb::list forwards, nb::list backwards, int64_t rounds) {
+    struct Call {
+      int port;
+      std::vector<Tensor> xs;
+      std::vector<State> ss;
+    };
+    auto convert = [&](nb::list calls) {
+      std::vector<Call> out;
+      for (nb::handle c : calls) {
+        nb::tuple t = nb::borrow<nb::tuple>(c);
+        Call call{nb::cast<int>(t[0]), {}, {}};
+        for (nb::handle p : nb::borrow<nb::list>(t[1])) call.xs.push_back(tensor_from_python(p, "payload"));
+        for (nb::handle s : nb::borrow<nb::list>(t[2])) call.ss.push_back(codec_->encode(s));
+        out.push_back(std::move(call));
+      }
+      return out;
+    };
+    const std::vector<Call> fw = convert(forwards), bw = convert(backwards);
+    ctx_.train = true;
+    ctx_.n_grads = 0;
+    auto start = std::chrono::steady_clock::now();
+    for (int64_t r = 0; r <= rounds; ++r) {
+      if (r == 1) start = std::chrono::steady_clock::now();
+      for (const Call& c : fw) {
+        Outputs out;
+        kernel_->forward(ctx_, c.port, Span<const Tensor>(c.xs.data(), c.xs.size()),
+                         Span<const State>(c.ss.data(), c.ss.size()), out);
+      }
+      for (const Call& c : bw) {
+        Outputs out;
+        kernel_->backward(ctx_, c.port, Span<const Tensor>(c.xs.data(), c.xs.size()),
+                          Span<const State>(c.ss.data(), c.ss.size()), out);
+      }
+    }
+    const std::chrono::duration<double> spent = std::chrono::steady_clock::now() - start;
+    return rounds > 0 ? spent.count() / static_cast<double>(rounds) : 0.0;
+  }
 
   nb::list take_reports() {
     nb::list out;
@@ -196,6 +239,7 @@ NB_MODULE(_native, m) {
         return k.run(false, port, gs, ss, true, n_grads);
       })
       .def("held", &KernelProbe::held)
+      .def("cost", &KernelProbe::cost, nb::arg("forwards"), nb::arg("backwards"), nb::arg("rounds"))
       .def("take_reports", &KernelProbe::take_reports);
 
   bind_probes(m);
