@@ -20,7 +20,18 @@ import numpy as np
 from amp_notebook.engine.expressions import compile_expression
 from amp_notebook.ir.expr import Expression
 from amp_notebook.ir.ops import (
-    Collect, Cond, Dropout, Flatmap, Group, Isu, Linear, Op, Partition, Split, TypedEdgeSum, Ungroup,
+    Collect,
+    Cond,
+    Dropout,
+    Flatmap,
+    Group,
+    Isu,
+    Linear,
+    Op,
+    Partition,
+    Split,
+    TypedEdgeSum,
+    Ungroup,
 )  # fmt: skip
 
 Spec = dict[str, Any]
