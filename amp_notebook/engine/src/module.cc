@@ -16,6 +16,8 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
+#include <chrono>
 #include <memory>
 #include <thread>
 
@@ -118,6 +120,64 @@ class KernelProbe {
   }
 
   size_t held() const { return kernel_->held(); }
+
+  // The node's work timed inside the engine, for tests/engine/kernel_costs.py: `repeats` times, each
+  // (port, payloads, states) bundle forward as a training key, then the backward of every output that
+  // carries a gradient (the output itself as its gradient, 1.0 on kLossPort), bundled by port. Returns
+  // nanoseconds per forward message; the conversions happen once, before the clock starts.
+  double cost(nb::list bundles, int repeats) {
+    struct Bundle {
+      int port;
+      std::vector<Tensor> xs;
+      std::vector<State> ss;
+    };
+    std::vector<Bundle> in;
+    size_t messages = 0;
+    for (nb::handle b : bundles) {
+      nb::tuple t = nb::borrow<nb::tuple>(b);
+      Bundle bundle{nb::cast<int>(t[0]), {}, {}};
+      if (bundle.port < 0 || bundle.port >= n_in_) throw nb::value_error("port out of range");
+      for (nb::handle p : nb::borrow<nb::list>(t[1])) bundle.xs.push_back(tensor_from_python(p, "payload"));
+      for (nb::handle s : nb::borrow<nb::list>(t[2])) bundle.ss.push_back(codec_->encode(s));
+      if (bundle.xs.size() != bundle.ss.size() || bundle.xs.empty()) throw nb::value_error("a bundle needs states");
+      messages += bundle.xs.size();
+      in.push_back(std::move(bundle));
+    }
+    if (messages == 0 || repeats < 1) throw nb::value_error("nothing to time");
+    nb::gil_scoped_release release;
+    ctx_.train = true;
+    ctx_.n_grads = 0;
+    Outputs out, back;
+    std::vector<Tensor> gs;
+    std::vector<State> ss;
+    const Tensor one = Tensor::scalar(1.0);
+    auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < repeats; ++r) {
+      out.items.clear();
+      for (const Bundle& b : in)
+        kernel_->forward(ctx_, b.port, Span<const Tensor>(b.xs.data(), b.xs.size()),
+                         Span<const State>(b.ss.data(), b.ss.size()), out);
+      std::stable_sort(out.items.begin(), out.items.end(), [](const Output& a, const Output& b) { return a.port < b.port; });
+      for (size_t a = 0; a < out.items.size();) {
+        size_t e = a;
+        const int port = out.items[a].port;
+        gs.clear();
+        ss.clear();
+        for (; e < out.items.size() && out.items[e].port == port; ++e) {
+          gs.push_back(port == kLossPort ? one : out.items[e].payload);
+          ss.push_back(out.items[e].state);
+        }
+        if (port == kLossPort || ((ctx_.grad_outputs >> port) & 1u)) {
+          back.items.clear();
+          kernel_->backward(ctx_, port, Span<const Tensor>(gs.data(), gs.size()), Span<const State>(ss.data(), ss.size()), back);
+        }
+        a = e;
+      }
+      ctx_.reports.clear();
+    }
+    std::chrono::duration<double, std::nano> dt = std::chrono::steady_clock::now() - t0;
+    return dt.count() / static_cast<double>(messages * static_cast<size_t>(repeats));
+  }
 
   nb::list take_reports() {
     nb::list out;
@@ -260,6 +320,7 @@ NB_MODULE(_native, m) {
         return k.run(false, port, gs, ss, true, n_grads);
       })
       .def("held", &KernelProbe::held)
+      .def("cost", &KernelProbe::cost, nb::arg("bundles"), nb::arg("repeats"))
       .def("take_reports", &KernelProbe::take_reports);
 
   bind_probes(m);
