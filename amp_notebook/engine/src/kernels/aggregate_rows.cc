@@ -69,21 +69,20 @@ class UngroupKernel : public Kernel {
       if (!e->grad.defined()) e->grad = Tensor::zeros(e->dtype, e->dims, e->rank);
       const Tensor& x = e->grad;  // of the input's shape and dtype
       const int64_t p = s.get(counter_);
-      Tensor g = gs[i];
+      const Tensor& g = gs[i];
       // the rows this piece covers: row p (rows), or rows [p*k, (p+1)*k) with k = len(g) (chunks)
-      int64_t a = p, b = p + 1;
-      bool fits;
+      bool fits = p >= 0 && p < x.dim(0);
       if (mode_ == 0) {
-        fits = g.rank() == x.rank() - 1;
+        fits = fits && g.rank() == x.rank() - 1;
         for (int d = 1; fits && d < x.rank(); ++d) fits = g.dim(d - 1) == x.dim(d);
       } else {
-        fits = g.rank() == x.rank() && g.rank() > 0;
+        fits = fits && g.rank() == x.rank() && g.rank() > 0 && (p + 1) * g.dim(0) <= x.dim(0);
         for (int d = 1; fits && d < x.rank(); ++d) fits = g.dim(d) == x.dim(d);
-        if (fits) a = p * g.dim(0), b = a + g.dim(0);
       }
-      if (!fits || p < 0 || b > x.dim(0))
+      if (!fits)
         throw OpError("Ungroup output 'out': a gradient of shape " + shape_text(g) + " for piece " +
                       std::to_string(p) + " does not fit the input of shape " + shape_text(x));
+      const int64_t a = mode_ == 0 ? p : p * g.dim(0), b = mode_ == 0 ? p + 1 : a + g.dim(0);
       Tensor src = as_dtype(g, x.dtype()).contiguous_copy();
       const size_t row_bytes = static_cast<size_t>(row_items(x)) * itemsize(x.dtype());
       if (row_bytes) std::memcpy(x.data<char>() + a * row_bytes, src.raw(), static_cast<size_t>(b - a) * row_bytes);
@@ -126,13 +125,13 @@ class UngroupKernel : public Kernel {
 };
 AMP_REGISTER_KERNEL("ungroup", UngroupKernel);
 
+constexpr int64_t kMaxRows = int64_t(1) << 24;  // a Group's rows are allocated when its first one arrives
+
 // Group (aggregate.Group): the row messages counter = 0 .. count-1 of one parent state (the state without
 // the counter) wait in a join entry sized by the `count` expression on the first member's state; the
 // complete group is stacked along a new leading axis (np.stack: one dtype, equal shapes) and sent with the
 // parent state. Backward sends row i of the gradient (a view) with counter = i. Nothing is cached for
 // backward. ints: [counter slot]; programs: [count].
-constexpr int64_t kMaxRows = int64_t(1) << 24;  // a group's rows are allocated when it opens
-
 class GroupKernel : public Kernel {
  public:
   explicit GroupKernel(const KernelSpec& spec) : spec_(spec) {
