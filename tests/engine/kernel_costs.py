@@ -5,9 +5,10 @@ case of that kind in ``tests/ir/test_op_gradients.py`` is replayed for B keys (B
 varied per key): every port's B messages form one bundle; one round trip is the forward of every bundle as a
 training key, then the backward of every output that carries a gradient (its own payload as the gradient,
 1.0 for a loss), bundled by port. The native side is timed inside the engine (``KernelProbe.cost``: no
-conversion, no binding call inside the clock); the Python side runs ``forward_bundle``/``backward_bundle`` on
-a NodeContext. Rounds interleave the two sides, the order flipped each round; the figures are medians of the
-rounds, in nanoseconds per forward message (its backward included), with every round and the 1-minute load.
+conversion and no binding call inside the clock, one warm-up round); the Python side runs ``forward_bundle``
+and ``backward_bundle`` on a NodeContext. Rounds interleave the two sides, the order flipped each round; the
+figures are medians of the rounds, in nanoseconds per forward message (its backward included), with every
+round and the 1-minute load.
 
     .venv/bin/python -m tests.engine.kernel_costs [kind ...] [--rounds 5]
 """
@@ -68,24 +69,37 @@ def python_round_trips(case: Case, feed: list, repeats: int) -> float:
     return (time.perf_counter() - t0) / (repeats * messages) * 1e9
 
 
-def native_probe(case: Case, feed: list) -> tuple[Any, list]:
+def native_calls(case: Case, feed: list) -> tuple[Any, list, list]:
+    """The node's probe and its forward and backward calls by port index; the backward calls are those of
+    ``python_round_trips`` (the outputs of a forward, each its own gradient), so each finds its forward's cache."""
     fields = {f for _, _, states in feed for s in states for f in s}
     nat = NativeOp(case.op, fields)
     ctx = _context(case, {k: np.asarray(v, dtype=np.float64) for k, v in case.params.items()}, train=True)
-    ports = list(case.op.input_ports())
-    return nat.probe(ctx), [(ports.index(port), xs, states) for port, xs, states in feed]
+    ins, outs, wanted = list(case.op.input_ports()), list(case.op.output_ports()), case.outputs_with_grad()
+    emitted = []
+    python_ctx = _context(case, {k: np.asarray(v, dtype=np.float64) for k, v in case.params.items()}, train=True)
+    for port, xs, states in feed:
+        emitted += case.op.forward_bundle(python_ctx, port, xs, states)
+    backwards = []
+    for group in by_port(emitted):
+        port = group[0][0]
+        if port == LOSS_PORT or port in wanted:
+            gs = [1.0 if port == LOSS_PORT else y for _, y, _ in group]
+            backwards.append((-1 if port == LOSS_PORT else outs.index(port), gs, [s for _, _, s in group]))
+    forwards = [(ins.index(port), xs, states) for port, xs, states in feed]
+    return nat.probe(ctx), forwards, backwards
 
 
 def measure(kind: str, keys: int, rounds: int) -> dict[str, Any]:
     case = next(c for c in CASES if c.op.kind == kind)
     feed = bundles(case, keys)
-    probe, native_feed = native_probe(case, feed)
-    probe.cost(native_feed, 50)  # warm up (caches and pools grow to their working size)
+    probe, forwards, backwards = native_calls(case, feed)
+    messages = sum(len(xs) for _, xs, _ in feed)
     python_round_trips(case, feed, 5)
     native, python = [], []
     for r in range(rounds):
         sides = [
-            ("native", lambda: probe.cost(native_feed, 2000)),
+            ("native", lambda: probe.cost(forwards, backwards, 2000) / messages * 1e9),
             ("python", lambda: python_round_trips(case, feed, 200)),
         ]
         for name, run in sides if r % 2 == 0 else sides[::-1]:

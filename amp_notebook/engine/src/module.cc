@@ -6,7 +6,8 @@
 //   StateCodec(names, State)                        a graph's slot layout: encode/decode/equality/hash
 //   Program(code, n_slots), evaluate(...)           compiled expressions
 //   KernelProbe(...)                                one node's kernel (native or bridged), driven message by
-//                                                   message or in bundles: the kernel test harness
+//                                                   message or in bundles: the kernel test harness; cost(...)
+//                                                   times it natively (benchmarks)
 //   Inbox, Ledger, TraceBuffer                      (probes.cc) the worker's parts, for their tests
 //
 // Errors: a kernel's OpError becomes KernelError(message, port), an expression failure
@@ -16,7 +17,6 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
-#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <thread>
@@ -121,62 +121,45 @@ class KernelProbe {
 
   size_t held() const { return kernel_->held(); }
 
-  // The node's work timed inside the engine, for tests/engine/kernel_costs.py: `repeats` times, each
-  // (port, payloads, states) bundle forward as a training key, then the backward of every output that
-  // carries a gradient (the output itself as its gradient, 1.0 on kLossPort), bundled by port. Returns
-  // nanoseconds per forward message; the conversions happen once, before the clock starts.
-  double cost(nb::list bundles, int repeats) {
-    struct Bundle {
+  // Seconds per round, over `rounds` rounds (after one more to warm up), of every call in `forwards`
+  // (training) then every call in `backwards`, each (port, payloads, states), converted once: what the
+  // kernel costs per bundle without the Python boundary (benchmarks; a backward must find its forward's cache).
+  double cost(nb::list forwards, nb::list backwards, int64_t rounds) {
+    struct Call {
       int port;
       std::vector<Tensor> xs;
       std::vector<State> ss;
     };
-    std::vector<Bundle> in;
-    size_t messages = 0;
-    for (nb::handle b : bundles) {
-      nb::tuple t = nb::borrow<nb::tuple>(b);
-      Bundle bundle{nb::cast<int>(t[0]), {}, {}};
-      if (bundle.port < 0 || bundle.port >= n_in_) throw nb::value_error("port out of range");
-      for (nb::handle p : nb::borrow<nb::list>(t[1])) bundle.xs.push_back(tensor_from_python(p, "payload"));
-      for (nb::handle s : nb::borrow<nb::list>(t[2])) bundle.ss.push_back(codec_->encode(s));
-      if (bundle.xs.size() != bundle.ss.size() || bundle.xs.empty()) throw nb::value_error("a bundle needs states");
-      messages += bundle.xs.size();
-      in.push_back(std::move(bundle));
-    }
-    if (messages == 0 || repeats < 1) throw nb::value_error("nothing to time");
-    nb::gil_scoped_release release;
+    auto convert = [&](nb::list calls) {
+      std::vector<Call> out;
+      for (nb::handle c : calls) {
+        nb::tuple t = nb::borrow<nb::tuple>(c);
+        Call call{nb::cast<int>(t[0]), {}, {}};
+        for (nb::handle p : nb::borrow<nb::list>(t[1])) call.xs.push_back(tensor_from_python(p, "payload"));
+        for (nb::handle s : nb::borrow<nb::list>(t[2])) call.ss.push_back(codec_->encode(s));
+        out.push_back(std::move(call));
+      }
+      return out;
+    };
+    const std::vector<Call> fw = convert(forwards), bw = convert(backwards);
     ctx_.train = true;
     ctx_.n_grads = 0;
-    Outputs out, back;
-    std::vector<Tensor> gs;
-    std::vector<State> ss;
-    const Tensor one = Tensor::scalar(1.0);
-    auto t0 = std::chrono::steady_clock::now();
-    for (int r = 0; r < repeats; ++r) {
-      out.items.clear();
-      for (const Bundle& b : in)
-        kernel_->forward(ctx_, b.port, Span<const Tensor>(b.xs.data(), b.xs.size()),
-                         Span<const State>(b.ss.data(), b.ss.size()), out);
-      std::stable_sort(out.items.begin(), out.items.end(), [](const Output& a, const Output& b) { return a.port < b.port; });
-      for (size_t a = 0; a < out.items.size();) {
-        size_t e = a;
-        const int port = out.items[a].port;
-        gs.clear();
-        ss.clear();
-        for (; e < out.items.size() && out.items[e].port == port; ++e) {
-          gs.push_back(port == kLossPort ? one : out.items[e].payload);
-          ss.push_back(out.items[e].state);
-        }
-        if (port == kLossPort || ((ctx_.grad_outputs >> port) & 1u)) {
-          back.items.clear();
-          kernel_->backward(ctx_, port, Span<const Tensor>(gs.data(), gs.size()), Span<const State>(ss.data(), ss.size()), back);
-        }
-        a = e;
+    auto start = std::chrono::steady_clock::now();
+    for (int64_t r = 0; r <= rounds; ++r) {
+      if (r == 1) start = std::chrono::steady_clock::now();
+      for (const Call& c : fw) {
+        Outputs out;
+        kernel_->forward(ctx_, c.port, Span<const Tensor>(c.xs.data(), c.xs.size()),
+                         Span<const State>(c.ss.data(), c.ss.size()), out);
       }
-      ctx_.reports.clear();
+      for (const Call& c : bw) {
+        Outputs out;
+        kernel_->backward(ctx_, c.port, Span<const Tensor>(c.xs.data(), c.xs.size()),
+                          Span<const State>(c.ss.data(), c.ss.size()), out);
+      }
     }
-    std::chrono::duration<double, std::nano> dt = std::chrono::steady_clock::now() - t0;
-    return dt.count() / static_cast<double>(messages * static_cast<size_t>(repeats));
+    const std::chrono::duration<double> spent = std::chrono::steady_clock::now() - start;
+    return rounds > 0 ? spent.count() / static_cast<double>(rounds) : 0.0;
   }
 
   nb::list take_reports() {
@@ -320,7 +303,7 @@ NB_MODULE(_native, m) {
         return k.run(false, port, gs, ss, true, n_grads);
       })
       .def("held", &KernelProbe::held)
-      .def("cost", &KernelProbe::cost, nb::arg("bundles"), nb::arg("repeats"))
+      .def("cost", &KernelProbe::cost, nb::arg("forwards"), nb::arg("backwards"), nb::arg("rounds"))
       .def("take_reports", &KernelProbe::take_reports);
 
   bind_probes(m);
