@@ -30,11 +30,15 @@ inline uint64_t rotr(uint64_t x, int n) { return (x >> n) | (x << (64 - n)); }
 
 void compress(uint64_t h[8], const uint8_t block[128], uint64_t counted, bool last) {
   uint64_t m[16], v[16];
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  std::memcpy(m, block, sizeof m);  // the words are little-endian, as this machine's
+#else
   for (int i = 0; i < 16; ++i) {
     uint64_t w = 0;
-    for (int b = 7; b >= 0; --b) w = (w << 8) | block[i * 8 + b];  // little-endian words
+    for (int b = 7; b >= 0; --b) w = (w << 8) | block[i * 8 + b];
     m[i] = w;
   }
+#endif
   for (int i = 0; i < 8; ++i) v[i] = h[i], v[i + 8] = kIV[i];
   v[12] ^= counted;  // the byte counter's low word (a text never reaches 2**64 bytes)
   if (last) v[14] = ~v[14];
@@ -48,6 +52,7 @@ void compress(uint64_t h[8], const uint8_t block[128], uint64_t counted, bool la
     v[c] = v[c] + v[d];
     v[b] = rotr(v[b] ^ v[c], 63);
   };
+#pragma GCC unroll 12
   for (const uint8_t* s : kSigma) {
     mix(0, 4, 8, 12, m[s[0]], m[s[1]]);
     mix(1, 5, 9, 13, m[s[2]], m[s[3]]);
