@@ -36,6 +36,7 @@ from amp_notebook.ir.ops.dropout import message_base
 from tests.engine.harness import NativeOp, as_float, native_case
 from tests.engine.test_kernel_errors import native_error, python_error
 from tests.engine.test_kernels import NATIVE
+from tests.engine.test_plan import ZOO as PLAN_ZOO
 from tests.ir import test_op_gradients as grads
 from tests.ir.test_op_gradients import Case
 
@@ -204,24 +205,6 @@ def test_bad_input_gets_the_python_ops_own_error(op: Op, feeds: list) -> None:
         assert got.port == expected.port  # type: ignore[attr-defined]
 
 
-# errors whose Python text quotes the op's own expressions: natively an OpError naming the same culprit
-SAME_CULPRIT = [
-    (
-        "collect_slot_filled_twice",
-        Collect("0", "t % 2", 2, None),
-        [("in", X, State(key=0, t=1)), ("in", X, State(key=0, t=3))],
-        "is filled twice, by state State(key=0, t=1) and by State(key=0, t=3)",
-    ),
-]
-
-
-@pytest.mark.parametrize("op, feeds, phrase", [e[1:] for e in SAME_CULPRIT], ids=[e[0] for e in SAME_CULPRIT])
-def test_bad_input_gets_an_op_error_naming_the_same_culprit(op: Op, feeds: list, phrase: str) -> None:
-    expected, got = python_error(op, feeds), native_error(op, feeds)
-    assert isinstance(expected, OpError) and isinstance(got, OpError)
-    assert phrase in str(expected) and phrase in str(got)
-
-
 def _backward_error(op: Op, feeds: list, port: str, g: Any, state: State) -> BaseException:
     native, ctx = NativeOp(op, {f for _, _, s in feeds for f in s} | set(state)), NodeContext("n")
     for p, x, s in feeds:
@@ -274,13 +257,9 @@ def test_a_bundle_of_mixed_dtypes_promotes_as_the_python_op_stacks() -> None:
 
 FUSED_CELLS = {"tree_lstm_leaf", "tree_lstm_branch", "gru_update", "lstm_start", "lstm_update", "layer_norm"}
 ZOO = {
-    "mlp": models.mlp,
+    **PLAN_ZOO,
     "rnn_replicas": lambda: models.rnn(replicas=2),
-    "tree_lstm": lambda: models.tree_lstm(vocab_size=20),
-    "ggsnn": lambda: models.ggsnn(n_edge_types=3, feature_width=4, classes=3),
-    "ggsnn_selection": lambda: models.ggsnn(n_edge_types=3, feature_width=4, task="node_selection"),
     "ggsnn_regression": lambda: models.ggsnn(n_edge_types=3, feature_width=4, task="regression"),
-    "bilstm_tagger": lambda: models.bilstm_tagger(vocab_size=20, char_vocab_size=10, num_tags=5),
 }
 
 

@@ -63,9 +63,7 @@ class UngroupKernel : public Kernel {
       State parent = s;
       parent.erase(counter_);
       Entry* e = s.has(counter_) ? cache_.find(parent) : nullptr;
-      if (!e)
-        throw OpError("a backward message with state " + ctx.layout->describe(s) +
-                      " arrived but nothing was cached for it (its forward never ran here in training)");
+      if (!e) nothing_cached(s, *ctx.layout);
       if (!e->grad.defined()) e->grad = Tensor::zeros(e->dtype, e->dims, e->rank);
       const Tensor& x = e->grad;  // of the input's shape and dtype
       const int64_t p = s.get(counter_);

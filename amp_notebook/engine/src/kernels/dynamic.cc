@@ -72,9 +72,7 @@ class RowSplit : public Kernel {
       State parent = s;
       erase_written(&parent);
       RowGradients* e = s.has(field_) ? cache_.find(parent) : nullptr;
-      if (!e)
-        throw OpError("a backward message with state " + ctx.layout->describe(s) +
-                      " arrived but nothing was cached for it (its forward never ran here in training)");
+      if (!e) nothing_cached(s, *ctx.layout);
       auto lo = std::lower_bound(e->order.begin(), e->order.end(), std::make_pair(s.get(field_), INT64_MIN));
       auto hi = lo;
       while (hi != e->order.end() && hi->first == s.get(field_)) ++hi;
@@ -270,11 +268,7 @@ class CollectKernel : public Kernel {
 
   void backward(NodeCtx& ctx, int, Span<const Tensor> gs, Span<const State> states, Outputs& out) override {
     for (size_t i = 0; i < gs.size(); ++i) {
-      bool found = false;
-      Sizes e = cache_.take(states[i], &found);
-      if (!found)
-        throw OpError("a backward message with state " + ctx.layout->describe(states[i]) +
-                      " arrived but nothing was cached for it (its forward never ran here in training)");
+      Sizes e = take_entry(cache_, states[i], *ctx.layout);
       const Tensor& g = gs[i];
       int64_t total = 0;
       for (const Member& mb : e.members) total += mb.size;

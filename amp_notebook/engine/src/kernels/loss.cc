@@ -159,9 +159,7 @@ class MSEKernel : public Kernel {
 
   void backward(NodeCtx& ctx, int, Span<const Tensor> gs, Span<const State> states, Outputs& out) override {
     for (size_t i = 0; i < gs.size(); ++i) {
-      Tensor grad = take_cached(cache_, states[i], *ctx.layout);
-      const double g = gs[i].at(0);
-      out.push(0, g == 1.0 ? grad : loss_scaled(grad, g), states[i]);
+      out.push(0, loss_gradient(cache_, states[i], gs[i], *ctx.layout), states[i]);
     }
   }
 

@@ -150,6 +150,21 @@ inline void with_rows(const Tensor& like, int64_t rows, int64_t* shape) {
   shape[0] = rows;
 }
 
+// A backward message whose forward left nothing here: take_cached's error (kernel.h), for any entry type.
+[[noreturn]] inline void nothing_cached(const State& s, const Layout& layout) {
+  throw OpError("a backward message with state " + layout.describe(s) +
+                " arrived but nothing was cached for it (its forward never ran here in training)");
+}
+
+// The entry cached under `s`, taken out (or that error).
+template <class V>
+V take_entry(StateMap<V>& cache, const State& s, const Layout& layout) {
+  bool found = false;
+  V v = cache.take(s, &found);
+  if (!found) nothing_cached(s, layout);
+  return v;
+}
+
 // A loss's cached gradient times the incoming gradient g (`grad * g` with g a Python float: in the
 // gradient's dtype, g rounded to it first). g is 1.0 in every run; the scaled copy is for other callers.
 inline Tensor loss_scaled(const Tensor& grad, double g) {
@@ -160,6 +175,13 @@ inline Tensor loss_scaled(const Tensor& grad, double g) {
     else out.data<float>()[i] = src.data<float>()[i] * static_cast<float>(g);
   }
   return out;
+}
+
+// A loss's backward (loss._Loss.backward): the gradient cached under `s`, times g unless g is 1.
+inline Tensor loss_gradient(StateMap<Tensor>& cache, const State& s, const Tensor& g, const Layout& layout) {
+  Tensor grad = take_cached(cache, s, layout);
+  const double v = g.at(0);
+  return v == 1.0 ? grad : loss_scaled(grad, v);
 }
 
 // Vectors reused across calls (a kernel's pool), so a join or cache entry of variable size costs no

@@ -70,11 +70,7 @@ class TakeRowsKernel : public Kernel {
 
   void backward(NodeCtx& ctx, int, Span<const Tensor> gs, Span<const State> states, Outputs& out) override {
     for (size_t i = 0; i < gs.size(); ++i) {
-      bool found = false;
-      Taken t = cache_.take(states[i], &found);
-      if (!found)
-        throw OpError("a backward message with state " + ctx.layout->describe(states[i]) +
-                      " arrived but nothing was cached for it (its forward never ran here in training)");
+      Taken t = take_entry(cache_, states[i], *ctx.layout);
       out.push(0, rows_backward(t, gs[i], name()), states[i]);
     }
   }
@@ -168,11 +164,7 @@ class ScatterKernel : public Kernel {
 
   void backward(NodeCtx& ctx, int, Span<const Tensor> gs, Span<const State> states, Outputs& out) override {
     for (size_t i = 0; i < gs.size(); ++i) {
-      bool found = false;
-      Scattered e = cache_.take(states[i], &found);
-      if (!found)
-        throw OpError("a backward message with state " + ctx.layout->describe(states[i]) +
-                      " arrived but nothing was cached for it (its forward never ran here in training)");
+      Scattered e = take_entry(cache_, states[i], *ctx.layout);
       const Tensor& g = gs[i];
       if (g.rank() == 0 || g.dim(0) != e.rows)
         throw OpError(std::string(name()) + " output 'out': expected a gradient of " + std::to_string(e.rows) +
@@ -264,11 +256,7 @@ class RowsReadoutKernel : public Kernel {
 
   void backward(NodeCtx& ctx, int, Span<const Tensor> gs, Span<const State> states, Outputs& out) override {
     for (size_t i = 0; i < gs.size(); ++i) {
-      bool found = false;
-      Shape s = cache_.take(states[i], &found);
-      if (!found)
-        throw OpError("a backward message with state " + ctx.layout->describe(states[i]) +
-                      " arrived but nothing was cached for it (its forward never ran here in training)");
+      Shape s = take_entry(cache_, states[i], *ctx.layout);
       Tensor g = gs[i].contiguous_copy();
       const int64_t n = s.dims[0];
       int64_t width = 1;

@@ -78,11 +78,7 @@ class TypedEdgeSumKernel : public Kernel {
     int64_t total = 0, width = 0;
     DType dtype = gs[0].dtype();
     for (size_t i = 0; i < gs.size(); ++i) {
-      bool found = false;
-      cached_.push_back(cache_.take(states[i], &found));
-      if (!found)
-        throw OpError("a backward message with state " + ctx.layout->describe(states[i]) +
-                      " arrived but nothing was cached for it (its forward never ran here in training)");
+      cached_.push_back(take_entry(cache_, states[i], *ctx.layout));
       const Cached& c = cached_.back();
       const Tensor& g = gs[i];
       if (g.rank() != 2 || g.dim(0) != c.nodes || g.dim(1) * types_ != c.width)
