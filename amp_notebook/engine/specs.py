@@ -19,20 +19,7 @@ import numpy as np
 
 from amp_notebook.engine.expressions import compile_expression
 from amp_notebook.ir.expr import Expression
-from amp_notebook.ir.ops import (
-    Collect,
-    Cond,
-    Dropout,
-    Flatmap,
-    Group,
-    Isu,
-    Linear,
-    Op,
-    Partition,
-    Split,
-    TypedEdgeSum,
-    Ungroup,
-)  # fmt: skip
+from amp_notebook.ir.ops import Cond, Isu, Linear, Op, Split
 
 Spec = dict[str, Any]
 Encoder = Callable[[Op, Mapping[str, int]], tuple[list[int], list[Expression]]]
@@ -78,40 +65,37 @@ def _split(op: Op, slots: Mapping[str, int]) -> tuple[list[int], list[Expression
 
 def _ungroup(op: Op, slots: Mapping[str, int]) -> tuple[list[int], list[Expression]]:
     """[counter slot, chunk mode (0 rows, 1 a fixed chunk, 2 an expression), fixed chunk]."""
-    assert isinstance(op, Ungroup)
-    if isinstance(op.chunk, Expression):
-        return [slots[op.counter], 2, 0], [op.chunk]
-    return [slots[op.counter], 0 if op.chunk is None else 1, op.chunk or 1], []
+    chunk, counter = op.chunk, slots[op.counter]  # type: ignore[attr-defined]
+    if isinstance(chunk, Expression):
+        return [counter, 2, 0], [chunk]
+    return [counter, 0 if chunk is None else 1, chunk or 1], []
 
 
 def _group(op: Op, slots: Mapping[str, int]) -> tuple[list[int], list[Expression]]:
-    assert isinstance(op, Group)
-    return [slots[op.counter]], [op.count]
+    return [slots[op.counter]], [op.count]  # type: ignore[attr-defined]
 
 
 def _row_split(op: Op, slots: Mapping[str, int]) -> tuple[list[int], list[Expression]]:
     """Flatmap [field slot, keep_2d]; Partition adds its size field's slot (-1: none)."""
-    assert isinstance(op, Flatmap | Partition)
-    ints = [slots[op.field], int(op.keep_2d)]
-    if isinstance(op, Partition):
-        ints.append(slots[op.size_field] if op.size_field else -1)
+    ints = [slots[op.field], int(op.keep_2d)]  # type: ignore[attr-defined]
+    if op.kind == "partition":
+        ints.append(slots[op.size_field] if op.size_field else -1)  # type: ignore[attr-defined]
     return ints, []
 
 
 def _collect(op: Op, slots: Mapping[str, int]) -> tuple[list[int], list[Expression]]:
     """[field slot or -1, axis, count mode (0 fixed, 1 an expression), fixed count, n_drop, drop slots...];
     programs [key, index, (count)]. A dropped field outside the layout is never present: nothing to drop."""
-    assert isinstance(op, Collect)
-    by_expression = isinstance(op.count, Expression)
-    drops = [slots[f] for f in op.drop if f in slots]
-    ints = [slots[op.field] if op.field is not None else -1, 0 if op.axis == 0 else -1, int(by_expression),
-            0 if by_expression else int(op.count), len(drops), *drops]  # fmt: skip
-    return ints, [op.key, op.index, *([op.count] if by_expression else [])]  # type: ignore[list-item]
+    count, field = op.count, op.field  # type: ignore[attr-defined]
+    by_expression = isinstance(count, Expression)
+    drops = [slots[f] for f in op.drop if f in slots]  # type: ignore[attr-defined]
+    ints = [slots[field] if field is not None else -1, 0 if op.axis == 0 else -1, int(by_expression),  # type: ignore[attr-defined]
+            0 if by_expression else int(count), len(drops), *drops]  # fmt: skip
+    return ints, [op.key, op.index, *([count] if by_expression else [])]  # type: ignore[attr-defined]
 
 
 def _typed_edge_sum(op: Op, slots: Mapping[str, int]) -> tuple[list[int], list[Expression]]:
-    assert isinstance(op, TypedEdgeSum)
-    return [op.types], []
+    return [op.types], []  # type: ignore[attr-defined]
 
 
 def _dropout(op: Op, slots: Mapping[str, int], node: str | None = None) -> tuple[list[int], list[Expression]]:
@@ -119,7 +103,6 @@ def _dropout(op: Op, slots: Mapping[str, int], node: str | None = None) -> tuple
     ``dropout.message_base`` hashes is ``repr((seed, node, sorted(state.items())))``; its start
     ``"(seed, 'node', "`` and each field's ``repr(name)`` come from Python (its reprs), the kernel writes the
     items' values. Texts are given as their length, then one int per UTF-8 byte."""
-    assert isinstance(op, Dropout)
     if node is None:
         raise ValueError("a Dropout's native kernel hashes its node's name into the masks: give kernel_spec the node")
 
@@ -127,7 +110,8 @@ def _dropout(op: Op, slots: Mapping[str, int], node: str | None = None) -> tuple
         data = value.encode("utf-8")
         return [len(data), *data]
 
-    ints = [struct.unpack("<q", struct.pack("<d", float(op.p)))[0], *text(repr((op.seed, node, []))[:-3])]
+    p, seed = float(op.p), op.seed  # type: ignore[attr-defined]
+    ints = [struct.unpack("<q", struct.pack("<d", p))[0], *text(repr((seed, node, []))[:-3])]
     ints.append(len(slots))
     for name in sorted(slots):  # sorted(state.items()) orders the items by field name
         ints += [slots[name], *text(repr(name))]
