@@ -155,7 +155,7 @@ def compile_tables(plan: Plan, dataset_fields: Iterable[str] = ()) -> NativeTabl
         ins, outs = list(op.input_ports()), list(op.output_ports())
         in_index = {p: k for k, p in enumerate(ins)}
         out_index = {p: k for k, p in enumerate(outs)}
-        specs.append(kernel_spec(op, slots))
+        specs.append(kernel_spec(op, slots, node=plan.names[i]))
         fwd.append([_route(plan.fwd_route[i].get(p), plan.ops, "in") for p in outs])
         bwd.append([_route(plan.bwd_route[i].get(p), plan.ops, "out") for p in ins])
         gin.append(sum(1 << in_index[p] for p in plan.grad_inputs[i] if p in in_index))

@@ -353,6 +353,71 @@ def _cases() -> list[Case]:
             Partition("w", keep_2d=False, size_field="ids"),
             [("in", np.column_stack([[3.0, 0.0, 3.0, 3.0, 1.0], randn(5)]), st(length=2))],
         ),
+        # tables of ints (a tree's positions and word ids, a forest's level index): id payloads, no gradient
+        Case(
+            "flatmap_int_ids",
+            Flatmap("pos", keep_2d=False),
+            [("in", np.array([[4, 7], [2, 0], [9, 3]]), s)],
+            grad_inputs=frozenset(),
+        ),
+        Case(
+            "partition_int_index",
+            Partition("level", keep_2d=False),
+            [("in", np.array([[1, 5], [0, 2], [1, 3], [0, 0]]), st(t=2))],
+            grad_inputs=frozenset(),
+        ),
+        Case("group_of_rows", Group("n", "t"), [("in", randn(1, 2), st(n=3, t=i)) for i in (1, 2, 0)]),
+        Case("ungroup_chunk_3d", Ungroup("t", chunk=2), [("in", randn(4, 2, 3), s)]),
+        # a bool group value: the merged state's field holds True
+        Case(
+            "collect_bool_value",
+            Collect("t > 0", "t % 2", 2, "up"),
+            [("in", randn(2, 3), st(t=1)), ("in", randn(2, 3), st(t=2))],
+        ),
+        Case(
+            "scatter_sum_3d_index_first",
+            ScatterSum(),
+            [("index", np.array([2, 0, 2]), s), ("x", randn(3, 2, 2), s), ("like", randn(4, 1), s)],
+        ),
+        Case(
+            "scatter_mean_match_on_key",
+            ScatterMean(match_on=()),
+            [
+                ("index", np.array([0, 0, 2, 0]), st(length=3)),
+                ("like", randn(3, 1), st(length=3)),
+                ("x", randn(4, 2), st(t=1)),
+            ],
+        ),
+        Case(
+            "typed_edge_sum_edges_first",
+            TypedEdgeSum(3),
+            [("edges", np.array([[0, 5, 7, 3, 5], [1, 0, 2, 2, 0]]), s), ("x", randn(3, 6), s)],
+        ),
+        Case(
+            "select_rows_mask_match_on_key",
+            SelectRows(match_on=()),
+            [("x", randn(4, 2), st(t=1)), ("rows", np.array([False, True, True, False]), st(length=4))],
+        ),
+        # a vector sums with numpy's pairwise summation
+        Case("sum_rows_vector", SumRows(), [("in", randn(20), s)]),
+        Case("mean_rows_3d", MeanRows(), [("in", randn(3, 2, 2), s)]),
+        Case(
+            "mse_match_on",
+            MSE(match_on=("t",)),
+            [("target", randn(2, 3), st(t=1)), ("pred", randn(2, 3), st(t=1, n=4))],
+        ),
+        # equal top scores: a graph counts as correct when its first highest score is the target
+        Case(
+            "segment_softmax_cross_entropy_ties",
+            SegmentSoftmaxCrossEntropy(),
+            [
+                ("target", np.array([2, 4]), s),
+                ("scores", np.array([[1.0], [3.0], [3.0], [0.0], [2.0], [2.0]]), s),
+                ("segments", np.array([0, 0, 0, 1, 1, 1]), s),
+            ],
+        ),
+        Case("dropout_everything", Dropout(1.0, seed=3), [("in", randn(2, 2, 2), st(t=4))]),
+        Case("dropout_bool_state", Dropout(0.5, seed=9), [("in", randn(3, 5), st(flag=True, t=-2))]),
         # fused cells: the gradients into the gates, the children's c and h all checked
         Case("tree_lstm_leaf", TreeLSTMLeaf(2), [("gates", 2.0 * randn(3, 6), s)]),
         Case(
