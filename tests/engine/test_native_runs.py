@@ -94,7 +94,7 @@ def test_amp_runs_keep_the_python_engines_accounting() -> None:
     counts = {}
     for engine in ("python", "native"):
         r = run(graph, data, engine, workers=2, mode="amp", max_active_keys=6, min_update_frequency=3, epochs=2,
-                seed=0, optimizer={"name": "momentum", "lr": 0.01})  # fmt: skip
+                max_bundle=1, seed=0, optimizer={"name": "momentum", "lr": 0.01})  # fmt: skip
         events, staleness = r.trace.events(), r.trace.staleness()
         phases = np.bincount(events["phase"], minlength=3)
         counts[engine] = (int(phases[0]), int(phases[1]), len(staleness["value"]))
