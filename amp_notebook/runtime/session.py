@@ -108,7 +108,9 @@ class Session:
         self.plan: Plan = compile_plan(graph, placement, config.workers, config.min_update_frequency, optimizer)
         self.optimizer_spec = optimizer.spec()  # as given, before any lr_decay
         check_dataset(self.plan, dataset)
-        max_bundle = config.max_bundle if config.max_bundle is not None else default_max_bundle(config.mode, config.backend)
+        max_bundle = (
+            config.max_bundle if config.max_bundle is not None else default_max_bundle(config.mode, config.backend)
+        )
         self.plan.max_bundle[:] = resolve_max_bundle(self.plan, max_bundle)
         initial = params if params is not None else graph.init_params(config.seed, self.dtype)
         self.contexts: list[NodeContext] = []
