@@ -285,7 +285,7 @@ assert final[(1, 1)] < final[(1, 4)] and final[(8, 4)] < final[(8, 1)]
 # (`placement="balanced"`; round robin would give each worker a first and a third layer, and the workers
 # would take turns) and serving messages in arrival order (`priority="fifo"`), 4 keys in flight for
 # `pipeline` and `amp`; and `amp` on a single worker, where only the number of workers differs. Three
-# interleaved rounds of two epochs each (the order flips every round); the comparisons below are computed
+# interleaved rounds of one epoch each (the order flips every round); the comparisons below are computed
 # from the medians.
 
 # %%
@@ -298,7 +298,7 @@ threaded = {
 measured = {name: [] for name in threaded}
 for r in range(3):
     for name in threaded if r % 2 == 0 else list(threaded)[::-1]:
-        run = amp.train(paper_mlp, digits, placement="balanced", priority="fifo", validate=False, epochs=2,
+        run = amp.train(paper_mlp, digits, placement="balanced", priority="fifo", validate=False, epochs=1,
                         optimizer={"name": "sgd", "lr": 0.05}, seed=0, **threaded[name])  # fmt: skip
         measured[name].append(run.train_instances_per_s)
 rate = {name: float(np.median(v)) for name, v in measured.items()}

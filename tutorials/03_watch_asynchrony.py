@@ -88,7 +88,7 @@ dash
 
 
 # %%
-def measure(run: amp.Run, seconds: float = 1.5) -> dict[str, float]:
+def measure(run: amp.Run, seconds: float = 1.0) -> dict[str, float]:
     """Training throughput, updates per second and mean staleness over the next ``seconds`` of a live run."""
     cursor = run.trace.since().cursor
     before = run.status
@@ -203,10 +203,11 @@ Dashboard.replay(path)
 # average; work that overlaps raises it.
 
 # %%
+small = list_reduction_dataset(n_train=2000, n_val=50, seed=1)
 modes: dict[str, list[amp.TrainResult]] = {"sync": [], "amp": []}
 for r in range(3):
     for mode in ("sync", "amp") if r % 2 == 0 else ("amp", "sync"):
-        modes[mode].append(amp.train(graph, data, workers=2, mode=mode, max_active_keys=4, epochs=1, validate=False,
+        modes[mode].append(amp.train(graph, small, workers=2, mode=mode, max_active_keys=4, epochs=1, validate=False,
                                      seed=0))  # fmt: skip
 for mode, rs in modes.items():
     rates = [r.train_instances_per_s for r in rs]
