@@ -204,7 +204,9 @@ at_step = ev["node"] == result.trace.node_names.index("step")
 step_messages = ev["messages"][at_step & (ev["phase"] < 2)].sum() / ev["messages"][ev["phase"] < 2].sum()
 step_time = np.sum((ev["end"] - ev["start"])[at_step]) / np.sum(ev["end"] - ev["start"])
 print(f"In the first run, the node `step` handled {step_messages:.0%} of the forward and backward messages "
-      f"and took {step_time:.0%} of the workers' busy time.")
+      f"and took {step_time:.0%} of the workers' busy time; heavy nodes on workers "
+      f"{ {n: result.placement[n] for n in g.parameterized()} }; the median call took "
+      f"{np.median(ev['end'] - ev['start']) * 1e6:.1f} µs")
 
 # %% [markdown]
 # **Why keys in flight pay.** With one key in flight a worker waits whenever the key's next message is on
@@ -214,14 +216,14 @@ print(f"In the first run, the node `step` handled {step_messages:.0%} of the for
 # cost per message shrinks as well. The price is staleness, which grows with the keys in flight (asserted
 # above).
 #
-# **Why a second worker helps this RNN little, or not at all.** Every time step of every sequence passes
-# the node `step`, forward and backward (its share of the messages and of the busy time is printed above).
-# One node runs on one worker, so a second worker can only take the rest (the embedding, the
-# output layer, the loss), and every message that crosses between the workers costs a hand-off. The
-# paper's answer is to replicate such a node (tutorial 07). A second worker also needs a free core: the
-# load average printed above counts the threads that wanted a core during the last minute, other users'
-# included; on a shared 2-core machine above about 2, the two workers do not get two cores to themselves.
-# Models with several heavy nodes of similar cost spread better; the MLP of tutorial 02 is one.
+# **Why a second worker helps this RNN little, or not at all.** A sequence's steps run one after another (step `t + 1`
+# needs the hidden state of step `t`), so only different keys can keep both workers busy, and every node runs on one
+# worker: `step`, whose share of the work is printed above, can never be split. Each time step's messages also cross
+# between the workers (the embedding and `step` sit on different ones, printed above), and every crossing is a
+# hand-off that wakes the other worker, while the work of a call is small (the median call's time is printed above).
+# The paper's answer to a busy node is to replicate it (tutorial 07). A second worker also needs a free core: the load
+# average printed above counts the threads that wanted a core during the last minute, other users' included; above
+# about 2 on a 2-core machine, the two workers do not get two cores to themselves.
 
 # %% [markdown]
 # ## The trace
