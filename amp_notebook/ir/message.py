@@ -25,7 +25,7 @@ class Phase(IntEnum):
     UPDATE = 2
 
 
-FWD, BWD, UPDATE = Phase.FWD, Phase.BWD, Phase.UPDATE
+FWD, BWD, UPDATE = (int(p) for p in Phase)  # plain ints on the hot path: exact ints index lists fast
 PHASES = tuple(p.name.lower() for p in Phase)  # ("fwd", "bwd", "update"): a phase number's name
 
 StateValue = int | float | str | bool | tuple

@@ -123,14 +123,7 @@ class Inbox:
             heap = fwd
         if heap is None:
             return None
-        if self._largest:
-            direction_fwd = heap is fwd
-            groups = self._groups
-            group = max(
-                (g for g in groups if (g[1] == FWD) == direction_fwd), key=lambda g: (len(groups[g]), -groups[g][0][0])
-            )
-        else:
-            group = heappop(heap)[2]
+        group = self._largest_group(heap is fwd) if self._largest else heappop(heap)[2]
         waiting = self._groups[group]
         if len(waiting) == 1:  # a lone message: the shortest branch
             del self._groups[group]
@@ -154,6 +147,12 @@ class Inbox:
         heappush(heap, (rank, seq, group))
         live[group] = seq
         return bundle
+
+    def _largest_group(self, forward: bool) -> Group:
+        """``largest_bundle`` order: the group of the direction with the most messages waiting (the oldest key
+        among equals); its heap entry stays, to be skipped as stale or taken later."""
+        groups = self._groups
+        return max((g for g in groups if (g[1] == FWD) == forward), key=lambda g: (len(groups[g]), -groups[g][0][0]))
 
     def _top(self, heap: list[Entry]) -> Entry | None:
         """The heap's first live entry (entries superseded by a better one of the same group are dropped)."""

@@ -207,7 +207,7 @@ class Worker:
             if train and self._parameterized[node]:
                 ctx.fwd_version[state] = ctx.version
         else:
-            if any(m.train is not key_trains for m in bundle):  # training and validation keys: one call each
+            if 0 < sum(m.train for m in bundle) < len(bundle):  # training and validation keys: one call each
                 trains = [m for m in bundle if m.train]
                 validates = [m for m in bundle if not m.train]
                 return self._forward(trains, trains[0], at) + self._forward(validates, validates[0], at)
