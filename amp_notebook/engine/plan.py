@@ -34,52 +34,53 @@ from amp_notebook.engine.expressions import NotNativeError, compile_expression
 from amp_notebook.engine.specs import Spec, kernel_spec, native_kernel
 from amp_notebook.ir.expr import Expression
 from amp_notebook.ir.ops import LOSS_PORT, Op
+from amp_notebook.ir.ops.facts import Field
+from amp_notebook.ir.ops.field_types import StateField, StateFields, Updates
 from amp_notebook.runtime.plan import Plan
 
 MAX_SLOTS = 16  # src/common.h kMaxSlots
 RESERVED = ("key", "flush")
 
 
+def _declared(op: Op) -> list[tuple[Field, Any]]:
+    """``op``'s declared configuration fields (``ir/ops/facts.py``) with the values it holds."""
+    return [(f, getattr(op, f.attribute, None)) for f in type(op).fields]
+
+
 def expressions_of(op: Op) -> list[tuple[str, Expression]]:
-    """Every expression of ``op`` with where it sits (``predicate``, ``forward['t']``, ...), found by walking its
-    attributes: Cond/Distribute predicates, Isu updates, Ungroup chunk, Group count, Collect key/index/count."""
+    """Every expression of ``op`` with the field it sits in (``predicate``, ``forward['t']``, ...): its
+    expression fields (Cond/Distribute predicates, Ungroup chunk, Group count, Collect key/index/count) and
+    the updates of its update fields (Isu)."""
     found: list[tuple[str, Expression]] = []
-    for name, value in sorted(_attributes(op).items()):
+    for f, value in _declared(op):
         if isinstance(value, Expression):
-            found.append((name, value))
-        elif isinstance(value, Mapping):
-            found += [(f"{name}[{k!r}]", v) for k, v in value.items() if isinstance(v, Expression)]
+            found.append((f.name, value))
+        elif isinstance(f.type, Updates) and isinstance(value, Mapping):
+            found += [(f"{f.name}[{k!r}]", v) for k, v in value.items() if isinstance(v, Expression)]
     return found
 
 
-def _attributes(op: Op) -> dict[str, Any]:
-    slots = [s for cls in type(op).__mro__ for s in getattr(cls, "__slots__", ())]
-    values = dict(getattr(op, "__dict__", {}))
-    values.update({s: getattr(op, s) for s in slots if hasattr(op, s)})
-    return values
-
-
 def fields_written(op: Op) -> set[str]:
-    """State fields ``op`` may add or change (its kind's own: a user's op is not known here)."""
-    kind = op.kind
-    if kind == "isu":
-        return set(op.forward_updates) | set(op.backward_updates)  # type: ignore[attr-defined]
-    if kind in ("ungroup", "group"):
-        return {op.counter}  # type: ignore[attr-defined]
-    if kind == "flatmap":
-        return {op.field}  # type: ignore[attr-defined]
-    if kind == "partition":
-        return {op.field} | ({op.size_field} if op.size_field else set())  # type: ignore[attr-defined]
-    if kind == "collect":
-        return {op.field} if op.field else set()  # type: ignore[attr-defined]
-    return set()
+    """State fields ``op`` may add or change, from its declarations: the values of its state-field fields
+    (an Ungroup's or Group's counter, a Flatmap's, Partition's or Collect's field, Partition's size field)
+    and the names its update fields assign (Isu). A user's op that declares none is not known here."""
+    names: set[str] = set()
+    for f, value in _declared(op):
+        if isinstance(f.type, StateField) and value:
+            names.add(value)
+        elif isinstance(f.type, Updates) and isinstance(value, Mapping):
+            names |= set(value)
+    return names
 
 
 def fields_read(op: Op) -> set[str]:
+    """State fields ``op`` reads: the names in its expressions and its state-field lists (``match_on``)."""
     names: set[str] = set()
     for _, expr in expressions_of(op):
         names |= expr.names
-    names |= set(getattr(op, "match_on", None) or ())
+    for f, value in _declared(op):
+        if isinstance(f.type, StateFields) and value:
+            names |= set(value)
     return names
 
 
@@ -154,7 +155,7 @@ def compile_tables(plan: Plan, dataset_fields: Iterable[str] = ()) -> NativeTabl
         ins, outs = list(op.input_ports()), list(op.output_ports())
         in_index = {p: k for k, p in enumerate(ins)}
         out_index = {p: k for k, p in enumerate(outs)}
-        specs.append(kernel_spec(op, slots))
+        specs.append(kernel_spec(op, slots, node=plan.names[i]))
         fwd.append([_route(plan.fwd_route[i].get(p), plan.ops, "in") for p in outs])
         bwd.append([_route(plan.bwd_route[i].get(p), plan.ops, "out") for p in ins])
         gin.append(sum(1 << in_index[p] for p in plan.grad_inputs[i] if p in in_index))

@@ -67,7 +67,9 @@ if TYPE_CHECKING:
 
 
 class Backend(Protocol):
-    """What every backend implements (module docstring)."""
+    """What every backend implements (module docstring). Owns its workers (threads, actors or native loops),
+    their queues, its clock and its ledger; never changes the session beyond the calls the module docstring
+    lists, and never patches it."""
 
     ledger: Ledger
     started: threading.Event

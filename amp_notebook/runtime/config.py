@@ -50,6 +50,7 @@ from amp_notebook.runtime.placement import STRATEGIES
 from amp_notebook.trace.buffers import DEFAULT_CAPACITY
 
 BACKENDS = ("threads", "simulated", "ray")
+ENGINES = ("auto", "native", "python")  # the threads backend's worker loops (amp_notebook.engine.choice)
 DTYPES = ("float16", "float32", "float64")
 AUTO = "auto"  # placement chosen by simulating candidates (amp_notebook.runtime.autoplace)
 _META = "amp_notebook.setting"
@@ -277,6 +278,9 @@ class RunConfig:
                                 "skip the key, or ignore it", choices=ON_NONFINITE)
     backend: str = setting("threads", "where the workers run: threads here, simulated hardware in virtual "
                            "time, or Ray actors", choices=BACKENDS, resumed=False)
+    engine: str = setting("auto", "what runs the threads backend's workers: native loops without the GIL, the "
+                          "Python engine, or auto (native when it is built and runs the graph)", choices=ENGINES,
+                          resumed=False)
     address: str | None = setting(None, "the Ray cluster's 'host:port' (backend 'ray')", resumed=False,
                                   none="start a local Ray")
     checkpoint_every: int = setting(1, "the epochs between checkpoints (train(..., checkpoint=path))", minimum=1,
@@ -412,6 +416,6 @@ def _schema(tp: Any, s: Setting) -> dict[str, Any]:
 
 
 __all__ = [
-    "AUTO", "BACKENDS", "DTYPES", "RunConfig", "Setting", "UnknownSettingError", "json_schema", "setting",
+    "AUTO", "BACKENDS", "DTYPES", "ENGINES", "RunConfig", "Setting", "UnknownSettingError", "json_schema", "setting",
     "type_members",
 ]  # fmt: skip

@@ -25,8 +25,8 @@ from amp_notebook.runtime.ledger import Completed
 
 
 class Credits:
-    """Both sides of the ledger in one process: the counts per key and per flush. Knows nothing of workers
-    or the controller; its caller hands the completed keys on."""
+    """Both sides of the ledger in one process (module docstring). Owns the counts per key and per flush and
+    their lock; never knows of workers or the controller: its caller hands the completed keys on."""
 
     def __init__(self) -> None:
         self.keys: dict[int, int] = {}

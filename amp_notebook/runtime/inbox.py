@@ -48,8 +48,9 @@ Entry = tuple[int, int, Group]  # (rank, entry number, group)
 
 
 class Inbox:
-    """One worker's waiting messages (module docstring). Owned by the thread that steps the worker; knows
-    nothing of mailboxes, threads or the messages' contents."""
+    """One worker's waiting messages (module docstring). Owns them, grouped by node, direction and port, and the
+    order they leave in; used by the one thread that steps the worker; never touches a mailbox, a thread or a
+    message's payload, and reads ``max_bundle`` from the session's knobs in place."""
 
     __slots__ = ("_bwd", "_by_key", "_fifo", "_fwd", "_groups", "_largest", "_live", "_seq", "limit", "max_bundle",
                  "size")  # fmt: skip

@@ -21,8 +21,9 @@ from amp_notebook.optim import DEFAULT_OPTIMIZER, Optimizer, average_parameters,
 
 @dataclass(frozen=True)
 class Plan:
-    """The tables of a placed graph, indexed by node number; owns no runtime state (contexts and live knobs
-    belong to the session, queues and clocks to the backend)."""
+    """The tables of a placed graph, indexed by node number, immutable once compiled. Owns the routes, owners,
+    ops, optimizers and per-node flags; never holds runtime state (contexts and live knobs belong to the
+    session, queues and clocks to the backend)."""
 
     graph: Graph
     names: tuple[str, ...]

@@ -53,6 +53,8 @@ class TrainResult:
     session: Session | None = field(default=None, repr=False)  # the finished run's state, for checkpoints
     nonfinite_skipped: int = 0  # keys skipped for NaN/inf (on_nonfinite="skip"), over all epochs
     auto_placement: AutoPlacement | None = None  # placement="auto": the choice and what it was judged by
+    engine: str = "python"  # what ran the workers: "native" worker loops or the Python engine
+    python_nodes: tuple[str, ...] = ()  # nodes whose op ran in Python (every node on the Python engine)
 
     @property
     def val_accuracy(self) -> list[float | None]:
@@ -97,6 +99,8 @@ class TrainResult:
             "placement": self.placement,
             "placement_strategy": self.placement_strategy,
             "nonfinite_skipped": self.nonfinite_skipped,
+            "engine_used": self.engine,
+            "python_nodes": list(self.python_nodes),
             **({"autoplace": {**self.auto_placement.summary(), "measured_per_s": self.train_instances_per_s}}
                if self.auto_placement else {}),
             **({"virtual": True, "bandwidth_bits_per_s": self.backend_stats.get("bandwidth_bits_per_s", 0.0)}

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from amp_notebook.data.batch import Batch, Dataset
+from amp_notebook.engine.choice import PYTHON, EngineChoice
 from amp_notebook.errors import AmpError
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.message import FWD, UPDATE, Message, State
@@ -30,7 +31,6 @@ from amp_notebook.runtime.numerics import Guard
 from amp_notebook.runtime.placement import place
 from amp_notebook.runtime.plan import Plan, average_replicas, compile_plan, end_epoch_optimizers
 from amp_notebook.runtime.worker import Worker
-from amp_notebook.trace.buffers import WorkerBuffer
 
 if TYPE_CHECKING:
     from amp_notebook.runtime.backend import Backend
@@ -44,6 +44,10 @@ class DataError(AmpError, ValueError):
 
 @dataclass
 class EpochStats:
+    """One epoch's metrics: training and validation loss and accuracy (means over instances of what the loss
+    nodes reported for the epoch's keys), instances, when the epoch ended and keys skipped for NaN/inf. Owns
+    its running sums (:meth:`add`) until :meth:`finish` turns them into means; never reads a trace or a worker."""
+
     epoch: int
     train_loss: float = 0.0
     train_accuracy: float | None = None
@@ -83,8 +87,9 @@ class EpochStats:
 
 
 class Session:
-    """One run's state: plan, contexts, workers, controller, knobs, metrics (module docstring). Touched only by
-    the driver thread (workers step their own ``Worker``); never moves a message itself."""
+    """One run's state (module docstring). Owns the plan, the node contexts, the workers' state machines, the
+    controller, the live knobs and the epoch metrics; touched only by the driver thread (workers step their own
+    ``Worker``); never moves a message itself and never looks inside its backend."""
 
     def __init__(
         self,
@@ -93,9 +98,11 @@ class Session:
         config: RunConfig,
         optimizer: Optimizer | None = None,
         params: dict[str, dict[str, np.ndarray]] | None = None,
+        engine: EngineChoice = PYTHON,
     ) -> None:
         graph.validate(require_loss=True)
         self.graph = graph
+        self.engine = engine  # what runs the workers of a threaded run (engine/choice.py); its trace buffers
         self.dataset = dataset
         self.config = config
         self.dtype = np.dtype(config.dtype)  # config: validated when it was made
@@ -125,7 +132,7 @@ class Session:
         self.controller = Controller(
             dataset, config.mode, config.max_active_keys, config.epochs, config.seed, config.shuffle, config.validate
         )
-        self.buffers = [WorkerBuffer(config.trace_capacity) for _ in range(config.workers)]
+        self.buffers = [engine.trace_buffer(config.trace_capacity) for _ in range(config.workers)]
         self.workers = [
             Worker(
                 w, self.plan,

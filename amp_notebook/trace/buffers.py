@@ -86,7 +86,7 @@ class Sealed:
 
 class _View(NamedTuple):
     sealed: tuple[Sealed, ...]
-    current: bytearray  # the chunk the writer appends packed rows to
+    current: Any  # the chunk the writer appends packed rows to (a bytearray; a native table's: columns)
     current_first: int  # absolute index of the current chunk's first row
     dropped: Any  # totals of the rows no longer held
 
@@ -169,6 +169,10 @@ class Table:
         current = view.current
         return self._columns(bytes(current[: len(current) // self.row_bytes * self.row_bytes]))
 
+    def _current_len(self, view: _View) -> int:
+        """Complete rows in the current chunk."""
+        return len(view.current) // self.row_bytes
+
     def _join(self, parts: list[Columns]) -> Columns:
         if not parts:
             empty = {name: np.zeros(0, dtype=code) for name, code in self.columns}
@@ -227,11 +231,11 @@ class Table:
 
     def held(self) -> int:
         view = self.view
-        return sum(len(s) for s in view.sealed) + len(view.current) // self.row_bytes
+        return sum(len(s) for s in view.sealed) + self._current_len(view)
 
     def written(self) -> int:
         view = self.view
-        return view.current_first + len(view.current) // self.row_bytes
+        return view.current_first + self._current_len(view)
 
 
 class WorkerBuffer:

@@ -35,7 +35,8 @@ class NativeOp(Op):
         self.native = engine.native()
         layout = state_layout([op], fields)
         self.codec = self.native.StateCodec(list(layout), State)
-        self.spec = kernel_spec(op, {n: i for i, n in enumerate(layout)})
+        self.slots = {n: i for i, n in enumerate(layout)}
+        self.spec = kernel_spec(op, self.slots, node="node")
         self._ins = list(op.input_ports())
         self._outs = list(op.output_ports())
         self._probes: dict[int, tuple[NodeContext, Any]] = {}
@@ -56,7 +57,8 @@ class NativeOp(Op):
             gin = sum(1 << i for i, p in enumerate(self._ins) if p in ctx.grad_inputs)
             gout = sum(1 << i for i, p in enumerate(self._outs) if p in ctx.grad_outputs)
             bridge = (self.op, ctx) if self.bridge else None
-            probe = self.native.KernelProbe(self.codec, self.spec, [ctx.params[n] for n in names],
+            spec = kernel_spec(self.op, self.slots, node=ctx.name)  # Dropout hashes the node's name
+            probe = self.native.KernelProbe(self.codec, spec, [ctx.params[n] for n in names],
                                             [ctx.grads[n] for n in names], gin, gout, bridge)  # fmt: skip
             entry = self._probes[id(ctx)] = (ctx, probe)
         return entry[1]

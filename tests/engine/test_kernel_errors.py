@@ -10,7 +10,18 @@ import numpy as np
 import pytest
 
 from amp_notebook.ir.message import State
-from amp_notebook.ir.ops import Concat, Cond, Distribute, Isu, NodeContext, Op, OpError, Phi, SoftmaxCrossEntropy
+from amp_notebook.ir.ops import (
+    Collect,
+    Concat,
+    Cond,
+    Distribute,
+    Isu,
+    NodeContext,
+    Op,
+    OpError,
+    Phi,
+    SoftmaxCrossEntropy,
+)
 from tests.engine.harness import NativeOp
 
 X = np.ones((2, 3))
@@ -58,6 +69,12 @@ NATIVE = [
         SoftmaxCrossEntropy(),
         [("logits", X, State(key=0)), ("target", np.array([0, 3]), State(key=0))],
         "class ids must lie in [0, 3)",
+    ),
+    (  # the Python op's text quotes its index expression; natively the same states
+        "collect_slot_filled_twice",
+        Collect("0", "t % 2", 2, None),
+        [("in", X, State(key=0, t=1)), ("in", X, State(key=0, t=3))],
+        "is filled twice, by state State(key=0, t=1) and by State(key=0, t=3)",
     ),
     (
         "softmax_second_message_at_a_join",

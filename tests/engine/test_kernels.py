@@ -26,7 +26,8 @@ from tests.ir import test_op_gradients as grads
 from tests.ir.test_op_gradients import CASES, Case
 
 NATIVE = [c for c in CASES if c.op.kind in ENCODERS]
-# kinds with no native kernel yet: their Python op runs through the native bridge
+# cases run through the native bridge (the path of every op without a kernel: a user's own op), of kinds that
+# join, collect by state, change states, fan out or report losses
 BRIDGED = [c for c in CASES if c.op.kind in ("mse", "collect", "group", "flatmap", "ungroup", "gather", "lstm_update")]
 
 
@@ -107,7 +108,6 @@ def test_native_kernel_caches_nothing_when_not_training(case: Case) -> None:
 @pytest.mark.parametrize("case", BRIDGED, ids=[c.id for c in BRIDGED])
 def test_an_op_without_a_native_kernel_runs_through_the_bridge(case: Case) -> None:
     """The bridge converts payloads and states both ways and calls the Python op: the same results."""
-    assert case.op.kind not in ENCODERS
     assert_same(native_case(case, bridge=True), case, rtol=0.0, atol=0.0)
     grads.test_backward_matches_finite_differences(native_case(case, bridge=True))
 

@@ -6,12 +6,15 @@ from its inbox per round), a step costs one tick of a counter clock, completion 
 :class:`~amp_notebook.runtime.credits.Credits`. It uses only what ``backend.py`` says a backend may use
 (``session.begin``/``completed``/``carry_out``, ``workers``, ``plan``, ``knobs``, ``config``, ``contexts``),
 so if it trains like the interpreter, a new engine can plug in the same way without touching the session.
-A completeness guard checks that every backend of the package implements every method of the protocol.
+A completeness guard checks that every backend of the package implements every method of the protocol, and
+every backend of the package (threads with the Python engine, threads with the native engine, the
+simulator) trains like the interpreter and is driven by a live Run through the protocol alone.
 """
 
 from __future__ import annotations
 
 import inspect
+import os
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -20,7 +23,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from amp_notebook import models
+from amp_notebook import engine, models
+from amp_notebook.engine.backend import NativeBackend
 from amp_notebook.ir.interpret import Interpreter
 from amp_notebook.ir.message import UPDATE, Message
 from amp_notebook.optim import DEFAULT_OPTIMIZER, make_optimizer
@@ -31,9 +35,11 @@ from amp_notebook.runtime.controller import Action
 from amp_notebook.runtime.credits import Credits
 from amp_notebook.runtime.inbox import Inbox
 from amp_notebook.runtime.knobs import KnobChange
+from amp_notebook.runtime.launch import backend_for, build_session
 from amp_notebook.runtime.reference import train_reference
 from amp_notebook.runtime.run import Run
 from amp_notebook.runtime.session import RunConfig, Session
+from amp_notebook.runtime.train import BACKGROUND_BACKENDS
 from amp_notebook.runtime.watchdog import Diagnosis, StuckRunError, diagnose
 from tests.conftest import lists_dataset
 
@@ -252,7 +258,7 @@ def protocol_methods() -> dict[str, inspect.Signature]:
 
 
 def backend_classes() -> list[type]:
-    classes: list[type] = [ThreadedBackend, SimulatedBackend, TurnTakingBackend]
+    classes: list[type] = [ThreadedBackend, SimulatedBackend, NativeBackend, TurnTakingBackend]
     try:
         from amp_notebook.runtime.backends.ray import RayBackend
     except ImportError:  # without the [ray] extra
@@ -277,3 +283,70 @@ def test_every_backend_implements_every_method_of_the_protocol(cls):
     for attribute in attributes:
         assert f"self.{attribute} =" in init, f"{cls.__name__} does not set {attribute}"
     assert "knobs.subscribe(self.knobs_changed)" in init, f"{cls.__name__} does not listen to the session's knobs"
+
+
+# ------------------------------------------------------------------ every backend of the package, through the protocol
+
+# the native engine's runs need the extension: they fail without it, unless it was left unbuilt on purpose
+NATIVE_SKIP = pytest.mark.skipif(
+    not engine.available() and os.environ.get("AMP_NATIVE", "1") == "0",
+    reason="AMP_NATIVE=0: the native engine was not built on purpose",
+)
+PACKAGE_BACKENDS = [
+    pytest.param("threads", "python", id="threads"),
+    pytest.param("threads", "native", id="native", marks=NATIVE_SKIP),
+    pytest.param("simulated", "python", id="simulated"),
+]
+
+
+def package_backend(graph, dataset, backend: str, engine_name: str, **settings: Any) -> tuple[Session, Backend]:
+    config = RunConfig(workers=2, backend=backend, engine=engine_name, dtype="float64", **settings)
+    session, _ = build_session(graph, dataset, config)
+    runner = backend_for(session)
+    classes = {"threads": ThreadedBackend, "simulated": SimulatedBackend}
+    assert type(runner) is (NativeBackend if engine_name == "native" else classes[backend])
+    return session, runner
+
+
+@pytest.mark.parametrize(("backend", "engine_name"), PACKAGE_BACKENDS)
+def test_every_package_backend_trains_like_the_interpreter_in_sync_mode(digits, backend, engine_name):
+    graph = models.mlp(input_width=64, hidden=16)
+    start = graph.init_params(3, np.float64)
+    interp = Interpreter(graph, params=start, dtype=np.float64)
+    train_reference(interp, digits, epochs=2, seed=3)
+    session, runner = package_backend(graph, digits, backend, engine_name, mode="sync", epochs=2, seed=3)
+    for name, params in start.items():  # the session starts from the interpreter's weights
+        for k, v in params.items():
+            session.contexts[session.plan.index[name]].params[k][...] = v
+    runner.run()
+    got = session.params()
+    for name, params in interp.params().items():
+        for k, v in params.items():
+            np.testing.assert_allclose(got[name][k], v, rtol=1e-10, atol=1e-13, err_msg=f"{backend}/{engine_name}")
+    assert len(session.history) == 2 and not runner.ledger.busy()
+
+
+LIVE_BACKENDS = [p for p in PACKAGE_BACKENDS if p.values[0] in BACKGROUND_BACKENDS]  # those a Run may drive
+
+
+@pytest.mark.parametrize(("backend", "engine_name"), LIVE_BACKENDS)
+def test_a_live_run_drives_every_package_backend_through_its_knobs(digits, backend, engine_name):
+    """The session's knobs reach each backend (a knob the workers read elsewhere, as the native engine's, is
+    forwarded by its listener), pause holds forward work, a checkpoint reads synced state, stop ends the run."""
+    graph = models.mlp(input_width=64, hidden=16)
+    session, runner = package_backend(graph, digits, backend, engine_name, mode="amp", max_active_keys=2, epochs=50)
+    run = Run(session, runner, lambda: None)  # type: ignore[arg-type,return-value]
+    try:
+        run.set_min_update_frequency("linear2", 3)
+        run.set_max_bundle(None, 2)
+        run.set_max_active_keys(3)
+        run.pause()
+        assert run.status["state"] == "paused"
+        run.resume()
+        checkpoint = run.checkpoint()
+        assert checkpoint.params.keys() == session.params().keys()
+    finally:
+        run.stop()
+    assert run.state == "finished"
+    assert run.status["min_update_frequency"]["linear2"] == 3 and run.status["max_bundle"] == 2
+    assert session.knobs.max_active_keys == 3 and not session.knobs.paused

@@ -65,6 +65,14 @@ T call_dot(int64_t n, const T* a, int64_t sa, const T* b, int64_t sb) {
   return static_cast<T>(sum);
 }
 
+// numpy's no-BLAS TYPE_dot of a contiguous array with itself: summed in a double, rounded to T.
+template <class T>
+T call_plain_dot(int64_t n, const T* a) {
+  double sum = 0.0;
+  for (int64_t k = 0; k < n; ++k) sum += static_cast<double>(a[k]) * static_cast<double>(a[k]);
+  return static_cast<T>(sum);
+}
+
 // numpy's TYPE_gemv: y = A x for A (m, n) in either layout.
 template <class I, class T>
 void call_gemv(const T* a, int64_t as_m, int64_t as_n, const T* x, int64_t xs, T* y, int64_t ys, int64_t m, int64_t n) {
@@ -221,6 +229,18 @@ void matmul(const Tensor& a, const Tensor& b, Tensor& out) {
     if (lib.ilp64) dispatch<int64_t, float>(a, b, out);
     else dispatch<int, float>(a, b, out);
   }
+}
+
+double vdot_self(const Tensor& a) {
+  const int64_t n = a.size();
+  if (a.dtype() == DType::f64) {
+    if (!lib.loaded) return call_plain_dot<double>(n, a.data<double>());
+    return lib.ilp64 ? call_dot<int64_t, double>(n, a.data<double>(), 1, a.data<double>(), 1)
+                     : call_dot<int, double>(n, a.data<double>(), 1, a.data<double>(), 1);
+  }
+  if (!lib.loaded) return call_plain_dot<float>(n, a.data<float>());
+  return lib.ilp64 ? call_dot<int64_t, float>(n, a.data<float>(), 1, a.data<float>(), 1)
+                   : call_dot<int, float>(n, a.data<float>(), 1, a.data<float>(), 1);
 }
 
 Tensor transposed(const Tensor& t) {

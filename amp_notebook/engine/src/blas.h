@@ -27,6 +27,9 @@ void blas_unload();
 // a vector on either side, gemm (or syrk for a @ a.T of one buffer) otherwise, copies for layouts BLAS
 // cannot take, and the plain loop for empty dimensions.
 void matmul(const Tensor& a, const Tensor& b, Tensor& out);
+// np.vdot(a, a) for a contiguous float32 or float64 tensor (numpy's TYPE_dot: BLAS dot summed into a double,
+// rounded to the dtype), as a double: the clip norm of an optimizer step.
+double vdot_self(const Tensor& a);
 // A 2-d view with its axes swapped (what numpy's `.T` is).
 Tensor transposed(const Tensor& t);
 

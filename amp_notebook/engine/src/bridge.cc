@@ -29,13 +29,59 @@ PythonKernel::~PythonKernel() {
 
 void PythonKernel::forward(NodeCtx& ctx, int port, Span<const Tensor> xs, Span<const State> states, Outputs& out) {
   nb::gil_scoped_acquire gil;
-  call(ctx, "forward_bundle", in_names_.at(port), xs, states, true, out);
+  try {
+    call(ctx, "forward_bundle", in_names_.at(port), xs, states, true, out);
+  } catch (...) {
+    rethrow_as_python_failure();
+  }
 }
 
 void PythonKernel::backward(NodeCtx& ctx, int port, Span<const Tensor> gs, Span<const State> states, Outputs& out) {
   nb::gil_scoped_acquire gil;
-  nb::object name = port == kLossPort ? nb::str("loss") : out_names_.at(port);
-  call(ctx, "backward_bundle", name, gs, states, false, out);
+  try {
+    nb::object name = port == kLossPort ? nb::str("loss") : out_names_.at(port);
+    call(ctx, "backward_bundle", name, gs, states, false, out);
+  } catch (...) {
+    rethrow_as_python_failure();
+  }
+}
+
+std::shared_ptr<void> hold_python(nb::object exc) {
+  return std::shared_ptr<void>(exc.release().ptr(), [](void* p) {
+    nb::gil_scoped_acquire gil;
+    Py_DECREF(static_cast<PyObject*>(p));
+  });
+}
+
+void rethrow_as_python_failure() {
+  try {
+    throw;
+  } catch (nb::python_error& e) {
+    throw PythonFailure(hold_python(nb::borrow(e.value())));
+  } catch (const nb::builtin_exception& e) {
+    PyObject* type = PyExc_RuntimeError;
+    switch (e.type()) {
+      case nb::exception_type::value_error: type = PyExc_ValueError; break;
+      case nb::exception_type::type_error: type = PyExc_TypeError; break;
+      case nb::exception_type::key_error: type = PyExc_KeyError; break;
+      case nb::exception_type::index_error: type = PyExc_IndexError; break;
+      default: break;
+    }
+    throw PythonFailure(hold_python(nb::handle(type)(nb::str(e.what()))));
+  }
+}
+
+void* attach_python_thread() {
+  PyGILState_STATE* state = new PyGILState_STATE(PyGILState_Ensure());
+  PyEval_SaveThread();  // keep the thread state, give the GIL back
+  return state;
+}
+
+void detach_python_thread(void* token) {
+  auto* state = static_cast<PyGILState_STATE*>(token);
+  PyEval_RestoreThread(PyGILState_GetThisThreadState());
+  PyGILState_Release(*state);
+  delete state;
 }
 
 void PythonKernel::call(NodeCtx& ctx, const char* method, nb::handle port_name, Span<const Tensor> xs,

@@ -6,13 +6,27 @@
 // an error naming the field). The Python NodeContext holds everything the op keeps between calls: its
 // caches, joins and (for a parameterized op) its gradient accumulators, so a bridged node's update also
 // runs in Python. Reports move from ctx.reports to the native NodeCtx.
-// Python exceptions propagate as nb::python_error, unchanged.
+// A Python exception (or a nanobind error such as a state field outside the layout) leaves the kernel as a
+// PythonFailure holding the exception object: a worker thread records it without the GIL, and the driver
+// (or, for the kernel tests, the module's exception translator) raises it unchanged.
 #pragma once
 
 #include "convert.h"
 #include "kernels/kernel.h"
 
 namespace amp {
+
+// The exception object `exc` kept alive (the deleter takes the GIL to drop it).
+std::shared_ptr<void> hold_python(nb::object exc);
+// The C++ exception in flight inside a call into Python (python_error, or a nanobind builtin_exception
+// turned into its Python exception) as a PythonFailure; call in a catch block, with the GIL held.
+[[noreturn]] void rethrow_as_python_failure();
+
+// A Python thread state for a native worker thread, for a whole run: attach on the thread (takes the GIL
+// once to create it, then releases the GIL), detach with its token when the thread ends. Then taking the
+// GIL for a bridged op costs a lock, not a thread state each time.
+void* attach_python_thread();
+void detach_python_thread(void* token);
 
 class PythonKernel : public Kernel {
  public:

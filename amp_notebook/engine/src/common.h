@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -28,6 +29,13 @@ struct ExpressionFailure : std::runtime_error {
   int code;     // expr.h EvalStatus
   ExpressionFailure(int program, int code)
       : std::runtime_error("expression failed"), program(program), code(code) {}
+};
+
+// A Python exception raised by a bridged op (or a node's Python update) on a worker thread: the exception
+// object itself, held (bridge.cc makes it; its deleter takes the GIL), so the driver raises it unchanged.
+struct PythonFailure : std::runtime_error {
+  std::shared_ptr<void> exception;  // a PyObject*
+  explicit PythonFailure(std::shared_ptr<void> exc) : std::runtime_error("Python exception"), exception(std::move(exc)) {}
 };
 
 // A read-only view over `n` contiguous items (C++17 has no std::span).

@@ -33,9 +33,12 @@ Tensor tensor_from_python(nb::handle obj, const char* what) {
     return Tensor::scalar(nb::cast<double>(obj));
   }
   nb::ndarray<nb::ro> a;
-  if (!nb::try_cast(obj, a))
-    throw nb::type_error((std::string(what) + ": expected a numpy array, got " +
-                          nb::cast<std::string>(nb::str(obj.type().attr("__name__")))).c_str());
+  if (!nb::try_cast(obj, a)) {
+    std::string found = nb::cast<std::string>(nb::str(obj.type().attr("__name__")));
+    if (nb::hasattr(obj, "dtype")) found += " of dtype " + nb::cast<std::string>(obj.attr("dtype").attr("__str__")());
+    throw nb::type_error((std::string(what) + ": expected a numpy array of float32, float64, integers or bools, "
+                          "got " + found).c_str());
+  }
   if (a.ndim() > static_cast<size_t>(kMaxRank))
     throw nb::value_error((std::string(what) + ": at most " + std::to_string(kMaxRank) + " axes, got " +
                            std::to_string(a.ndim())).c_str());
@@ -101,7 +104,8 @@ nb::object tensor_to_python(const Tensor& t) {
 
 Tensor borrow_array(nb::handle obj, const char* what) {
   nb::ndarray<nb::c_contig> a;
-  if (!nb::try_cast(obj, a))
+  // no conversion: a converted copy would die with `a`, and the engine would write into freed memory
+  if (!nb::try_cast(obj, a, /*convert=*/false))
     throw nb::type_error((std::string(what) + ": expected a writeable C-contiguous numpy array").c_str());
   DType dtype;
   if (a.dtype() == nb::dtype<double>()) dtype = DType::f64;

@@ -24,7 +24,7 @@ Tensor tensor_from_python(nb::handle obj, const char* what);
 // a 0-d tensor (a loss value) becomes a Python float, as the Python engine passes it.
 nb::object tensor_to_python(const Tensor& t);
 // A numpy array that Python owns and keeps alive (parameters, gradient accumulators) seen without a copy:
-// C-contiguous, float32 or float64, writeable.
+// C-contiguous, float32 or float64, writeable (anything else is refused, never copied).
 Tensor borrow_array(nb::handle array, const char* what);
 
 // The conversion of states through a graph's slot layout.

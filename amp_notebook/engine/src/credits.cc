@@ -55,4 +55,14 @@ std::unordered_map<int64_t, int64_t> Ledger::outstanding() {
   return keys_;
 }
 
+std::unordered_map<int64_t, int64_t> Ledger::outstanding_flushes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return flushes_;
+}
+
+bool Ledger::busy() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !keys_.empty() || !flushes_.empty();
+}
+
 }  // namespace amp

@@ -35,6 +35,8 @@ class Ledger {
   // What completed since the last call (the controller's per-key events).
   void drain(std::vector<int64_t>* done, std::vector<int64_t>* flushed);
   std::unordered_map<int64_t, int64_t> outstanding();
+  std::unordered_map<int64_t, int64_t> outstanding_flushes();
+  bool busy();  // any key or flush in flight
 
  private:
   void give_up(std::unordered_map<int64_t, int64_t>& counts, int64_t id, std::vector<int64_t>* completed,

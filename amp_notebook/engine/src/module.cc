@@ -6,8 +6,10 @@
 //   StateCodec(names, State)                        a graph's slot layout: encode/decode/equality/hash
 //   Program(code, n_slots), evaluate(...)           compiled expressions
 //   KernelProbe(...)                                one node's kernel (native or bridged), driven message by
-//                                                   message or in bundles: the kernel test harness
+//                                                   message or in bundles: the kernel test harness; cost(...)
+//                                                   times it natively (benchmarks)
 //   Inbox, Ledger, TraceBuffer                      (probes.cc) the worker's parts, for their tests
+//   Engine(...)                                     (engine_module.cc) a run: nodes, worker threads, ledger
 //
 // Errors: a kernel's OpError becomes KernelError(message, port), an expression failure
 // ExpressionFailure(program, code); engine/probe.py turns both into the Python op's own exceptions.
@@ -16,6 +18,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
 #include <memory>
 #include <thread>
 
@@ -24,6 +27,7 @@
 #include "convert.h"
 #include "kernels/kernel.h"
 #include "probes.h"
+#include "spec.h"
 
 namespace amp {
 
@@ -38,59 +42,12 @@ class KernelProbe {
   KernelProbe(const StateCodec* codec, nb::dict spec, nb::list params, nb::list grads, uint32_t grad_inputs,
               uint32_t grad_outputs, nb::object bridge)
       : codec_(codec) {
-    ctx_.layout = &codec->layout();
+    for (nb::handle p : params) keep_.push_back(nb::borrow(p));
+    for (nb::handle g : grads) keep_.push_back(nb::borrow(g));
+    KernelSpec ks = spec_from_python(*codec, spec, params, grads, &ctx_);
     ctx_.grad_inputs = grad_inputs;
     ctx_.grad_outputs = grad_outputs;
-    for (nb::handle p : params) {
-      keep_.push_back(nb::borrow(p));
-      ctx_.params.push_back(borrow_array(p, "parameter"));
-    }
-    for (nb::handle g : grads) {
-      keep_.push_back(nb::borrow(g));
-      ctx_.grads.push_back(borrow_array(g, "gradient accumulator"));
-    }
-    // the parameters and accumulators the kernel will index: checked here once, never in the kernel
-    auto shapes = nb::cast<std::vector<std::vector<int64_t>>>(spec["param_shapes"]);
-    if (ctx_.params.size() != shapes.size() || ctx_.grads.size() != shapes.size())
-      throw nb::value_error(("expected " + std::to_string(shapes.size()) + " parameters and as many gradient "
-                             "accumulators").c_str());
-    for (size_t i = 0; i < shapes.size(); ++i) {
-      const Tensor& p = ctx_.params[i];
-      const Tensor& g = ctx_.grads[i];
-      bool ok = p.rank() == static_cast<int>(shapes[i].size()) && g.same_shape(p) && g.dtype() == p.dtype();
-      for (int k = 0; ok && k < p.rank(); ++k) ok = p.dim(k) == shapes[i][k];
-      if (!ok)
-        throw nb::value_error(("parameter " + std::to_string(i) + ": shape or dtype differs from the op's "
-                               "param_shapes, or its accumulator differs from it").c_str());
-    }
-    KernelSpec ks;
-    ks.kind = nb::cast<std::string>(spec["kind"]);
-    ks.in_names = nb::cast<std::vector<std::string>>(spec["in_names"]);
-    ks.out_names = nb::cast<std::vector<std::string>>(spec["out_names"]);
-    if (ks.in_names.size() > static_cast<size_t>(kMaxJoinPorts) && spec.contains("joins"))
-      throw nb::value_error("a native join takes at most 4 input ports");
-    ks.ints = nb::cast<std::vector<int64_t>>(spec["ints"]);
-    for (nb::handle code : nb::borrow<nb::list>(spec["programs"])) ks.programs.push_back(make_program(code));
-    if (ks.in_names.size() > 32 || ks.out_names.size() > 32) throw nb::value_error("at most 32 ports per node");
-    ks.match_full = nb::cast<bool>(spec["match_full"]);
-    ks.n_slots = static_cast<int>(codec->layout().names.size());
-    ks.n_params = static_cast<int>(shapes.size());
-    for (Program& p : ks.programs) {
-      std::string why = p.validate(ks.n_slots);
-      if (!why.empty()) throw nb::value_error(("invalid expression program: " + why).c_str());
-    }
-    ks.match_slots = nb::cast<std::vector<int>>(spec["match_slots"]);
-    for (int slot : ks.match_slots)
-      if (slot < 0 || slot >= static_cast<int>(codec->layout().names.size()))
-        throw nb::value_error("match_on slot out of range");
-    if (!bridge.is_none()) {
-      nb::tuple b = nb::borrow<nb::tuple>(bridge);
-      kernel_.reset(new PythonKernel(b[0], b[1], codec, ks.in_names, ks.out_names));
-    } else {
-      Factory factory = find_kernel(ks.kind);
-      if (!factory) throw nb::value_error(("no native kernel for op kind '" + ks.kind + "'").c_str());
-      kernel_ = factory(ks);
-    }
+    kernel_ = kernel_for(ks, *codec, bridge);
     n_in_ = static_cast<int>(ks.in_names.size());
     n_out_ = static_cast<int>(ks.out_names.size());
   }
@@ -119,27 +76,52 @@ class KernelProbe {
 
   size_t held() const { return kernel_->held(); }
 
-  nb::list take_reports() {
-    nb::list out;
-    for (const Report& r : ctx_.reports) {
-      nb::dict d;
-      d["key"] = r.key;
-      d["loss"] = r.loss;
-      d["n"] = r.n;
-      if (r.correct >= 0) d["correct"] = r.correct;
-      out.append(d);
+  // Seconds per round, over `rounds` rounds (after one more to warm up), of every call in `forwards`
+  // (training) then every call in `backwards`, each (port, payloads, states), converted once: what the
+  // kernel costs per bundle without the Python boundary (benchmarks; a backward must find its forward's cache).
+  double cost(nb::list forwards, nb::list backwards, int64_t rounds) {
+    struct Call {
+      int port;
+      std::vector<Tensor> xs;
+      std::vector<State> ss;
+    };
+    auto convert = [&](nb::list calls) {
+      std::vector<Call> out;
+      for (nb::handle c : calls) {
+        nb::tuple t = nb::borrow<nb::tuple>(c);
+        Call call{nb::cast<int>(t[0]), {}, {}};
+        for (nb::handle p : nb::borrow<nb::list>(t[1])) call.xs.push_back(tensor_from_python(p, "payload"));
+        for (nb::handle s : nb::borrow<nb::list>(t[2])) call.ss.push_back(codec_->encode(s));
+        out.push_back(std::move(call));
+      }
+      return out;
+    };
+    const std::vector<Call> fw = convert(forwards), bw = convert(backwards);
+    ctx_.train = true;
+    ctx_.n_grads = 0;
+    auto start = std::chrono::steady_clock::now();
+    for (int64_t r = 0; r <= rounds; ++r) {
+      if (r == 1) start = std::chrono::steady_clock::now();
+      for (const Call& c : fw) {
+        Outputs out;
+        kernel_->forward(ctx_, c.port, Span<const Tensor>(c.xs.data(), c.xs.size()),
+                         Span<const State>(c.ss.data(), c.ss.size()), out);
+      }
+      for (const Call& c : bw) {
+        Outputs out;
+        kernel_->backward(ctx_, c.port, Span<const Tensor>(c.xs.data(), c.xs.size()),
+                          Span<const State>(c.ss.data(), c.ss.size()), out);
+      }
     }
-    ctx_.reports.clear();
-    return out;
+    const std::chrono::duration<double> spent = std::chrono::steady_clock::now() - start;
+    return rounds > 0 ? spent.count() / static_cast<double>(rounds) : 0.0;
   }
 
-  static Program make_program(nb::handle code) {
-    nb::ndarray<int64_t, nb::shape<-1, 3>, nb::c_contig, nb::ro> a;
-    if (!nb::try_cast(code, a)) throw nb::type_error("a program is an int64 array of shape (n, 3)");
-    Program p;
-    for (size_t i = 0; i < a.shape(0); ++i)
-      p.code.push_back(Instr{static_cast<Opcode>(a(i, 0)), static_cast<int32_t>(a(i, 1)), a(i, 2)});
-    return p;
+  nb::list take_reports() {
+    nb::list out;
+    for (const Report& r : ctx_.reports) out.append(report_to_python(r));
+    ctx_.reports.clear();
+    return out;
   }
 
  private:
@@ -149,13 +131,6 @@ class KernelProbe {
   std::vector<nb::object> keep_;  // the numpy arrays the parameter views borrow stay alive with the probe
   int n_in_ = 0, n_out_ = 0;
 };
-
-Program checked_program(nb::handle code, int n_slots) {
-  Program p = KernelProbe::make_program(code);
-  std::string why = p.validate(n_slots);
-  if (!why.empty()) throw nb::value_error(("invalid expression program: " + why).c_str());
-  return p;
-}
 
 Tensor float_matrix(nb::handle a, bool transpose) {
   Tensor t = tensor_from_python(a, "matrix");
@@ -192,6 +167,10 @@ NB_MODULE(_native, m) {
       PyErr_SetObject(kernel_error_type, nb::make_tuple(e.what(), e.port).ptr());
     } catch (const ExpressionFailure& e) {
       PyErr_SetObject(expression_failure_type, nb::make_tuple(e.program, e.code).ptr());
+    } catch (const PythonFailure& e) {  // a bridged op's own exception, raised unchanged
+      PyObject* exc = static_cast<PyObject*>(e.exception.get());
+      PyErr_Restore(Py_NewRef(reinterpret_cast<PyObject*>(Py_TYPE(exc))), Py_NewRef(exc),
+                    PyException_GetTraceback(exc));
     }
   });
 
@@ -240,7 +219,7 @@ NB_MODULE(_native, m) {
       .def("describe", [](const StateCodec& c, nb::handle s) { return c.layout().describe(c.encode(s)); });
 
   nb::class_<Program>(m, "Program")
-      .def("__init__", [](Program* p, nb::handle code, int n_slots) { new (p) Program(checked_program(code, n_slots)); },
+      .def("__init__", [](Program* p, nb::handle code, int n_slots) { new (p) Program(program_from_python(code, n_slots)); },
            nb::arg("code"), nb::arg("n_slots"))
       .def_ro("max_stack", &Program::max_stack)
       .def("evaluate", [](const Program& p, const StateCodec& c, nb::handle state) {
@@ -260,7 +239,9 @@ NB_MODULE(_native, m) {
         return k.run(false, port, gs, ss, true, n_grads);
       })
       .def("held", &KernelProbe::held)
+      .def("cost", &KernelProbe::cost, nb::arg("forwards"), nb::arg("backwards"), nb::arg("rounds"))
       .def("take_reports", &KernelProbe::take_reports);
 
   bind_probes(m);
+  bind_engine(m);
 }

@@ -25,19 +25,6 @@ namespace amp {
 
 namespace {
 
-Inbox::Priority priority_of(const std::string& p) {
-  if (p == "backward_first") return Inbox::Priority::kBackwardFirst;
-  if (p == "fifo") return Inbox::Priority::kFifo;
-  throw nb::value_error(("priority: expected 'backward_first' or 'fifo', got '" + p + "'").c_str());
-}
-
-Inbox::Order order_of(const std::string& o) {
-  if (o == "oldest_key") return Inbox::Order::kOldestKey;
-  if (o == "arrival") return Inbox::Order::kArrival;
-  if (o == "largest_bundle") return Inbox::Order::kLargestBundle;
-  throw nb::value_error(("order: expected 'oldest_key', 'arrival' or 'largest_bundle', got '" + o + "'").c_str());
-}
-
 // The columns of a chunk as numpy arrays over its memory (first `rows` rows); each keeps the chunk alive.
 nb::dict chunk_columns(const std::shared_ptr<Chunk>& chunk, const std::vector<Column>& columns, int64_t rows) {
   nb::dict out;
@@ -68,6 +55,20 @@ nb::list table_chunks(RowTable& t) {
 }
 
 }  // namespace
+
+Inbox::Priority priority_of(const std::string& p) {
+  if (p == "backward_first") return Inbox::Priority::kBackwardFirst;
+  if (p == "fifo") return Inbox::Priority::kFifo;
+  throw nb::value_error(("priority: expected 'backward_first' or 'fifo', got '" + p + "'").c_str());
+}
+
+Inbox::Order order_of(const std::string& o) {
+  if (o == "oldest_key") return Inbox::Order::kOldestKey;
+  if (o == "arrival") return Inbox::Order::kArrival;
+  if (o == "largest_bundle") return Inbox::Order::kLargestBundle;
+  throw nb::value_error(("order: expected 'oldest_key', 'arrival' or 'largest_bundle', got '" + o + "'").c_str());
+}
+
 
 // Native costs of the parts, timed inside the engine (no binding call per operation): nanoseconds per
 // message for `n` messages over 4 nodes, pushed and taken in waves of `wave` (1: the lone-message path).

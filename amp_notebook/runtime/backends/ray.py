@@ -86,7 +86,9 @@ class WorkerLostError(AmpError, RuntimeError):
 
 
 class RayBackend:
-    """Worker actors on a Ray cluster (module docstring); implements :class:`~amp_notebook.runtime.backend.Backend`."""
+    """Worker actors on a Ray cluster (module docstring); implements :class:`~amp_notebook.runtime.backend.Backend`.
+    Owns the actors, their outboxes, the weighted-credit :class:`Completion` and the clock offsets; never
+    changes the session beyond the protocol's calls (knob changes reach the actors through its listener)."""
 
     def __init__(self, session: Session, address: str | None = None, num_cpus: int | None = None) -> None:
         self.session = session

@@ -49,6 +49,10 @@ START_ATTEMPTS = 3  # a local start that times out (a machine too busy to start 
 
 @dataclass(frozen=True)
 class ClockOffset:
+    """How a worker's clock relates to the driver's: driver time = worker time + ``offset_s``, within
+    ``error_s`` (half the best round trip of :func:`measure_offset`). Owns these two numbers, measured at
+    deployment; never adjusts a clock: the driver shifts the trace rows a worker ships by it."""
+
     offset_s: float  # driver time = worker time + offset_s
     error_s: float  # the estimate is within this of the truth (half the best round trip)
 

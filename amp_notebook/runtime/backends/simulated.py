@@ -87,7 +87,8 @@ class VirtualTime:
 
 class SimulatedBackend:
     """Runs a session to the end in virtual time; ``wall_s`` is the makespan, ``stats()`` the link use.
-    Implements :class:`~amp_notebook.runtime.backend.Backend`."""
+    Implements :class:`~amp_notebook.runtime.backend.Backend`. Owns the event heap, the inboxes, the
+    virtual clock and the credit ledger; never changes the session beyond the protocol's calls."""
 
     def __init__(self, session: Session, costs: CostModel | None = None) -> None:
         self.session = session

@@ -46,7 +46,9 @@ STUCK_JOIN_S = 5.0  # how long a stuck run's shutdown waits for a worker still i
 
 
 class ThreadedBackend:
-    """Worker threads in this process (module docstring); implements :class:`~amp_notebook.runtime.backend.Backend`."""
+    """Worker threads in this process (module docstring); implements :class:`~amp_notebook.runtime.backend.Backend`.
+    Owns the threads, their step loops (inbox and mailbox each), the credit ledger and the driver's event
+    queue; never changes the session beyond the protocol's calls."""
 
     def __init__(self, session: Session) -> None:
         self.session = session

@@ -1,10 +1,11 @@
-// Loss kernels, the native twins of ir/ops/loss.py: SoftmaxCrossEntropy and Sink. A loss joins each prediction
+// Loss kernels, the native twins of ir/ops/loss.py: SoftmaxCrossEntropy, MSE and Sink
+// (SegmentSoftmaxCrossEntropy is in loss_segment.cc). A loss joins each prediction
 // with its key's target, reports the loss, caches the gradient of the mean loss for training keys, and
 // pushes the loss value on kLossPort so the worker starts the backward pass.
 // Never touches Python, the inbox or other nodes.
 #include <cmath>
 
-#include "kernels/kernel.h"
+#include "kernels/rows.h"
 
 namespace amp {
 
@@ -121,6 +122,79 @@ class SoftmaxCrossEntropyKernel : public Kernel {
   StateMap<Tensor> cache_;
 };
 AMP_REGISTER_KERNEL("softmax_cross_entropy", SoftmaxCrossEntropyKernel);
+
+// MSE (loss.MSE): per complete (pred, target) pair (target reshaped to pred's shape when the sizes
+// agree, else the Python op's error), diff = pred - target, loss = np.mean(diff * diff) (numpy's pairwise
+// sum, then the division in float64, stored in diff's dtype), grad = (2 / size) * diff in diff's dtype.
+// The pairs of a bundle are joined first, then evaluated in order (evaluate_all, one by one); each reports
+// (key, loss, n = rows of pred), caches its gradient for a training key and pushes its loss on kLossPort.
+// Ports: in 0 "pred", 1 "target". Joins on the whole state or on key + match_on.
+class MSEKernel : public Kernel {
+ public:
+  explicit MSEKernel(const KernelSpec& spec) : joins_(spec) {}
+
+  void forward(NodeCtx& ctx, int port, Span<const Tensor> xs, Span<const State> states, Outputs& out) override {
+    pairs_.clear();
+    for (size_t i = 0; i < xs.size(); ++i) {
+      JoinEntry got;
+      if (joins_.add(port, xs[i], states[i], 2, *ctx.layout, &got)) pairs_.push_back(std::move(got));
+    }
+    for (const JoinEntry& p : pairs_)
+      if (p.slot[1].x.size() != p.slot[0].x.size())
+        throw OpError("MSE input 'target': expected shape " + shape_text(p.slot[0].x) + " (as 'pred'), got " +
+                      shape_text(p.slot[1].x));
+    for (const JoinEntry& p : pairs_) {
+      const Tensor& pred = p.slot[0].x;
+      const State& pred_state = p.slot[0].state;
+      const DType dtype = promote(pred.dtype(), p.slot[1].x.dtype());
+      Tensor a = as_dtype(pred, dtype).contiguous_copy(), b = as_dtype(p.slot[1].x, dtype).contiguous_copy();
+      Tensor grad = Tensor::empty(dtype, pred.shape(), pred.rank());
+      double loss = dtype == DType::f64 ? evaluate<double>(a, b, grad) : evaluate<float>(a, b, grad);
+      ctx.reports.push_back(Report{ctx.layout->key_of(pred_state), loss, pred.rows(), -1});
+      if (ctx.train) cache_.emplace(pred_state) = grad;
+      out.push(kLossPort, Tensor::scalar(loss), pred_state);
+    }
+    pairs_.clear();
+  }
+
+  void backward(NodeCtx& ctx, int, Span<const Tensor> gs, Span<const State> states, Outputs& out) override {
+    for (size_t i = 0; i < gs.size(); ++i) {
+      out.push(0, loss_gradient(cache_, states[i], gs[i], *ctx.layout), states[i]);
+    }
+  }
+
+  size_t held() const override { return cache_.size() + joins_.size(); }
+
+ private:
+  template <class T>
+  double evaluate(const Tensor& pred, const Tensor& target, Tensor& grad) {
+    const int64_t n = pred.size();
+    if (n == 0) throw OpError("MSE input 'pred': expected at least one value, got shape " + shape_text(pred), 0);
+    const T* p = pred.data<T>();
+    const T* t = target.data<T>();
+    T* g = grad.data<T>();
+    for (int64_t i = 0; i < n; ++i) g[i] = p[i] - t[i];  // diff, kept in the gradient's buffer
+    std::vector<T>& sq = squares<T>();
+    sq.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) sq[i] = g[i] * g[i];
+    const T mean = static_cast<T>(static_cast<double>(numpy_sum<T>(sq.data(), n)) / static_cast<double>(n));
+    const T scale = static_cast<T>(2.0 / static_cast<double>(n));
+    for (int64_t i = 0; i < n; ++i) g[i] = scale * g[i];
+    return static_cast<double>(mean);
+  }
+  template <class T>
+  std::vector<T>& squares() {
+    if constexpr (sizeof(T) == 8) return sq64_;
+    else return sq32_;
+  }
+
+  Joins joins_;
+  StateMap<Tensor> cache_;
+  std::vector<JoinEntry> pairs_;
+  std::vector<double> sq64_;
+  std::vector<float> sq32_;
+};
+AMP_REGISTER_KERNEL("mse", MSEKernel);
 
 // Sink (loss.Sink): ends a value nobody reads; a training key turns around here with a zero gradient of
 // the payload's shape (float payloads keep their dtype, others get float64), and nothing is reported.
