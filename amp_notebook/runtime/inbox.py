@@ -37,6 +37,7 @@ from bisect import insort
 from collections.abc import Callable
 from heapq import heappop, heappush
 
+from amp_notebook.errors import SettingError
 from amp_notebook.ir.message import FWD, Message
 from amp_notebook.runtime.knobs import Knobs
 
@@ -63,9 +64,9 @@ class Inbox:
         limit: Callable[[int, int], int] | None = None,
     ) -> None:
         if priority not in PRIORITIES:
-            raise ValueError(f"priority: expected one of {PRIORITIES}, got {priority!r}")
+            raise SettingError("priority", f"priority: expected one of {PRIORITIES}, got {priority!r}")
         if order not in ORDERS:
-            raise ValueError(f"order: expected one of {ORDERS}, got {order!r}")
+            raise SettingError("order", f"order: expected one of {ORDERS}, got {order!r}")
         self.max_bundle = knobs.max_bundle  # per node, changed in place by the knobs: read at every take
         self.limit = limit  # (node, direction) -> the cap for a node whose max_bundle is over 1
         self._fifo = priority == "fifo"

@@ -53,6 +53,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from amp_notebook.errors import AmpError, RunStateError, SettingError, SettingTypeError
 from amp_notebook.runtime import blas
 from amp_notebook.runtime.controller import Action, Controller
 from amp_notebook.runtime.done_flag import DoneFlag
@@ -69,6 +70,11 @@ if TYPE_CHECKING:
 
 STATES = ("running", "paused", "stopping", "finished", "failed")
 POLL_S = 0.05  # how often a waiting caller checks that the run has not ended under it
+
+
+class RunTimeoutError(AmpError, TimeoutError):
+    """A run did not reach what was waited for (its end, a point to save at) within the timeout given; the
+    message says what it was doing and what to call next. A ``TimeoutError`` too, as before."""
 
 
 class _Driver:
@@ -248,8 +254,8 @@ class Run:
             self.stop()
             raise
         if not ended:
-            raise TimeoutError(
-                f"the run is still {self.state} after {timeout} s; call wait() again, or stop() it first"
+            raise RunTimeoutError(
+                f"wait: the run is still {self.state} after {timeout} s; call wait() again, or stop() it first"
             )
         if self._driver.error is not None:
             raise self._driver.error
@@ -276,7 +282,7 @@ class Run:
 
         if self._driver.done.is_set():
             if self._driver.error is not None:
-                raise RuntimeError(
+                raise RunStateError(
                     f"checkpoint: the run failed ({type(self._driver.error).__name__}), so its state is not one "
                     "to go on from; resume from an earlier checkpoint"
                 ) from self._driver.error
@@ -305,7 +311,7 @@ class Run:
                     return self.checkpoint(meta)  # it ended meanwhile: its final state (or its error)
                 if controller.active or controller.flushing:
                     if deadline is not None and time.monotonic() > deadline:
-                        raise TimeoutError(
+                        raise RunTimeoutError(
                             f"save: {len(controller.active)} key(s) still in flight after {timeout} s; "
                             "nothing was saved and the run goes on"
                         )
@@ -325,9 +331,10 @@ class Run:
         """Keys in flight at most (``amp`` and ``pipeline`` modes); takes effect at once, no restart."""
         Controller._check_keys(k)
         if self._controller.mode == "sync":
-            raise ValueError(
+            raise SettingError(
+                "max_active_keys",
                 "max_active_keys: a sync run admits one key at a time whatever max_active_keys says; "
-                "train with mode='amp' or mode='pipeline' to change it"
+                "train with mode='amp' or mode='pipeline' to change it",
             )
         self._require_live("set_max_active_keys")
         self._apply(lambda: self._session.set_max_active_keys(k))
@@ -338,12 +345,15 @@ class Run:
         targets = self._update_targets(node)
         which = "every parameterized node" if node is None else f"node {node!r}"
         if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-            raise ValueError(f"min_update_frequency for {which}: expected an int >= 1, got {m!r}")
+            raise SettingError(
+                "min_update_frequency", f"min_update_frequency for {which}: expected an int >= 1, got {m!r}"
+            )
         mode = self._controller.mode
         if mode != "amp":
-            raise ValueError(
+            raise SettingError(
+                "min_update_frequency",
                 f"min_update_frequency: this run is in {mode!r} mode, where every node updates at a flush, "
-                "so it has no effect; train with mode='amp' to update after min_update_frequency gradients"
+                "so it has no effect; train with mode='amp' to update after min_update_frequency gradients",
             )
         self._require_live("set_min_update_frequency")
         knobs = self._session.knobs
@@ -361,12 +371,17 @@ class Run:
         if node is None:
             targets = list(range(len(plan.names)))
         elif not isinstance(node, str) or node not in plan.index:
-            raise ValueError(f"max_bundle: the graph has no node {node!r}; its nodes: {list(plan.names)}")
+            raise SettingError(
+                "max_bundle",
+                f"max_bundle: the graph has no node {node!r}; name one of {list(plan.names)} or None for all",
+            )
         else:
             targets = [plan.index[node]]
         if isinstance(m, bool) or not isinstance(m, int) or m < 1:
             which = "every node" if node is None else f"node {node!r}"
-            raise ValueError(f"max_bundle for {which}: expected an int >= 1 (1: no bundling), got {m!r}")
+            raise SettingError(
+                "max_bundle", f"max_bundle for {which}: expected an int >= 1 (1: no bundling), got {m!r}"
+            )
         self._require_live("set_max_bundle")
         knobs = self._session.knobs
 
@@ -384,14 +399,21 @@ class Run:
         if node is None:
             return parameterized
         if not isinstance(node, str):
-            raise TypeError(f"node: expected a node name (str) or None for all, got {type(node).__name__}")
+            raise SettingTypeError(
+                "node", f"node: expected a node name (str) or None for all, got {type(node).__name__}"
+            )
         i = plan.index.get(node)
         if i is None:
-            raise ValueError(f"min_update_frequency: the graph has no node {node!r}; parameterized nodes: {names}")
+            raise SettingError(
+                "min_update_frequency",
+                f"min_update_frequency: the graph has no node {node!r}; name one of the parameterized nodes {names}, "
+                "or None for all",
+            )
         if not plan.parameterized[i]:
-            raise ValueError(
+            raise SettingError(
+                "min_update_frequency",
                 f"min_update_frequency: {plan.describe(i)} has no parameters, so it never updates; "
-                f"name one of the parameterized nodes {names}, or None for all"
+                f"name one of the parameterized nodes {names}, or None for all",
             )
         return [i]
 
@@ -410,7 +432,7 @@ class Run:
 
     def _require_live(self, what: str) -> None:
         if self._ended():
-            raise RuntimeError(
+            raise RunStateError(
                 f"{what}: the run is {self.state}, so nothing would take the change; "
                 "start a new one with train(..., background=True)"
             )
@@ -449,4 +471,4 @@ class Run:
         return text + (f", error={s['error']!r})" if s["error"] else ")")
 
 
-__all__ = ["STATES", "Run"]
+__all__ = ["STATES", "Run", "RunTimeoutError"]

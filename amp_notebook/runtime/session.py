@@ -19,7 +19,7 @@ import numpy as np
 
 from amp_notebook.data.batch import Batch, Dataset
 from amp_notebook.engine.choice import PYTHON, EngineChoice
-from amp_notebook.errors import AmpError
+from amp_notebook.errors import AmpError, SettingError
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.message import FWD, UPDATE, Message, State
 from amp_notebook.ir.ops import NodeContext
@@ -307,8 +307,9 @@ def resolve_max_bundle(plan: Plan, max_bundle: int | dict[str, int]) -> list[int
         return [check(max_bundle)] * len(plan.names)
     unknown = sorted(set(max_bundle) - set(plan.index))
     if unknown:
-        raise ValueError(
-            f"max_bundle names node(s) {unknown} that the graph does not have; its nodes: {list(plan.names)}"
+        raise SettingError(
+            "max_bundle",
+            f"max_bundle names node(s) {unknown} that the graph does not have; name some of {list(plan.names)}",
         )
     return [check(max_bundle[name], f"[{name!r}]") if name in max_bundle else 1 for name in plan.names]
 

@@ -59,7 +59,7 @@ from amp_notebook.ir.serialize import graph_to_dict
 from amp_notebook.optim import DEFAULT_OPTIMIZER
 from amp_notebook.runtime.backends import ray_cluster
 from amp_notebook.runtime.backends.ray_actor import encode, host_class, writable
-from amp_notebook.runtime.backends.ray_cluster import ClockOffset, alive_nodes, measure_offset, node_for
+from amp_notebook.runtime.backends.ray_cluster import ClockOffset, ClusterError, alive_nodes, measure_offset, node_for
 from amp_notebook.runtime.backends.ray_credits import Completion
 from amp_notebook.runtime.backends.ray_rows import append_worker_rows
 from amp_notebook.runtime.controller import Action
@@ -141,12 +141,15 @@ class RayBackend:
         try:
             self.where = ray.get([h.start.remote(self.hosts) for h in self.hosts], timeout=START_TIMEOUT_S)
         except GetTimeoutError:
-            raise RuntimeError(
+            raise ClusterError(
                 f"the Ray cluster did not start {config.workers} worker actors within {START_TIMEOUT_S:.0f} s "
                 f"(nodes: {[n['NodeManagerAddress'] for n in nodes]}); is amp_notebook installed on every node?"
             ) from None
         except RayActorError as exc:
-            raise RuntimeError(f"a Ray worker actor failed to start: {exc}") from exc
+            raise ClusterError(
+                f"a Ray worker actor failed to start: {exc}; is the same version of amp_notebook installed on "
+                "every node of the cluster?"
+            ) from exc
         self.offsets = [measure_offset(h) for h in self.hosts]
 
     # ------------------------------------------------------------------ Backend protocol

@@ -16,7 +16,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from amp_notebook.errors import AmpError
 from amp_notebook.trace.buffers import Columns, Table, WorkerBuffer
+
+
+class ShippedRowsError(AmpError, ValueError):
+    """Trace rows a Ray worker shipped that this driver cannot read: the two run different versions."""
 
 
 def append_rows(table: Table, cols: Columns, shift_s: float = 0.0) -> int:
@@ -25,7 +30,7 @@ def append_rows(table: Table, cols: Columns, shift_s: float = 0.0) -> int:
     names = [name for name, _ in table.columns]
     missing = [n for n in names if n not in cols]
     if missing:
-        raise ValueError(
+        raise ShippedRowsError(
             f"trace rows lack columns {missing} (got {sorted(cols)}): the driver and the Ray workers run different "
             "versions of amp_notebook; install the same version on every node"
         )
@@ -60,4 +65,4 @@ def append_worker_rows(buffer: WorkerBuffer, shipment: dict[str, tuple[Columns, 
     return missed
 
 
-__all__ = ["append_rows", "append_worker_rows", "read_new_rows", "tables"]
+__all__ = ["ShippedRowsError", "append_rows", "append_worker_rows", "read_new_rows", "tables"]
