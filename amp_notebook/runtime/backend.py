@@ -3,8 +3,8 @@
 A :class:`~amp_notebook.runtime.session.Session` holds everything a run means (the plan, the node
 contexts, the workers' state machines, the controller, the live :class:`~amp_notebook.runtime.knobs.Knobs`,
 the epoch metrics); a *backend* moves messages between workers and keeps time: worker threads
-(``backends/threads.py``), a discrete-event simulator (``backends/simulated.py``), Ray actors
-(``backends/ray.py``), and any engine that implements this protocol (a native worker loop). The session
+(``backends/threads.py``), native worker loops that hold no GIL (``engine/backend.py``), a discrete-event
+simulator (``backends/simulated.py``) and Ray actors (``backends/ray.py``). The session
 never looks inside a backend, and a backend changes the session only through the calls listed below, so a
 new backend plugs in without touching the session, ``train`` or ``Run``.
 
@@ -48,7 +48,13 @@ every backend, and none can be done from outside it:
 What a backend may call on the session: ``begin``, ``completed``, ``carry_out`` (driver thread only),
 ``collect_reports``; and read ``plan``, ``contexts``, ``workers`` (the state machines its loops step),
 ``buffers``, ``knobs`` and ``config``. Workers in the same process step ``session.workers[w]`` with
-:meth:`~amp_notebook.runtime.worker.Worker.step`; workers elsewhere build their own from the plan.
+:meth:`~amp_notebook.runtime.worker.Worker.step`; workers elsewhere build their own from the plan; a native
+engine runs its own loop on the contexts' arrays and keeps its own ledger (both sides of it natively).
+
+Adding a method. A capability every backend must offer (restarting a run from a checkpoint in place, say)
+becomes one more method here, argued in the list above, implemented by every backend of the package, and
+named in the completeness guard of ``tests/runtime/test_contract.py``, which checks each backend class
+against this protocol's signatures.
 """
 
 from __future__ import annotations
