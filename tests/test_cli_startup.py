@@ -58,3 +58,11 @@ def test_the_lazy_package_still_has_every_name() -> None:
     for name in amp.__all__:
         assert getattr(amp, name) is not None
     assert set(amp.__all__) <= set(dir(amp))
+
+
+def test_training_and_the_dashboard_load_the_schema_validators_only_when_they_validate() -> None:
+    """jsonschema builds its format checkers' grammar at import (seconds): a training run that loads no file and
+    a dashboard that checks no message never pay for it."""
+    code = "import json, sys, amp_notebook.runtime.train, amp_notebook.ui.dashboard\nprint(json.dumps([*sys.modules]))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert [m for m in json.loads(proc.stdout) if m.split(".")[0] == "jsonschema"] == []

@@ -23,10 +23,11 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
-from jsonschema.exceptions import ValidationError as SchemaViolation
+if TYPE_CHECKING:  # jsonschema loads its format checkers at import (seconds): imported where validation starts
+    import jsonschema
+    from jsonschema.exceptions import ValidationError as SchemaViolation
 
 SCHEMA_FILE = "graph.schema.json"
 _TYPE_NAMES = {
@@ -45,6 +46,8 @@ def graph_schema() -> dict[str, Any]:
 
 def validator_for(schema: Mapping[str, Any]) -> jsonschema.Draft202012Validator:
     """A validator for a draft 2020-12 ``schema`` (the schema itself is checked first)."""
+    import jsonschema
+
     jsonschema.Draft202012Validator.check_schema(schema)
     return jsonschema.Draft202012Validator(schema)
 
@@ -56,6 +59,8 @@ def _graph_validators() -> tuple[jsonschema.Draft202012Validator, dict[str, json
     for ``config_K``. Together they accept exactly what the whole schema accepts (tests/ir/test_schema.py
     checks that the ``allOf`` is that dispatch and nothing more) in a third of the time: each node meets
     one config schema instead of one ``if`` clause per op kind."""
+    import jsonschema
+
     schema = graph_schema()
     validator_for(schema)  # the published schema itself must be a valid draft 2020-12 schema
     defs = schema["$defs"]

@@ -22,8 +22,6 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
-import jsonschema
-
 from amp_notebook.ir.schema import nesting, problems
 from amp_notebook.ui import builder_schema as S
 
@@ -212,8 +210,9 @@ def refusal(what: str, message: Any, field: str = "type") -> str | None:
 @cache
 def _validator(what: str, kind: str) -> Any:
     schema = TABLES[what][kind]
-    _LenientValidator.check_schema(schema)
-    return _LenientValidator(schema)
+    lenient = _lenient_validator()
+    lenient.check_schema(schema)
+    return lenient(schema)
 
 
 def _is_array(_checker: Any, value: Any) -> bool:
@@ -231,9 +230,14 @@ def _is_number(_checker: Any, value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
-_LenientValidator = jsonschema.validators.extend(
-    jsonschema.Draft202012Validator,
-    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine_many(
-        {"array": _is_array, "integer": _is_integer, "number": _is_number}
-    ),
-)
+@cache
+def _lenient_validator() -> Any:
+    """Draft 2020-12 with the type checks above (built on first use: importing jsonschema takes seconds)."""
+    import jsonschema
+
+    return jsonschema.validators.extend(
+        jsonschema.Draft202012Validator,
+        type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine_many(
+            {"array": _is_array, "integer": _is_integer, "number": _is_number}
+        ),
+    )
