@@ -190,5 +190,7 @@ def test_the_native_trace_reader_equals_the_python_buffer(capacity, n, since) ->
 
 
 def test_a_reader_sees_only_complete_rows_while_a_native_thread_writes() -> None:
-    reads, checked, bad = engine.native().trace_publish_check(200_000, 4096)
-    assert bad == 0 and checked > 0 and reads > 1
+    # the reader must overlap the writer at least once: on a loaded machine one attempt may not interleave
+    attempts = [engine.native().trace_publish_check(200_000, 4096) for _ in range(5)]
+    assert all(bad == 0 and checked > 0 for _, checked, bad in attempts)
+    assert any(reads > 1 for reads, _, _ in attempts), attempts
