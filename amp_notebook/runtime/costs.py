@@ -42,7 +42,14 @@ message costs one dict lookup.
 
 Two presets: :meth:`CostModel.tflops_device` (the paper's hypothetical 1 TFLOPS device, free links; the
 default) and :meth:`CostModel.this_cpu` (FLOP/s and per-message overhead of one core of this machine,
-measured once per process by :func:`calibrate_cpu`). :meth:`CostModel.zero` makes every cost zero.
+measured once per process and engine by :func:`calibrate_cpu`). :meth:`CostModel.zero` makes every cost zero.
+
+Calibration per engine. Both engines multiply with the same BLAS (numpy's, one thread per worker), so the
+FLOP/s figure is one measurement. The per-message overhead is the engine's own: ``engine="python"`` times
+the Python worker's ``handle`` on no-op nodes (the glue of a message besides its math, queues and thread
+hand-offs not included); ``engine="native"`` times a real native run of :func:`noop_chain` on one worker
+(wall time per handled message: inbox, kernel, routing, credits and trace row, everything a native worker
+does for a message), so a what-if on many simulated devices starts from what a message costs here.
 """
 
 from __future__ import annotations
@@ -57,6 +64,7 @@ from typing import Any
 import numpy as np
 
 from amp_notebook.errors import AmpError
+from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.message import BWD, FWD
 from amp_notebook.runtime.plan import Plan
 
@@ -149,9 +157,10 @@ class CostModel:
         return replace(cls(), **changes)
 
     @classmethod
-    def this_cpu(cls, **changes: Any) -> CostModel:
-        """One core of this machine: FLOP/s and per-message overhead measured once per process."""
-        flops, overhead = calibrate_cpu()
+    def this_cpu(cls, engine: str = "python", **changes: Any) -> CostModel:
+        """One core of this machine: FLOP/s and the per-message overhead of ``engine`` ("python" or
+        "native"), measured once per process (:func:`calibrate_cpu`)."""
+        flops, overhead = calibrate_cpu(engine=engine)
         return replace(cls(flops=flops, message_overhead_s=overhead), **changes)
 
     @classmethod
@@ -325,15 +334,28 @@ class CostTable:
 # --------------------------------------------------------------------- calibration
 
 
-@functools.cache
-def calibrate_cpu(repeats: int = 5) -> tuple[float, float]:
-    """(FLOP/s of one core on a float32 matmul, seconds of glue per message), measured once per process.
+CALIBRATED_ENGINES = ("python", "native")
+
+
+def calibrate_cpu(repeats: int = 5, engine: str = "python") -> tuple[float, float]:
+    """(FLOP/s of one core on a float32 matmul, seconds of glue per message on ``engine``), measured once
+    per process and engine.
 
     FLOP/s: the best of a few ``(128, 512) @ (512, 512)`` products with BLAS pinned to one thread (the
-    threaded backend pins it too). Overhead: the time per message of a worker handling messages through
-    no-op nodes, i.e. the Python glue a message costs besides its math (queues and thread hand-offs of
-    the threaded backend are not included).
+    threaded backend pins it too). Overhead (module docstring): ``"python"``, the time per message of a
+    worker handling messages through no-op nodes, i.e. the Python glue a message costs besides its math
+    (queues and thread hand-offs of the threaded backend are not included); ``"native"``, the wall time per
+    message of a native run of :func:`noop_chain` on one worker (raises the engine's
+    :class:`~amp_notebook.engine.EngineUnavailableError` where it is not built).
     """
+    if engine not in CALIBRATED_ENGINES:
+        raise CostModelError(f"calibrate_cpu engine: expected one of {CALIBRATED_ENGINES}, got {engine!r}")
+    overhead = _measure_native_overhead(repeats) if engine == "native" else _measure_overhead(repeats)
+    return _matmul_flops(repeats), overhead
+
+
+@functools.cache
+def _matmul_flops(repeats: int) -> float:
     from threadpoolctl import threadpool_limits
 
     rng = np.random.default_rng(0)
@@ -346,12 +368,11 @@ def calibrate_cpu(repeats: int = 5) -> tuple[float, float]:
             t0 = time.perf_counter()
             a @ b
             best = min(best, time.perf_counter() - t0)
-    flops = 2.0 * 128 * 512 * 512 / max(best, 1e-9)
-    return flops, _measure_overhead(repeats)
+    return 2.0 * 128 * 512 * 512 / max(best, 1e-9)
 
 
+@functools.cache
 def _measure_overhead(repeats: int) -> float:
-    from amp_notebook.ir.graph import Graph
     from amp_notebook.ir.message import Message, State
     from amp_notebook.ir.ops import NodeContext
     from amp_notebook.runtime.plan import compile_plan
@@ -375,7 +396,37 @@ def _measure_overhead(repeats: int) -> float:
     return best
 
 
+def noop_chain(length: int = 16, workers: int = 2) -> Graph:
+    """Input -> Linear(1, 1) -> ``length`` Identity nodes -> MSE, the Identity nodes pinned round robin over
+    ``workers`` (with 2 every hop crosses threads): on keys of one instance of width 1 nearly all of a
+    message's time is the runtime's own (``amp-notebook bench overhead`` and the native calibration)."""
+    g = Graph("noop_chain")
+    h = g.linear(g.input("x", width=1), 1, name="first")
+    for i in range(length):
+        h = g.identity(h, name=f"noop{i}", worker=i % workers)
+    g.mse(h, g.input("target", width=1), name="loss")
+    return g
+
+
+@functools.cache
+def _measure_native_overhead(repeats: int, keys: int = 500) -> float:
+    """The best over ``repeats`` native runs of :func:`noop_chain` on one worker of wall seconds per
+    handled message (one message per call: ``max_bundle`` 1; trace on, as by default)."""
+    from amp_notebook.data.batch import Batch, Dataset
+    from amp_notebook.runtime.train import train
+
+    one = np.zeros((1, 1))
+    data = Dataset("calibrate", [Batch({"x": one, "target": one}, 1) for _ in range(keys)], [])
+    graph = noop_chain(workers=1)
+    best = math.inf
+    for _ in range(repeats):
+        r = train(graph, data, workers=1, engine="native", mode="amp", max_active_keys=16, max_bundle=1,
+                  validate=False, dtype="float64", trace_capacity=None)  # fmt: skip
+        best = min(best, r.wall_s / max(len(r.trace.events()["end"]), 1))
+    return best
+
+
 __all__ = [
-    "WIRE_BYTES", "CostModel", "CostModelError", "CostTable", "Link", "NodeCost", "calibrate_cpu",
-    "message_flops", "parameter_count",
+    "CALIBRATED_ENGINES", "WIRE_BYTES", "CostModel", "CostModelError", "CostTable", "Link", "NodeCost", "calibrate_cpu",
+    "message_flops", "noop_chain", "parameter_count",
 ]  # fmt: skip
