@@ -125,7 +125,8 @@ def run(
     rows: list[tuple[str, Any]] = [("", f"instances/s at {counts} workers (median; rounds)   ratio vs 1 worker")]
     for e in engines:
         for m in models:
-            figures = ", ".join(f"{per_s[e][m][n]:.0f} ({'/'.join(f'{v:.0f}' for v in rounds[e][m][n])})" for n in counts)
+            figures = ", ".join(f"{per_s[e][m][n]:.0f} ({'/'.join(f'{v:.0f}' for v in rounds[e][m][n])})"
+                                for n in counts)  # fmt: skip
             gains = ", ".join(f"{ratios[e][m][n]:.2f}x at {n}" for n in counts if n != 1)
             rows.append((f"{e} {m}", f"{figures}   {gains}"))
     rows += [("runs per side", f"{repeats}, interleaved, order flipped every round; medians shown"), load_line(load)]
