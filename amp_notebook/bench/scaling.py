@@ -50,13 +50,13 @@ def parse_workers(text: str | Sequence[int]) -> tuple[int, ...]:
     try:
         counts = [int(t) for t in text.split(",")] if isinstance(text, str) else [int(t) for t in text]
     except ValueError:
-        raise SettingError("workers", f"expected worker counts separated by commas, like 1,2,4; got {text!r}") from None
+        raise SettingError("workers", f"--workers: expected counts like 1,2,4; got {text!r}") from None
     if not counts or min(counts) < 1:
-        raise SettingError("workers", f"expected worker counts >= 1, like 1,2,4; got {text!r}")
+        raise SettingError("workers", f"--workers: expected counts >= 1, like 1,2,4; got {text!r}")
     if 1 not in counts:
-        raise SettingError("workers", f"the ratios are against 1 worker: include 1 in the list, e.g. 1,{text}")
+        raise SettingError("workers", f"--workers: the ratios are against 1 worker; include it, e.g. 1,{text}")
     if len(set(counts)) < 2:
-        raise SettingError("workers", f"expected at least one count besides 1, like 1,2; got {text!r}")
+        raise SettingError("workers", f"--workers: expected a count besides 1, like 1,2; got {text!r}")
     return tuple(sorted(set(counts)))
 
 
