@@ -4,7 +4,7 @@ The same graph, placement, controller and workers as a threaded run, on the disc
 (:mod:`amp_notebook.runtime.whatif`): each device computes at ``--flops`` FLOP/s and each link carries
 ``--bandwidth`` bits/s after ``--latency`` seconds. ``--calibrate native`` (or ``python``) makes each device
 one core of this machine instead: its measured FLOP/s and that engine's measured per-message overhead
-(:meth:`~amp_notebook.runtime.costs.CostModel.this_cpu`; ``--flops`` and ``--overhead`` still override).
+(:func:`~amp_notebook.runtime.calibrate.this_cpu`; ``--flops`` and ``--overhead`` still override).
 The one-line result goes to stdout (with ``--json``, one JSON object instead).
 """
 
@@ -43,8 +43,8 @@ RUN_SETTINGS = ("mode", "max_active_keys", "min_update_frequency", "epochs", "se
 
 
 def add_simulate_arguments(s: argparse.ArgumentParser) -> None:
+    from amp_notebook.runtime.calibrate import CALIBRATED_ENGINES
     from amp_notebook.runtime.config_cli import add_setting_arguments
-    from amp_notebook.runtime.costs import CALIBRATED_ENGINES
 
     s.add_argument("--model", choices=SIM_MODELS, required=True, help="which model: %(choices)s")
     s.add_argument("--devices", type=positive_int, default=4, help="simulated devices (one worker each)")
@@ -82,6 +82,7 @@ def add_simulate_arguments(s: argparse.ArgumentParser) -> None:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from amp_notebook.data import list_reduction_dataset, load_digits_dataset
     from amp_notebook.models import mlp, rnn
+    from amp_notebook.runtime.calibrate import this_cpu
     from amp_notebook.runtime.costs import CostModel
     from amp_notebook.runtime.whatif import GGSNN_PLACEMENT, ggsnn_like, ggsnn_like_dataset, whatif
 
@@ -97,7 +98,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         data = list_reduction_dataset(n_train=args.n_train, n_val=100, seed=args.seed)
         graph, optimizer = rnn(), {"name": "adam", "lr": 3e-3, "clip_norm": 5.0}
     muf = args.min_update_frequency or (10 if args.model == "rnn" else 1)
-    base = CostModel.this_cpu(engine=args.calibrate) if args.calibrate else CostModel()
+    base = this_cpu(engine=args.calibrate) if args.calibrate else CostModel()
     given = {"flops": args.flops, "message_overhead_s": args.overhead}
     costs = base.with_(bandwidth_bits_per_s=args.bandwidth, latency_s=args.latency, wire_dtype=args.wire_dtype,
                        **{k: v for k, v in given.items() if v is not None})  # fmt: skip

@@ -11,9 +11,9 @@ asks the simulated backend, which runs the same session, controller and workers 
    at the median of its trace rows (a :class:`~amp_notebook.runtime.costs.NodeCost` per node: the heavy
    nodes' matrix work and the light nodes' glue alike), on the engine the run itself uses (its ``engine``
    setting: a native run's nodes are timed on the native engine). A node the sample never reached (a
-   replica no sampled key was routed to) falls back to :meth:`CostModel.this_cpu`'s formula for that
-   engine: FLOPs over this core's measured FLOP/s plus the engine's measured per-message overhead. A node
-   cost is one time per message whatever the payload's shape: right for keys of one bucket size, a
+   replica no sampled key was routed to) falls back to :func:`~amp_notebook.runtime.calibrate.this_cpu`'s
+   formula for that engine: FLOPs over this core's measured FLOP/s plus the engine's measured per-message
+   overhead. A node cost is one time per message whatever the payload's shape: right for keys of one bucket size, a
    typical value otherwise. A fixed node cost is charged for every message of a bundle (``max_bundle`` >
    1), so the predictions leave out what bundling saves; the search only ranks placements by them.
 2. **Workload.** ``keys`` training keys (the first ones, repeated if the dataset is smaller), the run's
@@ -52,6 +52,7 @@ from amp_notebook.data.batch import Dataset
 from amp_notebook.ir import ops as O
 from amp_notebook.ir.graph import Graph
 from amp_notebook.optim import DEFAULT_OPTIMIZER
+from amp_notebook.runtime.calibrate import this_cpu
 from amp_notebook.runtime.config import RunConfig
 from amp_notebook.runtime.costs import CostModel, NodeCost
 from amp_notebook.runtime.launch import backend_for, build_session, result_of, simulate
@@ -122,8 +123,8 @@ def measure_costs(
     """Each node's handling times on this machine, from a short traced sync run on one worker thread of
     ``engine`` (the ``engine`` setting's values; "auto" resolves as a run's does).
 
-    Returns :meth:`CostModel.this_cpu` for the engine that ran, with a :class:`NodeCost` for every node the
-    sample reached: the median of its forward, backward and update rows (module docstring, step 1).
+    Returns :func:`~amp_notebook.runtime.calibrate.this_cpu` for the engine that ran, with a :class:`NodeCost`
+    for every node the sample reached: the median of its forward, backward and update rows (module docstring, step 1).
     """
     sample = Dataset(dataset.name, _cycle(dataset.train, measure_keys), [], dataset.num_classes, dataset.meta)
     start = params if params is not None else graph.init_params(seed, np.dtype(dtype))
@@ -143,7 +144,7 @@ def measure_costs(
         times = {PHASE_FIELDS[p]: statistics.median(durations[(index, p)]) for p in range(3) if (index, p) in durations}
         if times:
             nodes[name] = NodeCost(**times)
-    return CostModel.this_cpu(engine=r.engine, nodes=nodes)
+    return this_cpu(engine=r.engine, nodes=nodes)
 
 
 def _measured_engine(config: RunConfig) -> str:

@@ -42,15 +42,10 @@ message costs one dict lookup.
 
 Two presets: :meth:`CostModel.tflops_device` (the paper's hypothetical 1 TFLOPS device, free links; the
 default) and :meth:`CostModel.this_cpu` (FLOP/s and per-message overhead of one core of this machine,
-measured once per process and engine by :func:`calibrate_cpu`). :meth:`CostModel.zero` makes every cost zero.
+measured once per process by :func:`calibrate_cpu`). :meth:`CostModel.zero` makes every cost zero.
 
-Calibration per engine. Both engines multiply with the same BLAS (numpy's, one thread per worker), so the
-FLOP/s figure is one measurement. The per-message overhead is the engine's own: ``engine="python"`` times
-the Python worker's ``handle`` on no-op nodes (the glue of a message besides its math, queues and thread
-hand-offs not included); ``engine="native"`` times real native runs of :func:`noop_chain` on one worker
-(CPU time per handled message: inbox, kernel, routing, credits and trace row, everything a native worker
-does for a message, and the driver's admission of its key), so a what-if on many simulated devices starts
-from what a message costs here.
+The native engine's per-message overhead is measured by running it
+(:func:`amp_notebook.runtime.calibrate.this_cpu`, which builds on :meth:`CostModel.this_cpu`).
 """
 
 from __future__ import annotations
@@ -158,10 +153,10 @@ class CostModel:
         return replace(cls(), **changes)
 
     @classmethod
-    def this_cpu(cls, engine: str = "python", **changes: Any) -> CostModel:
-        """One core of this machine: FLOP/s and the per-message overhead of ``engine`` ("python" or
-        "native"), measured once per process (:func:`calibrate_cpu`)."""
-        flops, overhead = calibrate_cpu(engine=engine)
+    def this_cpu(cls, **changes: Any) -> CostModel:
+        """One core of this machine: FLOP/s and the Python engine's per-message overhead, measured once per
+        process (for the native engine's: :func:`amp_notebook.runtime.calibrate.this_cpu`)."""
+        flops, overhead = calibrate_cpu()
         return replace(cls(flops=flops, message_overhead_s=overhead), **changes)
 
     @classmethod
@@ -335,24 +330,15 @@ class CostTable:
 # --------------------------------------------------------------------- calibration
 
 
-CALIBRATED_ENGINES = ("python", "native")
-
-
-def calibrate_cpu(repeats: int = 5, engine: str = "python") -> tuple[float, float]:
-    """(FLOP/s of one core on a float32 matmul, seconds of glue per message on ``engine``), measured once
-    per process and engine.
+def calibrate_cpu(repeats: int = 5) -> tuple[float, float]:
+    """(FLOP/s of one core on a float32 matmul, seconds of glue per message), measured once per process.
 
     FLOP/s: the best of a few ``(128, 512) @ (512, 512)`` products with BLAS pinned to one thread (the
-    threaded backend pins it too). Overhead (module docstring): ``"python"``, the time per message of a
-    worker handling messages through no-op nodes, i.e. the Python glue a message costs besides its math
-    (queues and thread hand-offs of the threaded backend are not included); ``"native"``, the CPU time per
-    message of native runs of :func:`noop_chain` on one worker (raises the engine's
-    :class:`~amp_notebook.engine.EngineUnavailableError` where it is not built).
+    threaded backend pins it too). Overhead: the time per message of a worker handling messages through
+    no-op nodes, i.e. the Python glue a message costs besides its math (queues and thread hand-offs of
+    the threaded backend are not included).
     """
-    if engine not in CALIBRATED_ENGINES:
-        raise CostModelError(f"calibrate_cpu engine: expected one of {CALIBRATED_ENGINES}, got {engine!r}")
-    overhead = _measure_native_overhead(repeats) if engine == "native" else _measure_overhead(repeats)
-    return _matmul_flops(repeats), overhead
+    return _matmul_flops(repeats), _measure_overhead(repeats)
 
 
 @functools.cache
@@ -400,7 +386,7 @@ def _measure_overhead(repeats: int) -> float:
 def noop_chain(length: int = 16, workers: int = 2) -> Graph:
     """Input -> Linear(1, 1) -> ``length`` Identity nodes -> MSE, the Identity nodes pinned round robin over
     ``workers`` (with 2 every hop crosses threads): on keys of one instance of width 1 nearly all of a
-    message's time is the runtime's own (``amp-notebook bench overhead`` and the native calibration)."""
+    message's time is the runtime's own (``amp-notebook bench overhead``, the native engine's calibration)."""
     g = Graph("noop_chain")
     h = g.linear(g.input("x", width=1), 1, name="first")
     for i in range(length):
@@ -409,37 +395,7 @@ def noop_chain(length: int = 16, workers: int = 2) -> Graph:
     return g
 
 
-@functools.cache
-def _measure_native_overhead(repeats: int, keys: int = 250) -> float:
-    """CPU seconds per handled message of native runs of :func:`noop_chain` on one worker (one message per
-    call: ``max_bundle`` 1; trace on, as by default): the median over ``repeats`` of the slope between a run
-    of ``keys`` and one of ``4 * keys`` keys, so that the run's fixed start-up cost drops out. CPU time, not
-    wall time: on a shared machine a preempted worker would otherwise count other processes' time."""
-    from amp_notebook.data.batch import Batch, Dataset
-    from amp_notebook.runtime.train import train
-
-    one = np.zeros((1, 1))
-    graph = noop_chain(workers=1)
-
-    def cpu_and_messages(n: int) -> tuple[float, int]:
-        data = Dataset("calibrate", [Batch({"x": one, "target": one}, 1) for _ in range(n)], [])
-        t0 = time.process_time()
-        r = train(graph, data, workers=1, engine="native", mode="amp", max_active_keys=16, max_bundle=1,
-                  validate=False, dtype="float64", trace_capacity=None)  # fmt: skip
-        return time.process_time() - t0, len(r.trace.events()["end"])
-
-    cpu_and_messages(keys)  # warm up: the first native run pays one-time costs
-    slopes = []
-    for _ in range(repeats):
-        (small, m_small), (large, m_large) = cpu_and_messages(keys), cpu_and_messages(4 * keys)
-        slopes.append((large - small) / (m_large - m_small))
-    positive = sorted(s for s in slopes if s > 0)
-    if not positive:  # the clock's resolution beat every slope: the large runs' average is the honest bound
-        return max(large / m_large, 1e-9)
-    return positive[len(positive) // 2]
-
-
 __all__ = [
-    "CALIBRATED_ENGINES", "WIRE_BYTES", "CostModel", "CostModelError", "CostTable", "Link", "NodeCost", "calibrate_cpu",
+    "WIRE_BYTES", "CostModel", "CostModelError", "CostTable", "Link", "NodeCost", "calibrate_cpu",
     "message_flops", "noop_chain", "parameter_count",
 ]  # fmt: skip

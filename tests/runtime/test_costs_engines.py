@@ -14,6 +14,7 @@ from amp_notebook.cli import main
 from amp_notebook.models import mlp
 from amp_notebook.runtime import autoplace as autoplace_module
 from amp_notebook.runtime.autoplace import autoplace, measure_costs
+from amp_notebook.runtime.calibrate import native_message_overhead, this_cpu
 from amp_notebook.runtime.config import RunConfig
 from amp_notebook.runtime.costs import CostModel, CostModelError, calibrate_cpu, noop_chain
 from tests.conftest import digits_dataset
@@ -23,18 +24,17 @@ needs_native = pytest.mark.skipif(not native_engine.available(), reason="the nat
 
 @needs_native
 def test_native_calibration_is_a_real_per_message_cost() -> None:
-    flops, overhead = calibrate_cpu(engine="native")
-    python_flops, _ = calibrate_cpu(engine="python")
-    assert flops == python_flops  # one BLAS: one FLOP/s figure for both engines
+    flops, python_overhead = calibrate_cpu()
+    overhead = native_message_overhead()
     assert 0 < overhead < 1e-3
-    cpu = CostModel.this_cpu(engine="native", latency_s=1e-6)
-    assert cpu.message_overhead_s == overhead and cpu.flops == flops and cpu.latency_s == 1e-6
-    assert CostModel.this_cpu().message_overhead_s == calibrate_cpu()[1]  # the default stays the Python engine
+    cpu = this_cpu(engine="native", latency_s=1e-6)
+    assert cpu.message_overhead_s == overhead and cpu.flops == flops and cpu.latency_s == 1e-6  # one BLAS
+    assert this_cpu().message_overhead_s == python_overhead == CostModel.this_cpu().message_overhead_s
 
 
 def test_calibration_refuses_an_unknown_engine() -> None:
-    with pytest.raises(CostModelError, match="calibrate_cpu engine: expected one of"):
-        calibrate_cpu(engine="cuda")
+    with pytest.raises(CostModelError, match="this_cpu engine: expected one of"):
+        this_cpu(engine="cuda")
 
 
 def test_noop_chain_spreads_its_identities_over_the_workers() -> None:
@@ -49,7 +49,7 @@ def test_measure_costs_times_nodes_on_the_asked_engine(engine: str) -> None:
     g = mlp(64, 16)
     costs = measure_costs(g, digits_dataset(), measure_keys=4, engine=engine)
     assert set(costs.nodes) == set(g.nodes) and costs.nodes["linear2"].fwd_s > 0
-    assert costs.message_overhead_s == calibrate_cpu(engine=engine)[1]  # the fallback of unreached nodes
+    assert costs.message_overhead_s == this_cpu(engine).message_overhead_s  # the fallback of unreached nodes
 
 
 @pytest.mark.parametrize(
@@ -74,7 +74,7 @@ def test_auto_placement_measures_on_the_runs_engine(
 
 @pytest.mark.parametrize("engine", ["python", pytest.param("native", marks=needs_native)])
 def test_cli_simulate_calibrates_devices_from_this_machine(engine: str, capsys: pytest.CaptureFixture[str]) -> None:
-    flops, overhead = calibrate_cpu(engine=engine)
+    flops, overhead = calibrate_cpu()[0], this_cpu(engine).message_overhead_s
     args = ["simulate", "--model", "mlp", "--devices", "2", "--calibrate", engine, "--json"]
     assert main(args) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
