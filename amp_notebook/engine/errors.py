@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from amp_notebook.ir.expr import ExpressionError
-from amp_notebook.ir.message import BWD, DIRECTION_NAMES, FWD, UPDATE, State
+from amp_notebook.ir.message import BWD, FWD, PHASES, UPDATE, State
 from amp_notebook.ir.ops import LOSS_PORT, NodeContext, Op, OpError
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def failure_exception(failure: dict[str, Any], session: Session) -> BaseExceptio
     else:
         keys = sorted({s.get("key") for s in states if s.get("key") is not None})
         state = f"{states[0]} (in a bundle of {len(states)} messages, keys {keys})"
-    error = NodeError(plan.names[node], type(op).__name__, DIRECTION_NAMES[direction],
+    error = NodeError(plan.names[node], type(op).__name__, PHASES[direction],
                       port_name(op, direction, failure["port"]), state, cause)  # fmt: skip
     error.__cause__ = cause
     return error

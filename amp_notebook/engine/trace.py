@@ -21,6 +21,7 @@ from amp_notebook.trace.buffers import (
     EVENT_COLUMNS,
     MEMBER_COLUMNS,
     STALENESS_COLUMNS,
+    Columns,
     Sealed,
     Table,
     _View,
@@ -64,6 +65,13 @@ class NativeTable(Table):
                 self._native.forget_before(self._kind, self._sealed[0].first if self._sealed else chunks[-1][0])
             first, _, current = chunks[-1]
             return _View(tuple(self._sealed), current, first, self._dropped)
+
+    def _current_rows(self, view: _View) -> Columns:
+        """The current chunk's published rows, read in place (the engine gives columns cut to their count)."""
+        return view.current
+
+    def _current_len(self, view: _View) -> int:
+        return len(view.current[self.last])
 
     @view.setter
     def view(self, value: _View) -> None:  # Table's writer publishes views; the native writer needs none
