@@ -174,6 +174,12 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("name", choices=sorted(BENCHMARKS), help="which benchmark: %(choices)s")
     b.add_argument("--json", action="store_true", help="print every figure as one JSON object on stdout")
     b.add_argument("--quick", action="store_true", help="a small, fast version (smoke test; figures not meaningful)")
+    b.add_argument(
+        "--workers",
+        default=None,
+        metavar="COUNTS",
+        help="scaling only: worker counts to compare with 1 worker, e.g. 1,2,4,8,16 (default 1,2)",
+    )
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -183,10 +189,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from contextlib import redirect_stdout
 
         with redirect_stdout(sys.stderr):
-            result = run_benchmark(args.name, quick=args.quick)
+            result = run_benchmark(args.name, quick=args.quick, workers=args.workers)
         print(json.dumps({"benchmark": args.name, **result}))
         return 0
-    result = run_benchmark(args.name, quick=args.quick)
+    result = run_benchmark(args.name, quick=args.quick, workers=args.workers)
     if "text" in result:  # the other benchmarks print their table as they go
         print(f"{args.name}:\n{result['text']}")
     else:

@@ -2,8 +2,10 @@
 
 The same graph, placement, controller and workers as a threaded run, on the discrete-event backend
 (:mod:`amp_notebook.runtime.whatif`): each device computes at ``--flops`` FLOP/s and each link carries
-``--bandwidth`` bits/s after ``--latency`` seconds. The one-line result goes to stdout (with ``--json``, one
-JSON object instead).
+``--bandwidth`` bits/s after ``--latency`` seconds. ``--calibrate native`` (or ``python``) makes each device
+one core of this machine instead: its measured FLOP/s and that engine's measured per-message overhead
+(:func:`~amp_notebook.runtime.calibrate.this_cpu`; ``--flops`` and ``--overhead`` still override).
+The one-line result goes to stdout (with ``--json``, one JSON object instead).
 """
 
 from __future__ import annotations
@@ -41,14 +43,28 @@ RUN_SETTINGS = ("mode", "max_active_keys", "min_update_frequency", "epochs", "se
 
 
 def add_simulate_arguments(s: argparse.ArgumentParser) -> None:
+    from amp_notebook.runtime.calibrate import CALIBRATED_ENGINES
     from amp_notebook.runtime.config_cli import add_setting_arguments
 
     s.add_argument("--model", choices=SIM_MODELS, required=True, help="which model: %(choices)s")
     s.add_argument("--devices", type=positive_int, default=4, help="simulated devices (one worker each)")
-    s.add_argument("--flops", type=quantity, default=1e12, help="FLOP/s per device (default 1T, the paper's device)")
+    s.add_argument(
+        "--flops",
+        type=quantity,
+        default=None,
+        help="FLOP/s per device (default 1T, the paper's device; with --calibrate, this core's)",
+    )
     s.add_argument("--bandwidth", type=quantity, default=math.inf, help="bits/s per link, e.g. 10G (default inf)")
     s.add_argument("--latency", type=float, default=0.0, help="seconds per link hop")
-    s.add_argument("--overhead", type=float, default=0.0, help="seconds of overhead per message")
+    s.add_argument(
+        "--overhead",
+        type=float,
+        default=None,
+        help="seconds of overhead per message (default 0; with --calibrate, the engine's measured)",
+    )
+    s.add_argument("--calibrate", choices=CALIBRATED_ENGINES, default=None,
+                   help="devices are cores of this machine: FLOP/s and the per-message overhead of this engine, "
+                        "measured here (%(choices)s)")  # fmt: skip
     s.add_argument(
         "--wire-dtype",
         choices=("float32", "float16", "bfloat16"),
@@ -66,6 +82,7 @@ def add_simulate_arguments(s: argparse.ArgumentParser) -> None:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from amp_notebook.data import list_reduction_dataset, load_digits_dataset
     from amp_notebook.models import mlp, rnn
+    from amp_notebook.runtime.calibrate import this_cpu
     from amp_notebook.runtime.costs import CostModel
     from amp_notebook.runtime.whatif import GGSNN_PLACEMENT, ggsnn_like, ggsnn_like_dataset, whatif
 
@@ -81,8 +98,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         data = list_reduction_dataset(n_train=args.n_train, n_val=100, seed=args.seed)
         graph, optimizer = rnn(), {"name": "adam", "lr": 3e-3, "clip_norm": 5.0}
     muf = args.min_update_frequency or (10 if args.model == "rnn" else 1)
-    costs = CostModel(flops=args.flops, bandwidth_bits_per_s=args.bandwidth, latency_s=args.latency,
-                      message_overhead_s=args.overhead, wire_dtype=args.wire_dtype)  # fmt: skip
+    base = this_cpu(engine=args.calibrate) if args.calibrate else CostModel()
+    given = {"flops": args.flops, "message_overhead_s": args.overhead}
+    costs = base.with_(bandwidth_bits_per_s=args.bandwidth, latency_s=args.latency, wire_dtype=args.wire_dtype,
+                       **{k: v for k, v in given.items() if v is not None})  # fmt: skip
     start = time.perf_counter()
     run = whatif(
         graph, data, devices=args.devices, costs=costs, mode=args.mode, max_active_keys=args.max_active_keys,

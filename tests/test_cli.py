@@ -95,10 +95,11 @@ def test_train_several_instances_per_key(model: str, extra: list[str], capsys: p
 @pytest.mark.parametrize(
     ("name", "keys"),
     [
-        ("overhead", {"us_per_message"}),
-        ("speedup", {"amp_per_s", "sync_per_s", "ratio", "auto_ratio"}),
+        ("overhead", {"us_per_message", "us_per_message_native"}),
+        ("scaling", {"native", "python", "ratios", "workers"}),
+        ("speedup", {"amp_per_s", "sync_per_s", "ratio", "auto_ratio", "engine", "python_ratio"}),
         ("trace-overhead", {"ratio"}),
-        ("rnn-vs-torch", {"ours", "torch", "throughput_ratio"}),
+        ("rnn-vs-torch", {"ours", "ours_python", "torch", "throughput_ratio", "engine_gain"}),
         (
             "tree-vs-torch",
             {
@@ -110,6 +111,8 @@ def test_train_several_instances_per_key(model: str, extra: list[str], capsys: p
                 "ratio_vs_batched",
                 "ratio_per_tree_vs_eager",
                 "ratio_per_tree_unbundled_vs_eager",
+                "ratio_per_tree_vs_batched",
+                "engine_gain_per_tree",
             },
         ),
         (
@@ -123,6 +126,7 @@ def test_train_several_instances_per_key(model: str, extra: list[str], capsys: p
                 "ratio_vs_scatter",
                 "ratio_per_graph_vs_dense",
                 "ratio_per_graph_vs_scatter",
+                "engine_gain_per_graph",
             },
         ),
         ("bundling", {"tree", "ggsnn", "tree_messages_per_s", "ggsnn_messages_per_s"}),
@@ -138,6 +142,7 @@ def test_train_several_instances_per_key(model: str, extra: list[str], capsys: p
                 "speedup_mak32_vs_mak1",
                 "ratio_vs_eager",
                 "ratio_vs_batched",
+                "engine_gain",
             },
         ),
     ],
@@ -152,9 +157,9 @@ def test_bench_quick_json_contract(name: str, keys: set[str], capsys: pytest.Cap
         for side in ("ours", "torch"):
             assert {"instances_per_s", "time_to_target_s", "epochs_to_target", "final_val_accuracy"} <= out[side].keys()
             assert out[side]["instances_per_s"] > 0
-    sides = {"tree-vs-torch": ("ours", "ours_per_tree", "torch_eager", "torch_batched"),
-             "ggsnn-vs-torch": ("ours", "ours_per_graph", "torch_dense", "torch_scatter"),
-             "tagger-vs-torch": ("ours_mak32", "ours_mak1", "ours_mak32_bundled", "torch_eager",
+    sides = {"tree-vs-torch": ("ours", "ours_per_tree", "ours_per_tree_python", "torch_eager", "torch_batched"),
+             "ggsnn-vs-torch": ("ours", "ours_per_graph", "ours_per_graph_python", "torch_dense", "torch_scatter"),
+             "tagger-vs-torch": ("ours_mak32", "ours_mak1", "ours_mak32_bundled", "ours_mak32_python", "torch_eager",
                                  "torch_batched")}.get(name, ())  # fmt: skip
     if name == "bundling":  # every setting handled messages, bundles of at least one message each
         for model in ("tree", "ggsnn"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 from collections.abc import Callable
 from typing import Any
@@ -70,6 +71,25 @@ def constant_dataset(n_keys: int, width: int, batch: int = 1, seed: int = 0) -> 
         for _ in range(n_keys)
     ]
     return Dataset("constant", keys, [])
+
+
+def machine_load(before: float | None = None) -> dict[str, Any]:
+    """The machine's 1-minute load average now (``after``; ``before`` when given), the core count, and
+    ``busy``: whether either reading exceeds the cores, i.e. other processes competed with the benchmark and
+    its figures are slower than this machine measures idle (printed with them by :func:`load_line`)."""
+    now = os.getloadavg()[0]
+    cpus = os.cpu_count() or 1
+    readings = [now] if before is None else [before, now]
+    return {"before": before if before is not None else now, "after": now, "cpus": cpus,
+            "busy": max(readings) > cpus}  # fmt: skip
+
+
+def load_line(load: dict[str, Any]) -> tuple[str, str]:
+    """A report row for a :func:`machine_load` record, flagging a busy machine."""
+    text = f"{load['before']:.2f} before, {load['after']:.2f} after, {load['cpus']} cores"
+    if load["busy"]:
+        text += " (BUSY: other processes competed; figures are lower than on an idle machine)"
+    return ("load average (1 min)", text)
 
 
 def report(rows: list[tuple[str, Any]]) -> str:

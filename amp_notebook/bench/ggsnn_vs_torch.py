@@ -40,9 +40,14 @@ ours 0.19 to 0.38 (median 0.23, against 0.27; 1 of 18 above 0.35), torch's media
   ``ratio_per_graph_vs_scatter``.
 - ours_per_graph_2_workers: the same on 2 workers in the balanced placement.
 
-One worker thread, because every message's Python glue holds the GIL: two worker threads on this 2-core VM
-take turns rather than overlap, and each hand-off between them costs a wake-up and a GIL hand-over (both
-settings are reported).
+- ours_python, ours_per_graph_python: ours and ours_per_graph on the Python engine.
+
+Engines: every side but the ``_python`` ones runs on the default engine (``engine="auto"``: the native worker
+loops wherever the extension is built), so the headline ratios are the default engine's; each side records
+the engine that ran (``engine``, printed in the table), and ``engine_gain`` / ``engine_gain_per_graph``
+divide the default engine's throughput by the Python engine's. On the Python engine every message's glue
+holds the GIL, so two worker threads on this 2-core VM take turns rather than overlap (both worker counts
+are reported).
 - torch_dense: minibatches padded to the largest graph, one dense (B, N, N) adjacency per edge type (the
   paper's TensorFlow baseline); node selection takes a cross-entropy over each graph's padded row of node
   scores (padding at -inf).
@@ -55,7 +60,8 @@ settings are reported).
 Every side starts from the same weights (``TorchGGNN(seed)``, exported into our layout for ours).
 torch runs with ``torch.set_num_threads(2)``. All sides train the same epochs and evaluate after each; as in
 ``tree_vs_torch``, ``instances_per_s`` is the median over epochs of training graphs per second (evaluation
-time included), ratio = ours / theirs. ``load_average_1min`` records the machine's load before and after:
+time included), ratio = ours / theirs. ``load_average_1min`` records the machine's load before and after
+(``busy`` when it exceeded the cores):
 on a shared 2-core machine, other processes make torch's 2 OpenMP threads stall far more than our workers.
 Our regression MAE is measured by loading our final parameters into the torch model (the runtime reports
 MSE only; ``tests/bench/test_bench_dynamic.py`` shows that the two compute the same outputs).
@@ -63,7 +69,6 @@ MSE only; ``tests/bench/test_bench_dynamic.py`` shows that the two compute the s
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -71,7 +76,7 @@ from typing import Any
 
 import numpy as np
 
-from amp_notebook.bench.common import interleaved_runs, median_run, report
+from amp_notebook.bench.common import interleaved_runs, load_line, machine_load, median_run, report
 from amp_notebook.data.graphs import (
     BABI15_FEATURE_WIDTH,
     GraphInstance,
@@ -104,6 +109,8 @@ SIDES: dict[str, tuple[bool, dict[str, Any]]] = {
     "ours_2_workers": (False, OURS_2_WORKERS),
     "ours_per_graph": (True, OURS_PER_GRAPH),
     "ours_per_graph_2_workers": (True, {**OURS_PER_GRAPH, "workers": 2, "placement": "balanced"}),
+    "ours_python": (False, {"engine": "python"}),
+    "ours_per_graph_python": (True, {**OURS_PER_GRAPH, "engine": "python"}),
 }
 LOOP_NODES = ("edges", "gru_x", "gru_h")  # the parameterized nodes inside the propagation loop
 GRAPHS_PER_KEY = 10  # a key is a bucket of graphs (their disjoint union): one update per TORCH_BATCH graphs
@@ -196,7 +203,7 @@ def ours(
     return {
         "instances_per_s": statistics.median(per_epoch), "epoch_instances_per_s": per_epoch,
         "overall_instances_per_s": r.train_instances_per_s, "final_metric": metric, "curve": curve,
-        "curve_metric": curve_metric, "wall_s": r.wall_s, "epochs_run": len(r.history),
+        "curve_metric": curve_metric, "wall_s": r.wall_s, "epochs_run": len(r.history), "engine": r.engine,
         "settings": {**settings, "graphs_per_key": per_key, "optimizer": optimizer,
                      "loop_nodes_min_update_frequency": STEPS * settings["min_update_frequency"]},
     }  # fmt: skip
@@ -314,7 +321,7 @@ def compare(
     it; the ratios are of the median throughputs, and ``ratio_vs_dense_per_round`` pairs the runs of a round.
     """
     train_g, val_g = make_graphs(task, n_train, n_val, seed, inflate_to)
-    load_before = os.getloadavg()
+    load_before = machine_load()["after"]
 
     def our_side(name: str) -> Callable[[], dict[str, Any]]:
         return lambda: ours(task, train_g, val_g, epochs, seed, name)
@@ -323,6 +330,7 @@ def compare(
     sides["torch_dense"] = lambda: torch_side(task, train_g, val_g, epochs, seed, scatter=False)
     sides["torch_scatter"] = lambda: torch_side(task, train_g, val_g, epochs, seed, scatter=True)
     runs = interleaved_runs(repeats, sides)
+    load = machine_load(load_before)
     medians = {name: median_run(runs[name]) for name in sides}
     a, per_graph, dense, scatter = (medians[n] for n in ("ours", "ours_per_graph", "torch_dense", "torch_scatter"))
     metric = "val MAE" if task_spec(task)["kind"] == "regression" else "val accuracy"
@@ -342,10 +350,12 @@ def compare(
         "ratio_vs_scatter": a["instances_per_s"] / scatter["instances_per_s"],
         "ratio_per_graph_vs_dense": per_graph["instances_per_s"] / dense["instances_per_s"],
         "ratio_per_graph_vs_scatter": per_graph["instances_per_s"] / scatter["instances_per_s"],
+        "engine_gain": a["instances_per_s"] / medians["ours_python"]["instances_per_s"],
+        "engine_gain_per_graph": per_graph["instances_per_s"] / medians["ours_per_graph_python"]["instances_per_s"],
         "ratio_vs_dense_per_round": per_round, "repeats": repeats,
         "task": task, "final_metric_name": metric, "target_metric": target, "n_train": n_train, "n_val": n_val,
         "epochs": epochs, "seed": seed, "model": {"hidden": HIDDEN, "steps": STEPS},
-        "load_average_1min": {"before": load_before[0], "after": os.getloadavg()[0], "cpus": os.cpu_count()},
+        "load_average_1min": load,
         **({"inflate_to": inflate_to} if task == "babi15" else {}),
     }  # fmt: skip
     rows: list[tuple[str, Any]] = [(task, f"graphs/s (median epoch)   {metric}   epochs to {target}")]
@@ -353,15 +363,20 @@ def compare(
                        ("ours: 10 graphs per key, 2 workers", medians["ours_2_workers"]),
                        ("ours: one graph per key, bundled, 1 worker", per_graph),
                        ("ours: one graph per key, bundled, 2 workers", medians["ours_per_graph_2_workers"]),
+                       ("ours: 10 graphs per key, 1 worker", medians["ours_python"]),
+                       ("ours: one graph per key, bundled, 1 worker", medians["ours_per_graph_python"]),
                        ("torch dense", dense), ("torch scatter", scatter)):  # fmt: skip
         reached = side.get("epochs_to_target", "-")
-        rows.append((name, f"{side['instances_per_s']:>10.0f}   {side['final_metric']:>18.4f}   {reached}"))
+        label = f"{name} [{side['engine']}]" if "engine" in side else name
+        rows.append((label, f"{side['instances_per_s']:>10.0f}   {side['final_metric']:>18.4f}   {reached}"))
     rows += [("ours / torch dense", f"{result['ratio_vs_dense']:.2f} (rounds: "
               f"{', '.join(f'{r:.2f}' for r in per_round)})"),
              ("ours / torch scatter", f"{result['ratio_vs_scatter']:.2f}"),
              ("ours one graph per key / torch dense, scatter", f"{result['ratio_per_graph_vs_dense']:.2f}, "
               f"{result['ratio_per_graph_vs_scatter']:.2f}"),
-             ("runs per side", f"{repeats}, interleaved; medians shown")]  # fmt: skip
+             ("default engine / Python engine", f"10 graphs per key {result['engine_gain']:.2f}, one graph per "
+              f"key {result['engine_gain_per_graph']:.2f}"),
+             ("runs per side", f"{repeats}, interleaved; medians shown"), load_line(load)]  # fmt: skip
     print(report(rows))
     return result
 

@@ -1,42 +1,72 @@
-"""Per-message cost of the runtime: a chain of no-op nodes split over 2 workers.
+"""Per-message cost of the runtime on each engine: a chain of no-op nodes split over 2 workers.
 
-The graph is Input -> Linear(1, 1) -> 16 Identity nodes -> MSE, on keys of one instance of width 1, so
-almost all the time goes to the runtime's own glue: taking a message, running a trivial op, tracing it,
-counting credits and routing to the next worker. Identity nodes alternate between the two workers so
-every hop crosses threads (the worst case). Figure: wall time / messages handled.
+The graph is :func:`~amp_notebook.runtime.costs.noop_chain`: Input -> Linear(1, 1) -> 16 Identity nodes ->
+MSE, on keys of one instance of width 1, so almost all the time goes to the runtime's own glue: taking a
+message, running a trivial op, tracing it, counting credits and routing to the next worker. Identity nodes
+alternate between the two workers so every hop crosses threads (the worst case). One message per call
+(``max_bundle`` 1: ``bench bundling`` measures bundles). Figure: wall time / messages handled.
+
+Both engines run the same chain in the same process, interleaved with the order flipped every round:
+``us_per_message`` is the Python engine's (the figure this benchmark has always reported),
+``us_per_message_native`` the native engine's (None where the native engine is not built, with the reason in
+``native_unavailable``). Every round is kept, and the machine's load beside them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from amp_notebook.bench.common import constant_dataset, median_of, report
-from amp_notebook.ir.graph import Graph
+from amp_notebook.bench.common import constant_dataset, interleaved_medians, load_line, machine_load, report
+from amp_notebook.runtime.costs import noop_chain
 from amp_notebook.runtime.train import train
 
+chain = noop_chain  # the name other benchmarks and tutorial 08 import
 
-def chain(length: int = 16) -> Graph:
-    g = Graph("noop_chain")
-    h = g.linear(g.input("x", width=1), 1, name="first")
-    for i in range(length):
-        h = g.identity(h, name=f"noop{i}", worker=i % 2)
-    g.mse(h, g.input("target", width=1), name="loss")
-    return g
+SETTINGS: dict[str, Any] = {"mode": "amp", "max_active_keys": 16, "validate": False, "dtype": "float64",
+                            "max_bundle": 1}  # fmt: skip
 
 
-def run(repeats: int = 5, keys: int = 2000, workers: int = 2, quick: bool = False) -> dict[str, Any]:
+def run(repeats: int = 5, keys: int = 2000, chain_workers: int = 2, quick: bool = False) -> dict[str, Any]:
+    from amp_notebook import engine as native_engine
+
     if quick:
         repeats, keys = 3, 300
-    g = chain()
+    g = noop_chain(workers=chain_workers)
     data = constant_dataset(keys, 1)
+    load_before = machine_load()["after"]
 
-    def once() -> float:
-        # max_bundle 1: one message per call, so this is the cost of a message (bench bundling measures bundles)
-        settings = {"mode": "amp", "max_active_keys": 16, "validate": False, "dtype": "float64", "max_bundle": 1}
-        r = train(g, data, workers=workers, **settings)
-        return r.wall_s / len(r.trace.events()["end"]) * 1e6
+    def per_message(engine: str) -> Callable[[], float]:
+        def once() -> float:
+            r = train(g, data, workers=chain_workers, engine=engine, **SETTINGS)
+            return r.wall_s / len(r.trace.events()["end"]) * 1e6
 
-    us, values = median_of(repeats, once)
-    result = {"us_per_message": us, "repeats_us": values, "workers": workers, "keys": keys, "nodes": len(g.nodes)}
-    print(report([("us per message (median)", f"{us:.2f}"), ("repeats", [round(v, 2) for v in values])]))
+        return once
+
+    sides = {"python": per_message("python")}
+    if native_engine.available():
+        sides["native"] = per_message("native")
+    medians = interleaved_medians(repeats, sides)
+    us, values = medians["python"]
+    native_us, native_values = medians.get("native", (None, []))
+    load = machine_load(load_before)
+    result: dict[str, Any] = {
+        "us_per_message": us, "repeats_us": values,
+        "us_per_message_native": native_us, "repeats_us_native": native_values,
+        "python_over_native": us / native_us if native_us else None,
+        "workers": chain_workers, "keys": keys, "nodes": len(g.nodes), "repeats": repeats, "load_average_1min": load,
+    }  # fmt: skip
+    rows: list[tuple[str, Any]] = [
+        ("Python engine: us per message (median)", f"{us:.2f}"),
+        ("  rounds", [round(v, 2) for v in values]),
+    ]
+    if native_us is None:
+        result["native_unavailable"] = native_engine.status().get("reason")
+        rows.append(("native engine", f"not available ({result['native_unavailable']})"))
+    else:
+        rows += [("native engine: us per message (median)", f"{native_us:.2f}"),
+                 ("  rounds", [round(v, 2) for v in native_values]),
+                 ("Python / native", f"{us / native_us:.1f}x")]  # fmt: skip
+    rows += [("runs", f"{repeats} per engine, interleaved, order flipped every round"), load_line(load)]
+    print(report(rows))
     return result

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any
 
 from amp_notebook.errors import SettingError
@@ -10,6 +11,7 @@ from amp_notebook.errors import SettingError
 BENCHMARKS: dict[str, str] = {
     "overhead": "amp_notebook.bench.overhead",
     "speedup": "amp_notebook.bench.speedup",
+    "scaling": "amp_notebook.bench.scaling",
     "rnn-vs-torch": "amp_notebook.bench.rnn_vs_torch",
     "tree-vs-torch": "amp_notebook.bench.tree_vs_torch",
     "ggsnn-vs-torch": "amp_notebook.bench.ggsnn_vs_torch",
@@ -24,8 +26,15 @@ BENCHMARKS: dict[str, str] = {
 }
 
 
-def run_benchmark(name: str, quick: bool = False) -> dict[str, Any]:
+def run_benchmark(name: str, quick: bool = False, **options: Any) -> dict[str, Any]:
+    """Run benchmark ``name``; ``options`` (None values left out) go to its ``run`` when it takes them."""
     if name not in BENCHMARKS:
         raise SettingError("benchmark", f"unknown benchmark {name!r}; choose one of {sorted(BENCHMARKS)}")
     module = importlib.import_module(BENCHMARKS[name])
-    return module.run(quick=quick)
+    given = {k: v for k, v in options.items() if v is not None}
+    takes = inspect.signature(module.run).parameters
+    refused = sorted(k for k in given if k not in takes)
+    if refused:
+        flags = ", ".join("--" + k.replace("_", "-") for k in refused)
+        raise SettingError("benchmark", f"bench {name} takes no {flags}; leave it out")
+    return module.run(quick=quick, **given)

@@ -17,6 +17,11 @@ fastest of round robin, balanced stages and a local search on the simulator, see
 (``auto_backward_first_*``, left out by ``--quick``); the search's own time is not in the throughput (a
 run's wall time starts when its workers do). Every auto run's choice and prediction are kept (``auto_choices``).
 
+Engines: every side but ``python_*`` runs on the default engine (``engine="auto"``: the native worker loops
+wherever the extension is built), so the headline ``ratio`` is the default engine's (``engine`` says which
+ran); ``python_amp_per_s`` / ``python_sync_per_s`` / ``python_ratio`` are the headline's pair on the Python
+engine, in the same rounds.
+
 For context the benchmark also measures, interleaved with the runs, how well the dominant kernel (a
 100x784 @ 784x784 float32 matmul, BLAS pinned to one thread) scales from one thread to two on this
 machine: the ceiling for any 2-worker speedup here. On a VM whose two vCPUs share a physical core this
@@ -33,7 +38,7 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from amp_notebook.bench.common import interleaved_medians, repeat_epochs, report
+from amp_notebook.bench.common import interleaved_medians, load_line, machine_load, repeat_epochs, report
 from amp_notebook.data.digits import load_digits_dataset
 from amp_notebook.models.mlp import mlp
 from amp_notebook.runtime.train import TrainResult, train
@@ -70,13 +75,17 @@ def run(repeats: int = 7, copies: int = 4, quick: bool = False) -> dict[str, Any
     g = mlp(input_width=64, hidden=784)
 
     choices: list[dict[str, Any]] = []
+    engines: dict[str, str] = {}
+    load_before = machine_load()["after"]
 
-    def rate(mode: str, placement: str, priority: str) -> float:
+    def rate(mode: str, placement: str, priority: str, engine: str = "auto") -> float:
         r = train(
             g, data, workers=2, mode=mode, max_active_keys=4, validate=False, optimizer={"name": "sgd", "lr": 0.05},
             placement=placement, priority=priority, max_bundle=1,  # asynchrony alone (bench bundling: bundles)
+            engine=engine,
         )  # fmt: skip
         assert isinstance(r, TrainResult)
+        engines[engine] = r.engine
         if r.auto_placement is not None:
             auto = r.auto_placement
             choices.append({"mode": mode, "priority": priority, "chosen": auto.chosen.name, "heavy": auto.chosen.heavy,
@@ -100,6 +109,8 @@ def run(repeats: int = 7, copies: int = 4, quick: bool = False) -> dict[str, Any
             "default_sync": lambda: rate("sync", "round_robin", "backward_first"),
             "auto_amp": lambda: rate("amp", "auto", "fifo"),
             "auto_sync": lambda: rate("sync", "auto", "fifo"),
+            "python_amp": lambda: rate("amp", "balanced", "fifo", engine="python"),
+            "python_sync": lambda: rate("sync", "balanced", "fifo", engine="python"),
             **(
                 {}
                 if quick
@@ -110,7 +121,9 @@ def run(repeats: int = 7, copies: int = 4, quick: bool = False) -> dict[str, Any
             ),
         },
     )
+    load = machine_load(load_before)
     amp, sync = med["amp"][0], med["sync"][0]
+    py_amp, py_sync = med["python_amp"][0], med["python_sync"][0]
     d_amp, d_sync = med["default_amp"][0], med["default_sync"][0]
     ratios = [a / s for a, s in zip(med["amp"][1], med["sync"][1], strict=True)]
     auto_amp, auto_sync = med["auto_amp"][0], med["auto_sync"][0]
@@ -119,6 +132,8 @@ def run(repeats: int = 7, copies: int = 4, quick: bool = False) -> dict[str, Any
     abf_amp, abf_sync = med.get("auto_backward_first_amp", nan)[0], med.get("auto_backward_first_sync", nan)[0]
     result = {
         "amp_per_s": amp, "sync_per_s": sync, "ratio": amp / sync, "ratio_per_repeat": ratios,
+        "engine": engines["auto"], "python_amp_per_s": py_amp, "python_sync_per_s": py_sync,
+        "python_ratio": py_amp / py_sync, "load_average_1min": load,
         "placement": "balanced", "priority": "fifo",
         "default_amp_per_s": d_amp, "default_sync_per_s": d_sync, "default_ratio": d_amp / d_sync,
         "auto_amp_per_s": auto_amp, "auto_sync_per_s": auto_sync, "auto_ratio": auto_amp / auto_sync,
@@ -130,8 +145,10 @@ def run(repeats: int = 7, copies: int = 4, quick: bool = False) -> dict[str, Any
         "max_active_keys": 4, "workers": 2,
     }  # fmt: skip
     print(report([
-        ("amp (K=4, balanced, fifo) inst/s", f"{amp:.0f}"), ("sync (balanced) inst/s", f"{sync:.0f}"),
+        (f"[{engines['auto']}] amp (K=4, balanced, fifo) inst/s", f"{amp:.0f}"),
+        (f"[{engines['auto']}] sync (balanced) inst/s", f"{sync:.0f}"),
         ("ratio (medians)", f"{amp / sync:.2f}"), ("ratio per repeat", [round(r, 2) for r in ratios]),
+        ("[python] amp / sync inst/s", f"{py_amp:.0f} / {py_sync:.0f} = {py_amp / py_sync:.2f}"),
         ("paper defaults: amp / sync inst/s", f"{d_amp:.0f} / {d_sync:.0f} = {d_amp / d_sync:.2f}"),
         ("placement auto (fifo): amp / sync", f"{auto_amp:.0f} / {auto_sync:.0f} = {auto_amp / auto_sync:.2f}"),
         ("auto ratio per repeat", [round(r, 2) for r in auto_ratios]),
@@ -139,5 +156,6 @@ def run(repeats: int = 7, copies: int = 4, quick: bool = False) -> dict[str, Any
         ("auto's choices (amp, fifo)", sorted({c["chosen"] for c in choices if c["mode"] == "amp"
                                                and c["priority"] == "fifo"})),
         ("2-thread BLAS scaling (ceiling)", f"{statistics.median(ceiling):.2f}"),
+        load_line(load),
     ]))  # fmt: skip
     return result

@@ -20,6 +20,11 @@ embeddings N(0, 1)), loaded into the torch model. Optimizer: Adam, lr 3e-3, grad
 - ours_mak32_bundled: the same at 32 with ``max_bundle=32``: a node takes up to 32 waiting messages of
   different keys (same port and direction) as one call on their stacked rows, so the sentences in flight
   share each recurrent step's Linear and gate update (the runtime's message bundling).
+- ours_mak32_python: ours_mak32 on the Python engine. Every other side of ours runs on the default engine
+  (``engine="auto"``: the native worker loops wherever the extension is built), so the headline ratios
+  (``ratio_vs_eager``, ``ratio_vs_batched``, ``speedup_mak32_vs_mak1``) are the default engine's; each side
+  records the engine that ran (``engine``, printed in the table) and ``engine_gain`` divides ours_mak32 by
+  ours_mak32_python.
 - torch_eager: one sentence at a time (``eager_losses``: each rare word through the char BiLSTM on its own,
   then the word BiLSTM), an Adam step after each sentence, as DyNet's benchmark trains.
 - torch_batched: minibatches of ``TORCH_BATCH`` sentences, packed sequences (``batched_losses``), an Adam step
@@ -38,14 +43,13 @@ reported by its run of median throughput with every run's figures beside it.
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from typing import Any
 
 import numpy as np
 
-from amp_notebook.bench.common import interleaved_runs, median_run, report
+from amp_notebook.bench.common import interleaved_runs, load_line, machine_load, median_run, report
 from amp_notebook.data.batch import Dataset
 from amp_notebook.data.ner import synthetic_ner_dataset
 
@@ -59,14 +63,16 @@ def _sizes(data: Dataset) -> dict[str, int]:
     return {k: int(data.meta[k]) for k in ("vocab_size", "char_vocab_size", "num_tags")}  # type: ignore[call-overload]
 
 
-def ours(data: Dataset, epochs: int, seed: int, max_active_keys: int, max_bundle: int = 1) -> dict[str, Any]:
+def ours(
+    data: Dataset, epochs: int, seed: int, max_active_keys: int, max_bundle: int = 1, engine: str = "auto"
+) -> dict[str, Any]:  # fmt: skip
     """Our side: one sentence per key, asynchronous with ``max_active_keys`` sentences in flight."""
     from amp_notebook.models import bilstm_tagger
     from amp_notebook.models.bilstm_tagger import UPDATE_FREQUENCY
     from amp_notebook.runtime.train import TrainResult, train
 
     graph = bilstm_tagger(**_sizes(data))
-    settings = {**OURS, "max_active_keys": max_active_keys, "max_bundle": max_bundle}
+    settings = {**OURS, "max_active_keys": max_active_keys, "max_bundle": max_bundle, "engine": engine}
     r = train(graph, data, epochs=epochs, seed=seed, optimizer=OPTIMIZER, params=graph.init_params(seed), **settings)
     assert isinstance(r, TrainResult)
     per_epoch: list[float] = []
@@ -81,6 +87,7 @@ def ours(data: Dataset, epochs: int, seed: int, max_active_keys: int, max_bundle
         "val_accuracy": [e.val_accuracy for e in r.history],
         "staleness": r.staleness(),
         "wall_s": r.wall_s,
+        "engine": r.engine,
         "settings": {
             **settings,
             "optimizer": OPTIMIZER,
@@ -154,25 +161,28 @@ def run(
     if quick:
         n_train, n_val, epochs, repeats = 24, 8, 1, 1
     data = synthetic_ner_dataset(n_train=n_train, n_val=n_val, seed=seed)
-    load_before = os.getloadavg()
+    load_before = machine_load()["after"]
     runs = interleaved_runs(
         repeats,
         {
             "ours_mak32": lambda: ours(data, epochs, seed, 32),
             "ours_mak1": lambda: ours(data, epochs, seed, 1),
             "ours_mak32_bundled": lambda: ours(data, epochs, seed, 32, max_bundle=32),
+            "ours_mak32_python": lambda: ours(data, epochs, seed, 32, engine="python"),
             "torch_eager": lambda: torch_side(data, epochs, seed, batched=False),
             "torch_batched": lambda: torch_side(data, epochs, seed, batched=True),
         },
     )
-    a32, a1, bundled, eager, batched = (median_run(runs[name]) for name in runs)
+    load = machine_load(load_before)
+    a32, a1, bundled, a32_python, eager, batched = (median_run(runs[name]) for name in runs)
 
     def per_round(num: str, den: str) -> list[float]:
         return [n["instances_per_s"] / d["instances_per_s"] for n, d in zip(runs[num], runs[den], strict=True)]
 
     result = {
-        "ours_mak32": a32, "ours_mak1": a1, "ours_mak32_bundled": bundled, "torch_eager": eager,
-        "torch_batched": batched,
+        "ours_mak32": a32, "ours_mak1": a1, "ours_mak32_bundled": bundled, "ours_mak32_python": a32_python,
+        "torch_eager": eager, "torch_batched": batched,
+        "engine_gain": a32["instances_per_s"] / a32_python["instances_per_s"],
         "speedup_mak32_vs_mak1": a32["instances_per_s"] / a1["instances_per_s"],
         "speedup_mak32_vs_mak1_per_round": per_round("ours_mak32", "ours_mak1"),
         "speedup_mak32_bundled_vs_mak1": bundled["instances_per_s"] / a1["instances_per_s"],
@@ -184,14 +194,15 @@ def run(
         "ratio_vs_batched_per_round": per_round("ours_mak32", "torch_batched"),
         "repeats": repeats, "n_train": n_train, "n_val": n_val, "epochs": epochs, "seed": seed,
         "data": {k: data.meta[k] for k in ("train_tokens", "rare_token_fraction", "val_majority_fraction")},
-        "load_average_1min": {"before": load_before[0], "after": os.getloadavg()[0], "cpus": os.cpu_count()},
+        "load_average_1min": load,
     }  # fmt: skip
     rows: list[tuple[str, Any]] = [("", "sentences/s (median epoch)   val token accuracy")]
     sides = (("ours, max_active_keys 32", a32), ("ours, max_active_keys 1", a1),
-             ("ours, 32, bundles of <= 32", bundled), ("torch eager", eager),
-             ("torch batched (packed)", batched))  # fmt: skip
+             ("ours, 32, bundles of <= 32", bundled), ("ours, max_active_keys 32", a32_python),
+             ("torch eager", eager), ("torch batched (packed)", batched))  # fmt: skip
     for name, side in sides:
-        rows.append((name, f"{side['instances_per_s']:>10.1f}   {side['final_metric']:>24.4f}"))
+        label = f"{name} [{side['engine']}]" if "engine" in side else name
+        rows.append((label, f"{side['instances_per_s']:>10.1f}   {side['final_metric']:>24.4f}"))
     rows += [
         ("ours 32 / ours 1", f"{result['speedup_mak32_vs_mak1']:.2f} (rounds: "
          f"{', '.join(f'{r:.2f}' for r in result['speedup_mak32_vs_mak1_per_round'])}; paper: 3.2 on 16 cores)"),
@@ -199,7 +210,9 @@ def run(
          f"{', '.join(f'{r:.2f}' for r in result['speedup_mak32_bundled_vs_mak1_per_round'])})"),
         ("ours 32 / torch eager", f"{result['ratio_vs_eager']:.2f}"),
         ("ours 32 / torch batched", f"{result['ratio_vs_batched']:.2f}"),
+        ("ours 32: default engine / Python engine", f"{result['engine_gain']:.2f}"),
         ("runs per side", f"{repeats}, interleaved; medians shown"),
+        load_line(load),
     ]  # fmt: skip
     print(report(rows))
     return result

@@ -25,10 +25,14 @@ initial weights:
 - ours_per_tree_2_workers: the same on 2 worker threads.
 - ours_per_tree_unbundled: the same layout without bundling on 2 workers, 8 trees in flight, as measured
   before bundling existed; ``ratio_per_tree_unbundled_vs_eager``.
+- ours_python, ours_per_tree_python: ours and ours_per_tree on the Python engine.
 
-Why one worker thread: every message's Python glue holds the GIL, so two worker threads on this 2-core VM
-take turns rather than overlap, and each hand-off between them costs a wake-up and a GIL hand-over; with
-these small messages one thread measured faster (both are reported).
+Engines: every side but the ``_python`` ones runs on the default engine (``engine="auto"``: the native worker
+loops wherever the extension is built), so the headline ratios are the default engine's; each side records
+the engine that ran (``engine``), the table prints it, and ``engine_gain`` / ``engine_gain_per_tree`` divide
+the default engine's throughput by the Python engine's. On the Python engine every message's glue holds the
+GIL, so two worker threads on this 2-core VM take turns rather than overlap; the native engine's workers run
+without it (both worker counts are reported).
 - torch_eager: one tree at a time, a Python loop over its nodes (``eager_tree_losses``); gradients of a
   minibatch of 25 trees accumulate before each Adam step.
 - torch_batched: minibatches of 25 trees run level by level (``batched_tree_losses``), one branch cell per
@@ -42,13 +46,12 @@ and evaluates on the validation trees after every epoch; evaluation time counts,
 per second of that epoch (the per-epoch values are in ``epoch_instances_per_s``), ``overall_instances_per_s``
 over the whole run, ``final_metric`` = validation node-level accuracy after the last epoch and
 ``root_accuracy`` (whole-sentence accuracy). ratio = ours / theirs in ``instances_per_s``.
-``load_average_1min`` records the machine's load before and after (other processes on a small machine
-distort both sides, torch's OpenMP threads most).
+``load_average_1min`` records the machine's load before and after, flagged ``busy`` when it exceeded the
+cores (other processes on a small machine distort both sides, torch's OpenMP threads most).
 """
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -56,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from amp_notebook.bench.common import interleaved_runs, median_run, report
+from amp_notebook.bench.common import interleaved_runs, load_line, machine_load, median_run, report
 from amp_notebook.data.batch import Batch, Dataset
 from amp_notebook.data.sentiment import sentiment_tree_dataset
 
@@ -74,6 +77,8 @@ SIDES: dict[str, tuple[str, dict[str, Any]]] = {
     "ours_per_tree": ("per_tree", {**_PER_TREE, "workers": 1}),
     "ours_per_tree_2_workers": ("per_tree", {**_PER_TREE, "workers": 2}),
     "ours_per_tree_unbundled": ("per_tree", {"mode": "amp", "workers": 2, "max_active_keys": 8, "trace": False}),
+    "ours_python": ("forest", {**_FOREST, "workers": 1, "engine": "python"}),
+    "ours_per_tree_python": ("per_tree", {**_PER_TREE, "workers": 1, "engine": "python"}),
 }
 TORCH_THREADS, TORCH_BATCH, EVAL_BATCH = 2, 25, 250
 
@@ -123,6 +128,7 @@ def ours(data: Dataset, epochs: int, seed: int, side: str = "ours") -> dict[str,
         "wall_s": r.wall_s,
         "bucketing_s": bucketing_s,
         "epochs_run": len(r.history),
+        "engine": r.engine,
         "settings": {**settings, "optimizer": OPTIMIZER},
     }
 
@@ -223,7 +229,7 @@ def run(
     if quick:
         n_train, n_val, epochs, repeats = 200, 60, 3, 1
     data = sentiment_tree_dataset(n_train=n_train, n_val=n_val, seed=seed)
-    load_before = os.getloadavg()
+    load_before = machine_load()["after"]
 
     def side(name: str) -> Callable[[], dict[str, Any]]:
         return lambda: ours(data, epochs, seed, name)
@@ -232,6 +238,7 @@ def run(
     contenders["torch_eager"] = lambda: torch_side(data, epochs, seed, batched=False)
     contenders["torch_batched"] = lambda: torch_side(data, epochs, seed, batched=True)
     runs = interleaved_runs(repeats, contenders)
+    load = machine_load(load_before)
     medians = {name: median_run(runs[name]) for name in runs}
     a, per_tree, unbundled = medians["ours"], medians["ours_per_tree"], medians["ours_per_tree_unbundled"]
     eager, batched = medians["torch_eager"], medians["torch_batched"]
@@ -247,6 +254,8 @@ def run(
             o["instances_per_s"] / e["instances_per_s"]
             for o, e in zip(runs["ours_per_tree"], runs["torch_eager"], strict=True)
         ],
+        "engine_gain": a["instances_per_s"] / medians["ours_python"]["instances_per_s"],
+        "engine_gain_per_tree": per_tree["instances_per_s"] / medians["ours_per_tree_python"]["instances_per_s"],
         "ratio_vs_eager": a["instances_per_s"] / eager["instances_per_s"],
         "ratio_vs_batched": a["instances_per_s"] / batched["instances_per_s"],
         "ratio_vs_eager_per_round": [
@@ -254,23 +263,29 @@ def run(
         ],
         "repeats": repeats, "n_train": n_train, "n_val": n_val, "epochs": epochs, "seed": seed,
         "model": {"embedding_dim": EMBED, "hidden": HIDDEN, "classes": CLASSES},
-        "load_average_1min": {"before": load_before[0], "after": os.getloadavg()[0], "cpus": os.cpu_count()},
+        "load_average_1min": load,
     }  # fmt: skip
     rows: list[tuple[str, Any]] = [("", "trees/s (median epoch)   val node acc   val root acc")]
     sides = (("ours: forests, bundled, 1 worker", a), ("ours: forests, bundled, 2 workers", medians["ours_2_workers"]),
              ("ours: one tree per key, bundled, 1 worker", per_tree),
              ("ours: one tree per key, bundled, 2 workers", medians["ours_per_tree_2_workers"]),
-             ("ours: one tree per key, unbundled, 2 workers", unbundled), ("torch eager", eager),
-             ("torch level-batched", batched))  # fmt: skip
+             ("ours: one tree per key, unbundled, 2 workers", unbundled),
+             ("ours: forests, bundled, 1 worker", medians["ours_python"]),
+             ("ours: one tree per key, bundled, 1 worker", medians["ours_per_tree_python"]),
+             ("torch eager", eager), ("torch level-batched", batched))  # fmt: skip
     for name, side in sides:
-        rows.append((name, f"{side['instances_per_s']:>10.0f}   {side['final_metric']:>20.4f}"
-                           f"   {side['root_accuracy']:>12.4f}"))  # fmt: skip
+        label = f"{name} [{side['engine']}]" if "engine" in side else name
+        rows.append((label, f"{side['instances_per_s']:>10.0f}   {side['final_metric']:>20.4f}"
+                            f"   {side['root_accuracy']:>12.4f}"))  # fmt: skip
     rows += [("ours / torch eager", f"{result['ratio_vs_eager']:.2f} (rounds: "
               f"{', '.join(f'{r:.2f}' for r in result['ratio_vs_eager_per_round'])})"),
              ("ours / torch batched", f"{result['ratio_vs_batched']:.2f}"),
              ("ours one tree per key, bundled / torch eager", f"{result['ratio_per_tree_vs_eager']:.2f} (rounds: "
               f"{', '.join(f'{r:.2f}' for r in result['ratio_per_tree_vs_eager_per_round'])})"),
+             ("ours one tree per key, bundled / torch level-batched", f"{result['ratio_per_tree_vs_batched']:.2f}"),
              ("  unbundled / torch eager", f"{result['ratio_per_tree_unbundled_vs_eager']:.2f}"),
-             ("runs per side", f"{repeats}, interleaved; medians shown")]  # fmt: skip
+             ("default engine / Python engine", f"forests {result['engine_gain']:.2f}, one tree per key "
+              f"{result['engine_gain_per_tree']:.2f}"),
+             ("runs per side", f"{repeats}, interleaved; medians shown"), load_line(load)]  # fmt: skip
     print(report(rows))
     return result

@@ -9,12 +9,13 @@ asks the simulated backend, which runs the same session, controller and workers 
    machine, :func:`measure_costs` runs a short ``sync`` training on one worker thread over the first
    ``measure_keys`` training keys, with tracing on, and fixes each node's forward, backward and update time
    at the median of its trace rows (a :class:`~amp_notebook.runtime.costs.NodeCost` per node: the heavy
-   nodes' matrix work and the light nodes' Python glue alike). A node the sample never reached (a replica
-   no sampled key was routed to) falls back to :meth:`CostModel.this_cpu`'s formula: FLOPs over this
-   core's measured FLOP/s plus its measured per-message overhead. A node cost is one time per message
-   whatever the payload's shape: right for keys of one bucket size, a typical value otherwise. A fixed
-   node cost is charged for every message of a bundle (``max_bundle`` > 1), so the predictions leave out
-   what bundling saves; the search only ranks placements by them.
+   nodes' matrix work and the light nodes' glue alike), on the engine the run itself uses (its ``engine``
+   setting: a native run's nodes are timed on the native engine). A node the sample never reached (a
+   replica no sampled key was routed to) falls back to :func:`~amp_notebook.runtime.calibrate.this_cpu`'s
+   formula for that engine: FLOPs over this core's measured FLOP/s plus the engine's measured per-message
+   overhead. A node cost is one time per message whatever the payload's shape: right for keys of one bucket size, a
+   typical value otherwise. A fixed node cost is charged for every message of a bundle (``max_bundle`` >
+   1), so the predictions leave out what bundling saves; the search only ranks placements by them.
 2. **Workload.** ``keys`` training keys (the first ones, repeated if the dataset is smaller), the run's
    mode, max_active_keys, min_update_frequency, inbox priority and order, max_bundle, optimizer, dtype and
    initial parameters;
@@ -52,6 +53,7 @@ from amp_notebook.ir import ops as O
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.message import PHASES
 from amp_notebook.optim import DEFAULT_OPTIMIZER
+from amp_notebook.runtime.calibrate import this_cpu
 from amp_notebook.runtime.config import RunConfig
 from amp_notebook.runtime.costs import CostModel, NodeCost
 from amp_notebook.runtime.launch import backend_for, build_session, result_of, simulate
@@ -117,16 +119,18 @@ def measure_costs(
     params: dict[str, dict[str, np.ndarray]] | None = None,
     dtype: str = "float32",
     seed: int = 0,
+    engine: str = "auto",
 ) -> CostModel:
-    """Each node's handling times on this machine, from a short traced sync run on one worker thread.
+    """Each node's handling times on this machine, from a short traced sync run on one worker thread of
+    ``engine`` (the ``engine`` setting's values; "auto" resolves as a run's does).
 
-    Returns :meth:`CostModel.this_cpu` with a :class:`NodeCost` for every node the sample reached: the
-    median of its forward, backward and update rows (module docstring, step 1).
+    Returns :func:`~amp_notebook.runtime.calibrate.this_cpu` for the engine that ran, with a :class:`NodeCost`
+    for every node the sample reached: the median of its forward, backward and update rows (module docstring, step 1).
     """
     sample = Dataset(dataset.name, _cycle(dataset.train, measure_keys), [], dataset.num_classes, dataset.meta)
     start = params if params is not None else graph.init_params(seed, np.dtype(dtype))
     config = RunConfig(workers=1, mode="sync", optimizer=optimizer, dtype=dtype, seed=seed, validate=False,
-                       shuffle=False, trace=True, trace_capacity=None)  # fmt: skip
+                       shuffle=False, trace=True, trace_capacity=None, engine=engine)  # fmt: skip
     session, spec = build_session(graph, sample, config, start)
     runner = backend_for(session)
     runner.run()
@@ -142,7 +146,13 @@ def measure_costs(
                  if (index, p) in durations}  # fmt: skip
         if times:
             nodes[name] = NodeCost(**times)
-    return CostModel.this_cpu(nodes=nodes)
+    return this_cpu(engine=r.engine, nodes=nodes)
+
+
+def _measured_engine(config: RunConfig) -> str:
+    """The engine to time nodes on for ``config``: its own on threads; on Ray (whose workers run the Python
+    engine) the Python engine. (On simulated hardware nothing is measured: the run's cost model judges.)"""
+    return config.engine if config.backend == "threads" else "python"
 
 
 def autoplace(
@@ -186,7 +196,7 @@ def autoplace(
     source = "the run's cost model"
     if costs is None:
         costs = measure_costs(graph, dataset, measure_keys=measure_keys, optimizer=spec, params=initial, dtype=dtype,
-                              seed=config.seed)  # fmt: skip
+                              seed=config.seed, engine=_measured_engine(config))  # fmt: skip
         source = "measured on this machine"
     n_keys = keys if keys is not None else min(48, max(16, 4 * config.max_active_keys))
     workload = Dataset(dataset.name, _cycle(dataset.train, n_keys), [], dataset.num_classes, dataset.meta)
@@ -194,8 +204,9 @@ def autoplace(
     pinned = {n for n in heavy if graph.nodes[n].worker is not None}
     movable = [n for n in heavy if n not in pinned]
     # the workload's settings: the run's, simulated, one pass over the workload without validation or trace
-    base = config.replace(optimizer=spec, backend="simulated", address=None, epochs=1, validate=False, shuffle=False,
-                          trace=False, placement="round_robin")  # fmt: skip
+    # (engine "auto": the simulator has no engine to choose; a run that asks for "native" by name is placed too)
+    base = config.replace(optimizer=spec, backend="simulated", engine="auto", address=None, epochs=1, validate=False,
+                          shuffle=False, trace=False, placement="round_robin")  # fmt: skip
     cache: dict[tuple[int, ...], float] = {}
 
     def predict(assignment: dict[str, int]) -> float:

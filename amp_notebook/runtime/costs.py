@@ -43,6 +43,9 @@ message costs one dict lookup.
 Two presets: :meth:`CostModel.tflops_device` (the paper's hypothetical 1 TFLOPS device, free links; the
 default) and :meth:`CostModel.this_cpu` (FLOP/s and per-message overhead of one core of this machine,
 measured once per process by :func:`calibrate_cpu`). :meth:`CostModel.zero` makes every cost zero.
+
+The native engine's per-message overhead is measured by running it
+(:func:`amp_notebook.runtime.calibrate.this_cpu`, which builds on :meth:`CostModel.this_cpu`).
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from typing import Any
 import numpy as np
 
 from amp_notebook.errors import AmpError
+from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.message import BWD, FWD
 from amp_notebook.runtime.plan import Plan
 
@@ -150,7 +154,8 @@ class CostModel:
 
     @classmethod
     def this_cpu(cls, **changes: Any) -> CostModel:
-        """One core of this machine: FLOP/s and per-message overhead measured once per process."""
+        """One core of this machine: FLOP/s and the Python engine's per-message overhead, measured once per
+        process (for the native engine's: :func:`amp_notebook.runtime.calibrate.this_cpu`)."""
         flops, overhead = calibrate_cpu()
         return replace(cls(flops=flops, message_overhead_s=overhead), **changes)
 
@@ -335,7 +340,6 @@ class CostTable:
 # --------------------------------------------------------------------- calibration
 
 
-@functools.cache
 def calibrate_cpu(repeats: int = 5) -> tuple[float, float]:
     """(FLOP/s of one core on a float32 matmul, seconds of glue per message), measured once per process.
 
@@ -344,6 +348,11 @@ def calibrate_cpu(repeats: int = 5) -> tuple[float, float]:
     no-op nodes, i.e. the Python glue a message costs besides its math (queues and thread hand-offs of
     the threaded backend are not included).
     """
+    return _matmul_flops(repeats), _measure_overhead(repeats)
+
+
+@functools.cache
+def _matmul_flops(repeats: int) -> float:
     from threadpoolctl import threadpool_limits
 
     rng = np.random.default_rng(0)
@@ -356,12 +365,11 @@ def calibrate_cpu(repeats: int = 5) -> tuple[float, float]:
             t0 = time.perf_counter()
             a @ b
             best = min(best, time.perf_counter() - t0)
-    flops = 2.0 * 128 * 512 * 512 / max(best, 1e-9)
-    return flops, _measure_overhead(repeats)
+    return 2.0 * 128 * 512 * 512 / max(best, 1e-9)
 
 
+@functools.cache
 def _measure_overhead(repeats: int) -> float:
-    from amp_notebook.ir.graph import Graph
     from amp_notebook.ir.message import Message, State
     from amp_notebook.ir.ops import NodeContext
     from amp_notebook.runtime.plan import compile_plan
@@ -385,7 +393,19 @@ def _measure_overhead(repeats: int) -> float:
     return best
 
 
+def noop_chain(length: int = 16, workers: int = 2) -> Graph:
+    """Input -> Linear(1, 1) -> ``length`` Identity nodes -> MSE, the Identity nodes pinned round robin over
+    ``workers`` (with 2 every hop crosses threads): on keys of one instance of width 1 nearly all of a
+    message's time is the runtime's own (``amp-notebook bench overhead``, the native engine's calibration)."""
+    g = Graph("noop_chain")
+    h = g.linear(g.input("x", width=1), 1, name="first")
+    for i in range(length):
+        h = g.identity(h, name=f"noop{i}", worker=i % workers)
+    g.mse(h, g.input("target", width=1), name="loss")
+    return g
+
+
 __all__ = [
     "WIRE_BYTES", "CostModel", "CostModelError", "CostTable", "Link", "NodeCost", "calibrate_cpu",
-    "message_flops", "parameter_count",
+    "message_flops", "noop_chain", "parameter_count",
 ]  # fmt: skip

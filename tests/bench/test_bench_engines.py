@@ -1,0 +1,190 @@
+"""The benchmarks' engine figures: every new JSON key and option, without timing anything that is asserted.
+
+The comparisons' result assembly is checked with their training sides replaced by fakes that return fixed
+throughputs (so the ratios are known exactly); the overhead and scaling benchmarks also run for real on a
+few keys, their figures only checked to be positive.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from amp_notebook import engine as native_engine
+from amp_notebook.bench import ggsnn_vs_torch, overhead, rnn_vs_torch, scaling, speedup, tagger_vs_torch, tree_vs_torch
+from amp_notebook.bench.common import load_line, machine_load
+from amp_notebook.bench.registry import run_benchmark
+from amp_notebook.cli import main
+from amp_notebook.errors import SettingError
+
+needs_native = pytest.mark.skipif(not native_engine.available(), reason="the native engine is not built here")
+
+
+def last_json_line(text: str) -> dict[str, Any]:
+    return json.loads(text.strip().splitlines()[-1])
+
+
+def test_machine_load_flags_a_busy_machine() -> None:
+    load = machine_load(before=1e6)
+    assert load["before"] == 1e6 and load["busy"] is True and load["cpus"] >= 1
+    assert "BUSY" in load_line(load)[1]
+    quiet = {"before": 0.0, "after": 0.0, "cpus": 2, "busy": False}
+    assert "BUSY" not in load_line(quiet)[1]
+
+
+@needs_native
+def test_overhead_reports_both_engines_in_one_run(capsys: pytest.CaptureFixture[str]) -> None:
+    result = overhead.run(repeats=2, keys=10)
+    assert result["us_per_message"] > 0 and result["us_per_message_native"] > 0
+    assert len(result["repeats_us"]) == len(result["repeats_us_native"]) == 2
+    assert result["python_over_native"] == pytest.approx(result["us_per_message"] / result["us_per_message_native"])
+    assert {"before", "after", "cpus", "busy"} <= result["load_average_1min"].keys()
+    assert "native engine: us per message" in capsys.readouterr().out
+
+
+def test_overhead_without_the_native_engine_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(native_engine, "available", lambda: False)
+    monkeypatch.setattr(native_engine, "status", lambda: {"available": False, "reason": "not built (test)"})
+    result = overhead.run(repeats=1, keys=5)
+    assert result["us_per_message_native"] is None and result["native_unavailable"] == "not built (test)"
+
+
+@pytest.mark.parametrize(
+    ("text", "counts"), [("1,2", (1, 2)), ("2,1,2", (1, 2)), ("1,2,4,8,16", (1, 2, 4, 8, 16)), ((1, 4), (1, 4))]
+)
+def test_scaling_reads_worker_lists(text: Any, counts: tuple[int, ...]) -> None:
+    assert scaling.parse_workers(text) == counts
+
+
+@pytest.mark.parametrize("text", ["2,4", "1", "1,x", "0,1,2", ""])
+def test_scaling_refuses_worker_lists_without_a_comparison(text: str) -> None:
+    with pytest.raises(SettingError, match="workers"):
+        scaling.parse_workers(text)
+
+
+def test_scaling_headline_takes_2_workers_when_measured() -> None:
+    assert scaling.headline_workers((1, 2, 4)) == 2
+    assert scaling.headline_workers((1, 4, 16)) == 16
+
+
+def test_scaling_json_has_the_ratio_of_every_model_on_every_engine(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(native_engine, "available", lambda: True)
+    calls: list[tuple[str, str, int, int]] = []
+
+    def fake(workload: Any, engine: str, workers: int, max_active_keys: int, seed: int) -> float:
+        calls.append((workload.name, engine, workers, max_active_keys))
+        return 100.0 * workers ** (0.5 if engine == "native" else 0.0)
+
+    monkeypatch.setattr(scaling, "throughput", fake)
+    assert main(["bench", "scaling", "--quick", "--json", "--workers", "1,2,4"]) == 0
+    out = last_json_line(capsys.readouterr().out)
+    assert set(out["native"]) == set(out["python"]) == {"tree", "ggsnn", "tagger", "rnn_replicas", "mlp"}
+    assert out["native"]["tree"] == pytest.approx(2**0.5) and out["python"]["mlp"] == pytest.approx(1.0)
+    assert out["ratios"]["native"]["ggsnn"]["4"] == pytest.approx(2.0) and out["headline_workers"] == 2
+    assert out["workers"] == [1, 2, 4] and out["settings"]["tagger"]["max_active_keys"] == 32
+    assert ("bilstm-tagger", "native", 4, 32) in calls and ("rnn-2-replicas", "python", 1, 4) in calls
+    assert len(calls) == 5 * 2 * 3  # every model, engine and count once (--quick: one round)
+
+
+def test_scaling_runs_for_real_on_a_few_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    engines = ("native", "python") if native_engine.available() else ("python",)
+    result = scaling.run(quick=True, models=("mlp",), engines=engines)
+    for engine in engines:
+        assert result[engine]["mlp"] > 0
+        assert all(v > 0 for v in result["instances_per_s"][engine]["mlp"].values())
+    assert "mlp" in capsys.readouterr().out
+
+
+def test_only_scaling_takes_a_workers_list() -> None:
+    with pytest.raises(SettingError, match="bench overhead takes no --workers"):
+        run_benchmark("overhead", quick=True, workers="1,2")
+
+
+def _side(rate: float, engine: str, **extra: Any) -> dict[str, Any]:
+    return {"instances_per_s": rate, "final_metric": 0.5, "root_accuracy": 0.25, "engine": engine, "curve": [0.5],
+            "settings": {}, **extra}  # fmt: skip
+
+
+def test_tree_vs_torch_adds_python_engine_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    rates = {"ours": 40.0, "ours_per_tree": 30.0, "ours_python": 10.0, "ours_per_tree_python": 5.0}
+    monkeypatch.setattr(tree_vs_torch, "ours", lambda data, epochs, seed, side: _side(
+        rates.get(side, 20.0), "python" if side.endswith("_python") else "native"))  # fmt: skip
+    monkeypatch.setattr(tree_vs_torch, "torch_side", lambda data, epochs, seed, batched: _side(
+        60.0 if batched else 15.0, "torch"))  # fmt: skip
+    result = tree_vs_torch.run(quick=True)
+    assert result["ratio_per_tree_vs_batched"] == pytest.approx(0.5)  # 30 / 60
+    assert result["ratio_per_tree_vs_eager"] == pytest.approx(2.0)
+    assert result["ratio_vs_batched"] == pytest.approx(40 / 60)
+    assert result["engine_gain"] == pytest.approx(4.0) and result["engine_gain_per_tree"] == pytest.approx(6.0)
+    assert result["ours_per_tree_python"]["engine"] == "python" and result["ours_per_tree"]["engine"] == "native"
+    assert tree_vs_torch.SIDES["ours_per_tree_python"][1]["engine"] == "python"
+    assert "engine" not in tree_vs_torch.SIDES["ours_per_tree"][1]  # the headline runs the default engine
+
+
+def test_ggsnn_vs_torch_adds_python_engine_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    rates = {"ours": 40.0, "ours_per_graph": 30.0, "ours_python": 10.0, "ours_per_graph_python": 3.0}
+    monkeypatch.setattr(ggsnn_vs_torch, "ours", lambda task, tg, vg, epochs, seed, side: _side(
+        rates.get(side, 20.0), "python" if side.endswith("_python") else "native"))  # fmt: skip
+    monkeypatch.setattr(ggsnn_vs_torch, "torch_side", lambda task, tg, vg, epochs, seed, scatter: _side(
+        60.0 if scatter else 20.0, "torch"))  # fmt: skip
+    result = ggsnn_vs_torch.run(quick=True)
+    assert result["ratio_per_graph_vs_scatter"] == pytest.approx(0.5) and result["ratio_vs_dense"] == pytest.approx(2.0)
+    assert result["engine_gain"] == pytest.approx(4.0) and result["engine_gain_per_graph"] == pytest.approx(10.0)
+    assert ggsnn_vs_torch.SIDES["ours_per_graph_python"][1]["engine"] == "python"
+
+
+def test_tagger_vs_torch_ratio_vs_eager_uses_the_default_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fake_ours(data: Any, epochs: int, seed: int, max_active_keys: int, max_bundle: int = 1,
+                  engine: str = "auto") -> dict[str, Any]:  # fmt: skip
+        rate = {("auto", 32): 12.0, ("auto", 1): 6.0, ("python", 32): 3.0}[(engine, max_active_keys)]
+        return _side(rate + (max_bundle > 1), "python" if engine == "python" else "native")
+
+    monkeypatch.setattr(tagger_vs_torch, "ours", fake_ours)
+    monkeypatch.setattr(tagger_vs_torch, "torch_side", lambda data, epochs, seed, batched: _side(
+        24.0 if batched else 4.0, "torch"))  # fmt: skip
+    result = tagger_vs_torch.run(quick=True)
+    assert result["ratio_vs_eager"] == pytest.approx(3.0) and result["ratio_vs_batched"] == pytest.approx(0.5)
+    assert result["engine_gain"] == pytest.approx(4.0) and result["speedup_mak32_vs_mak1"] == pytest.approx(2.0)
+    assert result["ours_mak32_python"]["engine"] == "python" and result["ratio_vs_eager_per_round"] == [3.0]
+
+
+def test_rnn_vs_torch_adds_the_python_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fake_ours(data: Any, target: float, max_epochs: int, seed: int, engine: str = "auto") -> dict[str, Any]:
+        rate = 2000.0 if engine == "python" else 8000.0
+        return {"instances_per_s": rate, "engine": "python" if engine == "python" else "native",
+                "time_to_target_s": None, "epochs_to_target": None}  # fmt: skip
+
+    monkeypatch.setattr(rnn_vs_torch, "ours", fake_ours)
+    monkeypatch.setattr(rnn_vs_torch, "torch_baseline", lambda data, target, max_epochs, seed: {
+        "instances_per_s": 4000.0, "time_to_target_s": None, "epochs_to_target": None})  # fmt: skip
+    monkeypatch.setattr(rnn_vs_torch, "list_reduction_dataset", lambda **kwargs: None)
+    result = rnn_vs_torch.run(quick=True)
+    assert result["throughput_ratio"] == pytest.approx(2.0) and result["engine_gain"] == pytest.approx(4.0)
+    assert result["ours_python"]["engine"] == "python" and "busy" in result["load_average_1min"]
+
+
+def test_speedup_adds_the_python_engine_pair(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Fake:
+        auto_placement = None
+
+        def __init__(self, mode: str, engine: str) -> None:
+            self.engine = "python" if engine == "python" else "native"
+            self.train_instances_per_s = (300.0 if mode == "amp" else 100.0) / (3.0 if engine == "python" else 1.0)
+
+    seen: list[str] = []
+
+    def fake_train(graph: Any, data: Any, **settings: Any) -> Fake:
+        seen.append(settings.get("engine", "auto"))
+        return Fake(settings["mode"], settings.get("engine", "auto"))
+
+    monkeypatch.setattr(speedup, "train", fake_train)
+    monkeypatch.setattr(speedup, "TrainResult", Fake)
+    monkeypatch.setattr(speedup, "blas_two_thread_scaling", lambda: 1.9)
+    result = speedup.run(quick=True)
+    assert result["ratio"] == pytest.approx(3.0) and result["engine"] == "native"
+    assert result["python_amp_per_s"] == pytest.approx(100.0) and result["python_ratio"] == pytest.approx(3.0)
+    assert seen.count("python") == 2 * 3  # the Python pair, every round
