@@ -10,19 +10,17 @@ it and run them as one call. This sweeps ``max_bundle`` over {1, 4, 16, 64} on:
 * ``ggsnn``: the GG-NN (hidden 32, 4 steps) on bAbI-15-style node selection, 54-node graphs, one graph
   per key, ``max_active_keys`` 32, the loop's Linears updating once per graph's worth of steps, Adam.
 
-Both on the threaded backend (2 workers, trace off), ``order="largest_bundle"`` when ``max_bundle`` > 1
+Both on the threaded backend (2 workers, the default engine, traced), ``order="largest_bundle"`` when ``max_bundle`` > 1
 (the inbox serves the node with the most messages waiting, so bundles grow; see runtime/inbox.py) and the
 default order at 1. Every setting runs ``repeats`` times, interleaved, the order of settings reversed
 every round; figures are medians. Per setting: training instances per second and messages per second
-(handled messages / wall time), and the mean bundle size (messages per trace row of a traced run would be
-the same; here messages / calls counted by the workers).
+(handled messages / wall time), and the mean bundle size (messages per trace row: a row is one bundle).
 """
 
 from __future__ import annotations
 
 import os
 import statistics
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -31,7 +29,7 @@ from amp_notebook.bench.common import interleaved_medians, report
 
 MAX_BUNDLES = (1, 4, 16, 64)
 OPTIMIZER: dict[str, Any] = {"name": "adam", "lr": 3e-3}
-RUN: dict[str, Any] = {"mode": "amp", "workers": 2, "max_active_keys": 32, "trace": False, "validate": False}
+RUN: dict[str, Any] = {"mode": "amp", "workers": 2, "max_active_keys": 32, "validate": False}
 
 
 def _tree_case(n_train: int, seed: int) -> tuple[Any, Any]:
@@ -56,33 +54,23 @@ def _ggsnn_case(n_train: int, seed: int) -> tuple[Any, Any]:
 
 
 def measure(graph: Any, data: Any, max_bundle: int, seed: int) -> dict[str, float]:
-    """One run: instances/s, messages/s and the mean bundle size."""
+    """One run: instances/s, messages/s and the mean bundle size, counted from the run's trace (one row per
+    bundle, with its message count), on whichever engine ran."""
+    from amp_notebook.ir.message import BWD, FWD
     from amp_notebook.runtime.train import TrainResult, train
-    from amp_notebook.runtime.worker import Worker
-
-    calls = [0, 0]  # bundles, messages
-    lock = threading.Lock()  # two worker threads count
-    original = Worker.step
-
-    def counting(self: Worker, bundle: list[Any], *rest: Any) -> Any:
-        with lock:
-            calls[0] += 1
-            calls[1] += len(bundle)
-        return original(self, bundle, *rest)
 
     order = "largest_bundle" if max_bundle > 1 else "oldest_key"
-    Worker.step = counting  # type: ignore[method-assign]
-    try:
-        t0 = time.perf_counter()
-        r = train(graph, data, epochs=1, seed=seed, optimizer=OPTIMIZER, max_bundle=max_bundle, order=order, **RUN)
-        wall = time.perf_counter() - t0
-    finally:
-        Worker.step = original  # type: ignore[method-assign]
+    t0 = time.perf_counter()
+    r = train(graph, data, epochs=1, seed=seed, optimizer=OPTIMIZER, max_bundle=max_bundle, order=order, **RUN)
+    wall = time.perf_counter() - t0
     assert isinstance(r, TrainResult)
+    events = r.trace.events()
+    steps = (events["phase"] == FWD) | (events["phase"] == BWD)
+    bundles, messages = int(steps.sum()), int(events["messages"][steps].sum())
     return {
         "instances_per_s": len(data.train) / wall,
-        "messages_per_s": calls[1] / wall,
-        "mean_bundle": calls[1] / max(calls[0], 1),
+        "messages_per_s": messages / wall,
+        "mean_bundle": messages / max(bundles, 1),
         "wall_s": wall,
     }
 
