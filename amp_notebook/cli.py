@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from amp_notebook.bench.registry import BENCHMARKS, run_benchmark
+from amp_notebook.cli_data import add_data_option, model_and_data_from_dir
 from amp_notebook.cli_validate import add_validate_parser, cmd_validate
 from amp_notebook.data.batch import Dataset
 from amp_notebook.data.digits import load_digits_dataset
@@ -169,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="train the bilstm-tagger on a CoNLL-style file ('token tag' per line; 10%% held out for validation) "
         "instead of the synthetic NER sentences",
     )
+    add_data_option(t)
     t.add_argument("--trace", type=Path, default=None, help="write a Chrome/Perfetto trace JSON here")
     t.add_argument(
         "--trace-window",
@@ -225,6 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def model_and_data(args: argparse.Namespace) -> tuple[Graph, Dataset]:
+    if getattr(args, "data", None) is not None:
+        return model_and_data_from_dir(args)
     per_key = getattr(args, "per_key", 1)
     if per_key != 1 and args.model not in ("tree-lstm", "ggsnn", "bilstm-tagger"):
         raise SystemExit("amp-notebook: --per-key applies to --model tree-lstm, ggsnn and bilstm-tagger only")
@@ -372,6 +376,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     }
     if per_node:
         summary["node_min_update_frequency"] = per_node
+    if "source" in data.meta:  # real data read with --data
+        summary["data"] = data.meta["source"]
     if args.model == "tree-lstm":
         trees = data.meta.get("trees", data)  # forests keep their trees in meta
         summary["val_root_accuracy"] = root_accuracy(result.params, trees.val)  # val_accuracy is per tree node

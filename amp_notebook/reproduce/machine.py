@@ -35,9 +35,9 @@ def loaded(load: float | list[float] | None) -> bool:
 
 def load_words(load: float | list[float] | None) -> str:
     """A load as a reader should see it: ``load 3.8 on 2 cores`` (``3.1-5.6`` for a range)."""
-    if load is None:
-        return ""
-    values = load if isinstance(load, list) else [load]
+    values = [] if load is None else load if isinstance(load, list) else [load]
+    if not values:
+        return "load not recorded"
     span = f"{min(values):.1f}" if min(values) == max(values) else f"{min(values):.1f}-{max(values):.1f}"
     return f"load {span} on {cores()} cores"
 

@@ -37,9 +37,8 @@ from typing import Any
 from amp_notebook.bench.common import interleaved_runs
 from amp_notebook.reproduce import paper
 from amp_notebook.reproduce.machine import load_1min, loaded
-from amp_notebook.reproduce.table2 import SIMULATED, THREADS, families, thread_placements
+from amp_notebook.reproduce.table2 import SIMULATED, THREADS, calibrate, families, thread_placements
 from amp_notebook.reproduce.workloads import Workload, available
-from amp_notebook.runtime.autoplace import measure_costs
 from amp_notebook.runtime.costs import CostModel
 from amp_notebook.runtime.session import EpochStats
 from amp_notebook.runtime.train import TrainResult, train
@@ -47,7 +46,7 @@ from amp_notebook.runtime.train import TrainResult, train
 MODELS = ("mlp", "rnn", "rnn-2-replicas", "rnn-4-replicas", "tree-lstm", "ggsnn")
 MAX_EPOCHS: dict[str, int] = {"mlp": 40, "rnn": 25, "rnn-2-replicas": 30, "rnn-4-replicas": 30, "tree-lstm": 8,
                               "ggsnn": 15}  # fmt: skip
-QUICK_EPOCHS = 2
+QUICK_EPOCHS = 1
 QUICK_SEARCH: dict[str, Any] = {"keys": 8, "max_evaluations": 2}
 
 
@@ -55,7 +54,7 @@ def run(
     quick: bool = False, repeats: int = 3, seed: int = 0, models: Sequence[str] = MODELS, *,
     data_root: str | Path | None = None, engine: str = "python",
 ) -> dict[str, Any]:  # fmt: skip
-    """Every row of the paper's Table 1 for ``models`` on both backends; ``quick``: a few keys, 2 epochs, once."""
+    """Every row of the paper's Table 1 for ``models`` on both backends; ``quick``: a few keys, 1 epoch, once."""
     if quick:
         repeats = 1
     rows: list[dict[str, Any]] = []
@@ -70,7 +69,7 @@ def run(
         costs: dict[str, CostModel] = {}
         for w in members:
             _progress(f"table1: {w.name} ({w.layout}) to {w.target.text}, {len(w.data.train)} keys")  # type: ignore[union-attr]
-            costs[w.name] = measure_costs(w.graph, w.data, optimizer=w.optimizer, seed=seed)
+            costs[w.name] = calibrate(w, seed)
             targets[w.name] = {"text": w.target.text, "metric": w.target.metric, "value": w.target.value,  # type: ignore[union-attr]
                                "above": w.target.above, "note": w.target.note}  # type: ignore[union-attr]  # fmt: skip
             data[w.name] = w.data_source
