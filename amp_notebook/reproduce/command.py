@@ -4,9 +4,10 @@ Runs the experiments, writes ``DIR/NAME.json`` (every figure, JSON) and ``DIR/NA
 self-contained report: plotly embedded, opens offline), and with ``--json`` prints the result as one JSON
 object on the last stdout line (``all``: one object with a key per experiment). Progress, and anything
 the PyTorch peers print, goes to stderr. ``--quick`` runs a small version of each (CI's smoke test: its
-figures mean nothing, and the report says so on every table). ``--data DIR`` trains on real data in DIR
-(:mod:`amp_notebook.data.real` lists the files each model reads) instead of the generated default;
-``--engine`` picks the engine that runs the workers.
+figures mean nothing, and the report says so on every table). ``--data ROOT`` trains each model on the
+real data in its folder of ROOT (:mod:`amp_notebook.data.real` lists them) instead of the generated default;
+``--engine`` picks the engine that runs the workers; ``--processes N`` trains Fig. 5's grid points N at a
+time.
 """
 
 from __future__ import annotations
@@ -49,10 +50,14 @@ def add_parser(sub: Any) -> None:
         "without one keeps its generated data",
     )  # fmt: skip
     r.add_argument("--engine", choices=ENGINES, default="python", help="the engine that runs the workers")
+    r.add_argument(
+        "--processes", type=int, default=1, metavar="N",
+        help="fig5: train N grid points at once in N processes (the same results as one process)",
+    )  # fmt: skip
 
 
 def run_experiments(
-    names: list[str], quick: bool = False, data_root: Path | None = None, engine: str = "python"
+    names: list[str], quick: bool = False, data_root: Path | None = None, engine: str = "python", processes: int = 1
 ) -> dict[str, dict[str, Any]]:
     """Each experiment's ``run`` in turn (with the data and engine where it takes them), ``elapsed_s`` added."""
     results: dict[str, dict[str, Any]] = {}
@@ -61,7 +66,8 @@ def run_experiments(
         print(f"reproduce: {name}{' (quick)' if quick else ''}", file=sys.stderr, flush=True)
         experiment = importlib.import_module(EXPERIMENTS[name]).run
         accepted = inspect.signature(experiment).parameters
-        options = {k: v for k, v in (("data_root", data_root), ("engine", engine)) if k in accepted}
+        given = {"data_root": data_root, "engine": engine, "processes": processes}
+        options = {k: v for k, v in given.items() if k in accepted}
         with contextlib.redirect_stdout(sys.stderr):  # the peers print progress; stdout is for --json
             results[name] = experiment(quick=quick, **options)
         results[name]["elapsed_s"] = time.perf_counter() - began
@@ -78,7 +84,8 @@ def command(args: argparse.Namespace) -> int:
 
         check_root(root)
     where = machine(engine)
-    results = json_ready(run_experiments(names, quick=args.quick, data_root=root, engine=engine))
+    results = json_ready(run_experiments(names, quick=args.quick, data_root=root, engine=engine,
+                                         processes=max(1, getattr(args, "processes", 1))))  # fmt: skip
     where["load_1min_after"] = load_1min()
     document = {**(results[args.experiment] if args.experiment != "all" else results), "machine": where}
     args.out.mkdir(parents=True, exist_ok=True)

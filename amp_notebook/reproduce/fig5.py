@@ -23,6 +23,11 @@ more epochs than this grid can afford on a 2-core machine (each point runs the r
 caps it), so the grid also reports epochs and time to lower accuracies (``THRESHOLDS``, from the same
 curves): the comparison across the grid, which is the figure's point, holds at each of them.
 
+The points are independent (each starts from the same weights and data, built from the seed), so the
+grid parallelises over processes: ``run(processes=N)`` (``amp-notebook reproduce fig5 --processes N``)
+trains N points at once with the same results, and ``run(engine=...)`` trains them on another engine
+once one runs the simulated backend's math.
+
 What to look for (the paper's finding): a larger max_active_keys shortens each epoch until the devices
 are busy and then only adds staleness; a small min_update_frequency updates often but with stale,
 noisy gradients, a large one updates rarely (fewer, staler-in-time steps per epoch), so epochs to the
@@ -32,14 +37,19 @@ is epochs times epoch length: asynchrony pays while the shorter epochs outweigh 
 
 from __future__ import annotations
 
+import functools
+import multiprocessing
 import sys
 import warnings
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from amp_notebook.data.list_reduction import list_reduction_dataset
 from amp_notebook.models.rnn import rnn
+from amp_notebook.reproduce.workloads import engine_settings
 from amp_notebook.runtime.costs import CostModel
 from amp_notebook.runtime.session import EpochStats
 from amp_notebook.runtime.train import TrainResult, train
@@ -58,16 +68,23 @@ QUICK: dict[str, Any] = {"max_active_keys": (4, 16), "min_update_frequency": (1,
                          "n_train": 1_000, "n_val": 200}  # fmt: skip
 
 
-def run(quick: bool = False, seed: int = 0) -> dict[str, Any]:
-    """The grid (row-major: max_active_keys outer); ``quick``: a 2 x 2 grid on a few keys for 2 epochs."""
+def run(quick: bool = False, seed: int = 0, *, engine: str = "python", processes: int = 1) -> dict[str, Any]:
+    """The grid (row-major: max_active_keys outer); ``quick``: a 2 x 2 grid on a few keys for 2 epochs.
+
+    The points are independent runs from the same initial weights: ``processes`` > 1 trains them in that many
+    worker processes at once (each builds the data and the graph from the seed), with the same results as
+    one process, point for point. ``engine`` names the engine the points train on (``workloads.ENGINES``)."""
     ks, ms = (QUICK["max_active_keys"], QUICK["min_update_frequency"]) if quick else (MAX_ACTIVE_KEYS,
                                                                                       MIN_UPDATE_FREQUENCY)  # fmt: skip
     max_epochs = QUICK["max_epochs"] if quick else MAX_EPOCHS
     n_train, n_val = (QUICK["n_train"], QUICK["n_val"]) if quick else (N_TRAIN, N_VAL)
-    data = list_reduction_dataset(n_train=n_train, n_val=n_val, seed=seed)
-    graph = rnn(replicas=REPLICAS)
-    params = graph.init_params(seed, np.dtype("float32"))
-    grid = [point(graph, data, params, k, m, max_epochs, seed) for k in ks for m in ms]
+    engine_settings(engine)  # refuse an unknown engine before any point runs
+    specs = [GridPoint(n_train, n_val, seed, k, m, max_epochs, engine) for k in ks for m in ms]
+    if processes > 1:
+        with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
+            grid = list(pool.map(train_point, specs))
+    else:
+        grid = [train_point(spec) for spec in specs]
     return {
         "grid": grid,
         "max_active_keys": list(ks),
@@ -84,12 +101,44 @@ def run(quick: bool = False, seed: int = 0) -> dict[str, Any]:
             "placement": "round_robin",
             "priority": "backward_first",
             "costs": COSTS.spec(),
+            "engine": engine,
+            "processes": processes,
         },
         "quick": quick,
     }
 
 
-def point(graph: Any, data: Any, params: Any, keys: int, frequency: int, max_epochs: int, seed: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class GridPoint:
+    """One point of the grid, as a process other than the one that planned it can train it."""
+
+    n_train: int
+    n_val: int
+    seed: int
+    max_active_keys: int
+    min_update_frequency: int
+    max_epochs: int
+    engine: str = "python"
+
+
+@functools.cache
+def _setup(n_train: int, n_val: int, seed: int) -> tuple[Any, Any, Any]:
+    """The data, the 8-replica graph and the initial weights every point of a grid starts from (once per process)."""
+    data = list_reduction_dataset(n_train=n_train, n_val=n_val, seed=seed)
+    graph = rnn(replicas=REPLICAS)
+    return graph, data, graph.init_params(seed, np.dtype("float32"))
+
+
+def train_point(spec: GridPoint) -> dict[str, Any]:
+    """Train one grid point (:func:`point`) from its spec."""
+    graph, data, params = _setup(spec.n_train, spec.n_val, spec.seed)
+    return point(graph, data, params, spec.max_active_keys, spec.min_update_frequency, spec.max_epochs, spec.seed,
+                 engine=spec.engine)  # fmt: skip
+
+
+def point(
+    graph: Any, data: Any, params: Any, keys: int, frequency: int, max_epochs: int, seed: int, engine: str = "python"
+) -> dict[str, Any]:
     """One grid point: train until the target or ``max_epochs``; epochs and virtual time to the target."""
     curve: list[EpochStats] = []
 
@@ -101,7 +150,7 @@ def point(graph: Any, data: Any, params: Any, keys: int, frequency: int, max_epo
         warnings.simplefilter("ignore", UserWarning)
         r = train(graph, data, workers=DEVICES, mode="amp", max_active_keys=keys, min_update_frequency=frequency,
                   optimizer=OPTIMIZER, epochs=max_epochs, seed=seed, params=params, trace=True, backend="simulated",
-                  costs=COSTS, on_epoch=on_epoch)  # fmt: skip
+                  costs=COSTS, on_epoch=on_epoch, **engine_settings(engine))  # fmt: skip
     assert isinstance(r, TrainResult)
     accuracy = [s.val_accuracy for s in curve]
     to: dict[str, dict[str, Any]] = {}
@@ -123,4 +172,4 @@ def point(graph: Any, data: Any, params: Any, keys: int, frequency: int, max_epo
     return out
 
 
-__all__ = ["COSTS", "MAX_ACTIVE_KEYS", "MIN_UPDATE_FREQUENCY", "TARGET", "point", "run"]
+__all__ = ["COSTS", "MAX_ACTIVE_KEYS", "MIN_UPDATE_FREQUENCY", "TARGET", "GridPoint", "point", "run", "train_point"]

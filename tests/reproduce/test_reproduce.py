@@ -73,6 +73,14 @@ def test_reproduce_fig5_quick_prints_the_grid(tmp_path: Path, capsys: pytest.Cap
     assert (tmp_path / "fig5.html").exists() and (tmp_path / "fig5.json").exists()
 
 
+@pytest.mark.slow
+def test_fig5_in_processes_gives_the_same_grid() -> None:
+    from amp_notebook.reproduce import fig5
+
+    one, two = fig5.run(quick=True), fig5.run(quick=True, processes=2)
+    assert one["grid"] == two["grid"] and two["settings"]["processes"] == 2
+
+
 def test_fig5_is_deterministic() -> None:
     from amp_notebook.data.list_reduction import list_reduction_dataset
     from amp_notebook.models.rnn import rnn
