@@ -205,7 +205,8 @@ def table1_section(result: dict[str, Any], figure: Any) -> str:
         for m, t in result["targets"].items()
     )  # fmt: skip
     loads = [v for r in rows for v in r.get("load_1min") or []]
-    note = (f"<p class='note'>Median over {result['repeats']} runs (seeds in turn); a run that misses the target "
+    runs = f"{result['repeats']} run" + ("s" if result["repeats"] != 1 else "")
+    note = (f"<p class='note'>Median over {runs} (seeds in turn); a run that misses the target "
             "counts as slower than any that reaches it, so a median needs more than half of the runs to reach it. "
             f"At most {_esc(result['max_epochs'])} epochs. Time includes validation after each epoch. Threads: "
             f"{_esc(result['threads'])}; {html.escape(load_words(loads))} while they ran. Simulated: "
