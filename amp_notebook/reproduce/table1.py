@@ -178,7 +178,8 @@ def threads_rows(
             result = peer_fn(cap, s)
             peer_load.append(load_1min())
             return {"epochs_to_target": result.get("epochs_to_target"), "time_to_target_s": result.get(
-                "time_to_target_s"), "train_per_s": result["instances_per_s"], "seed": s}  # fmt: skip
+                "time_to_target_s"), "train_per_s": result["instances_per_s"], "curve": result.get("val_accuracy"),
+                "seed": s}  # fmt: skip
 
         sides["peer"] = side("peer", peer)
     load = [load_1min()]
