@@ -21,50 +21,42 @@ Inputs are the model function's parameters, typed by annotation::
 Parameters with a default value (``hidden=128``) are compile-time constants; ``amp.compile(fn, hidden=64)``
 overrides them.
 
-Parameterized functions (``linear``, ``embedding`` and the cells) take ``name=``: one call site is one node,
-so a call inside a loop or a recursion shares its weights across iterations, and the same ``name`` at two
-call sites shares one node between them. They also take the node attributes ``min_update_frequency=``,
-``optimizer=`` and ``worker=``.
+Parameterized functions (``linear``, ``embedding``, the cells and every op that holds parameters) take
+``name=``: one call site is one node, so a call inside a loop or a recursion shares its weights across
+iterations, and the same ``name`` at two call sites shares one node between them. They also take the node
+attributes ``min_update_frequency=``, ``optimizer=`` and ``worker=``.
+
+Besides the functions written below, every op that declares its amp.nn form (``Op.nn_form``: ``relu``,
+``add``, ``gather``, the losses, ...) has a function derived from its declaration: its inputs, then its
+configuration fields with their defaults (``dropout(x, p=0.5, seed=0)``), then ``name=`` and ``worker=``.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable
 from collections.abc import Sequence as SequenceT
 from typing import Any, TypeVar
 
 from amp_notebook.errors import AmpError
+from amp_notebook.ir.ops import OPS, Op
+from amp_notebook.ir.ops.facts import Field as OpField
 
+# and the functions of the ops that declare their amp.nn form (DECLARED, at the end of this module)
 __all__ = [
     "Field",
     "Floats",
     "Ints",
     "Sequence",
     "Tree",
-    "add",
     "concat",
     "embedding",
-    "gather",
     "gru_cell",
     "linear",
     "lstm_cell",
-    "mean_rows",
-    "mse",
-    "mul",
-    "relu",
-    "scatter_mean",
-    "scatter_sum",
-    "segment_softmax_cross_entropy",
-    "select_rows",
-    "sigmoid",
-    "softmax_cross_entropy",
     "split",
-    "sub",
-    "sum_rows",
-    "tanh",
     "tree_lstm_branch",
     "tree_lstm_leaf",
-    "typed_edge_sum",
     "unroll",
     "zeros",
 ]
@@ -184,42 +176,6 @@ def embedding(
 
 
 @_vocabulary
-def relu(x: Any, *, name: str | None = None, worker: int | None = None) -> Any:
-    """``max(x, 0)`` elementwise."""
-    raise _outside("relu")
-
-
-@_vocabulary
-def tanh(x: Any, *, name: str | None = None, worker: int | None = None) -> Any:
-    """``tanh(x)`` elementwise."""
-    raise _outside("tanh")
-
-
-@_vocabulary
-def sigmoid(x: Any, *, name: str | None = None, worker: int | None = None) -> Any:
-    """``1 / (1 + exp(-x))`` elementwise."""
-    raise _outside("sigmoid")
-
-
-@_vocabulary
-def add(a: Any, b: Any, *, name: str | None = None, worker: int | None = None) -> Any:
-    """``a + b`` elementwise (also written ``a + b``)."""
-    raise _outside("add")
-
-
-@_vocabulary
-def sub(a: Any, b: Any, *, name: str | None = None, worker: int | None = None) -> Any:
-    """``a - b`` elementwise (also written ``a - b``)."""
-    raise _outside("sub")
-
-
-@_vocabulary
-def mul(a: Any, b: Any, *, name: str | None = None, worker: int | None = None) -> Any:
-    """``a * b`` elementwise (also written ``a * b``)."""
-    raise _outside("mul")
-
-
-@_vocabulary
 def concat(*xs: Any, name: str | None = None, worker: int | None = None) -> Any:
     """The payloads side by side along the last axis (a Concat node)."""
     raise _outside("concat")
@@ -301,69 +257,44 @@ def tree_lstm_branch(
     raise _outside("tree_lstm_branch")
 
 
-# ------------------------------------------------------------------------------- structures in the data
-@_vocabulary
-def gather(x: Any, index: Any, *, name: str | None = None, worker: int | None = None) -> Any:
-    """``x[index]``: rows of ``x`` (N, H) at an int index (E,)."""
-    raise _outside("gather")
+# ------------------------------------------------------------------------------- the ops' own functions
+def argument(port: str) -> str:
+    """The amp.nn argument of an op's input port: the port's name, ``x`` for ``in`` (a Python keyword)."""
+    return "x" if port == "in" else port
 
 
-@_vocabulary
-def scatter_sum(x: Any, index: Any, like: Any, *, name: str | None = None, worker: int | None = None) -> Any:
-    """Rows of ``x`` (E, H) summed into ``len(like)`` rows at ``index`` (E,)."""
-    raise _outside("scatter_sum")
+def op_arguments(cls: type[Op]) -> list[OpField]:
+    """The fields of an op that its amp.nn function takes as arguments: all but ``match_on`` (the compiler
+    joins on the state fields the inputs share) and the widths of inputs (read from the input's width)."""
+    return [f for f in cls.fields if f.name != "match_on" and f.from_width is None]
 
 
-@_vocabulary
-def scatter_mean(x: Any, index: Any, like: Any, *, name: str | None = None, worker: int | None = None) -> Any:
-    """As :func:`scatter_sum`, divided by each row's number of incoming rows."""
-    raise _outside("scatter_mean")
+def _declared(cls: type[Op]) -> Callable[..., Any]:
+    """The amp.nn function of an op that declares its form (``Op.nn_form``): its inputs, its fields with their
+    defaults, then the node's ``name=`` and attributes. Like every amp.nn function it only stands for the op."""
+    form = cls.nn_form
+    assert form is not None
+    positional = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    params = [inspect.Parameter(arg, positional) for arg, _ in form.inputs]
+    for f in op_arguments(cls):
+        params.append(
+            inspect.Parameter(f.name, positional, default=inspect.Parameter.empty if f.required else f.default)
+        )
+    attrs = ("name", "min_update_frequency", "optimizer", "worker") if cls.parameterized else ("name", "worker")
+    params += [inspect.Parameter(a, inspect.Parameter.KEYWORD_ONLY, default=None) for a in attrs]
+
+    def stands_for_the_op(*args: Any, **kwargs: Any) -> Any:
+        raise _outside(form.name)
+
+    stands_for_the_op.__name__ = stands_for_the_op.__qualname__ = form.name
+    stands_for_the_op.__doc__ = form.doc
+    stands_for_the_op.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    return stands_for_the_op
 
 
-@_vocabulary
-def typed_edge_sum(x: Any, edges: Any, types: int, *, name: str | None = None, worker: int | None = None) -> Any:
-    """Messages under ``types`` edge types (N, types * H) summed into the edges' destinations
-    (``edges`` (2, E) = [src * types + type, dst])."""
-    raise _outside("typed_edge_sum")
-
-
-@_vocabulary
-def select_rows(x: Any, rows: Any, *, name: str | None = None, worker: int | None = None) -> Any:
-    """The rows of ``x`` picked by a boolean mask or an int index."""
-    raise _outside("select_rows")
-
-
-@_vocabulary
-def sum_rows(x: Any, *, name: str | None = None, worker: int | None = None) -> Any:
-    """(N, ...) -> (1, ...) by summing rows."""
-    raise _outside("sum_rows")
-
-
-@_vocabulary
-def mean_rows(x: Any, *, name: str | None = None, worker: int | None = None) -> Any:
-    """(N, ...) -> (1, ...) by averaging rows."""
-    raise _outside("mean_rows")
-
-
-# ----------------------------------------------------------------------------------------------- losses
-@_vocabulary
-def softmax_cross_entropy(logits: Any, target: Any, *, name: str | None = None, worker: int | None = None) -> Any:
-    """Mean cross-entropy of softmax(logits) against integer class ids; reports accuracy too."""
-    raise _outside("softmax_cross_entropy")
-
-
-@_vocabulary
-def mse(pred: Any, target: Any, *, name: str | None = None, worker: int | None = None) -> Any:
-    """Mean squared error over all elements."""
-    raise _outside("mse")
-
-
-@_vocabulary
-def segment_softmax_cross_entropy(
-    scores: Any, segments: Any, target: Any, *, name: str | None = None, worker: int | None = None
-) -> Any:
-    """Node selection: a softmax over each graph's rows of ``scores`` against each graph's answer row."""
-    raise _outside("segment_softmax_cross_entropy")
-
+DECLARED: dict[str, type[Op]] = {cls.nn_form.name: cls for cls in OPS.values() if cls.nn_form is not None}
+for _name, _cls in DECLARED.items():
+    globals()[_name] = _vocabulary(_declared(_cls))
+__all__ += sorted(DECLARED)
 
 INPUT_TYPES: tuple[type, ...] = (Floats, Ints, Sequence, Tree, Field)

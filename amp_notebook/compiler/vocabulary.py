@@ -6,10 +6,15 @@ size) and its nodes are added to the draft graph. Joins (concat, + - *, cells, l
 match their inputs' messages on the full state when the inputs carry the same state fields, and on the key
 plus the fields they share otherwise (a loop's exit meeting a target).
 
-Parameters: a ``linear`` or ``embedding`` call with ``name=`` registers a call site of that parameter; the
-first site is the node of that name, later sites with the same name must have the same op and shape and
-become one node with the first when the graph is finalized (``draft.py``). Without ``name=`` a call site
-gets its own node, named after its kind and line.
+The handlers of the ops that declare their amp.nn form (``Op.nn_form``: the elementwise ops, the joins,
+the sparse ops, the losses, any parameterized op of one input) are one function, :func:`_declared`, derived
+from the op's declaration; the handlers written here are the calls that are more than one op (cells,
+``split`` into a tuple, ``zeros`` as an input) or read their arguments specially (``linear``).
+
+Parameters: a ``linear``, ``embedding`` (or other parameterized op's) call with ``name=`` registers a call
+site of that parameter; the first site is the node of that name, later sites with the same name must have
+the same op and shape and become one node with the first when the graph is finalized (``draft.py``).
+Without ``name=`` a call site gets its own node, named after its kind and line.
 """
 
 from __future__ import annotations
@@ -73,6 +78,13 @@ class Call:
         if dtype == "int" and value.dtype != "int":
             raise self.fail(f"{key}: expected integer ids, labels or indices, got {value.describe()}")
         return self.tr.require_scope(value, self.node, key)
+
+    def constant(self, key: str) -> Any:
+        """A compile-time constant argument (the op's constructor checks its type and range)."""
+        value = self.args[key]
+        if isinstance(value, Tensor | SequenceInput | ChildResult | Loss):
+            raise self.fail(f"{key}: expected a constant, got {_describe(value)}")
+        return value
 
     def size(self, key: str, optional: bool = False) -> Any:
         value = self.args[key]
@@ -163,29 +175,45 @@ def _embedding(c: Call) -> Tensor:
     return _parameter(c, O.Embedding(c.size("num_embeddings"), c.size("embedding_dim")), ids)
 
 
-# --------------------------------------------------------------------------------------- payload
-def _elementwise(op: Callable[[], Op]) -> Callable[[Call], Tensor]:
-    def handler(c: Call) -> Tensor:
-        return c.add(op(), [c.tensor("x", "float")])
+# ------------------------------------------------------------------------- ops that declare their form
+def _declared(cls: type[Op]) -> Callable[[Call], Any]:
+    """The handler of an op's derived amp.nn function (``nn.DECLARED``): its inputs checked by what each must
+    hold, its fields from the call's arguments (``match_on`` from the state fields the inputs share, a width
+    from its input), the op built (its constructor checks the values) and added as a node, a parameter (one
+    node per ``name=``) or the model's loss."""
+    form = cls.nn_form
+    assert form is not None
+    arguments = nn.op_arguments(cls)
+
+    def handler(c: Call) -> Any:
+        tensors = {arg: c.tensor(arg, dtype) for arg, dtype in form.inputs}
+        ins = list(tensors.values())
+        config: dict[str, Any] = {f.name: c.constant(f.name) for f in arguments}
+        for f in cls.fields:
+            if f.name == "match_on":
+                config[f.name] = c.tr.match_on(ins)
+            elif f.from_width is not None:
+                arg = nn.argument(f.from_width)
+                if tensors[arg].width is None:
+                    raise c.fail(f"the width of {arg} is not known here; give the input a width (nn.Floats(width))")
+                config[f.name] = tensors[arg].width
+        try:
+            op = cls(**config)
+        except OpError as exc:
+            raise c.fail(str(exc)) from None
+        if cls.group == "loss":
+            return _add_loss(c, op, ins)
+        if cls.parameterized:
+            return _parameter(c, op, ins[0])
+        return c.add(op, ins)
 
     return handler
-
-
-def _join(kind: str) -> Callable[[Call], Tensor]:
-    def handler(c: Call) -> Tensor:
-        a, b = c.tensor("a", "float"), c.tensor("b", "float")
-        return c.add(_JOINS[kind](c.tr.match_on([a, b])), [a, b])
-
-    return handler
-
-
-_JOINS: dict[str, Callable[[tuple[str, ...] | None], Op]] = {"add": O.Add, "sub": O.Sub, "mul": O.Mul}
 
 
 def elementwise_join(tr: Translator, node: ast.AST, kind: str, a: Tensor, b: Tensor) -> Tensor:
     """``a + b``, ``a - b``, ``a * b`` written with operators."""
     c = Call(tr, node, kind, {"a": a, "b": b, "name": None, "worker": None})
-    return _join(kind)(c)
+    return HANDLERS[kind](c)
 
 
 def _pair(c: Call, values: tuple[Any, ...]) -> Tensor | None:
@@ -303,45 +331,21 @@ def _tree_lstm_branch(c: Call) -> Tensor:
     return _cell(c, lambda name: C.tree_lstm_branch(c.tr.g, ref, hidden, name, fused))
 
 
-# ------------------------------------------------------------------------------------ sparse ops
-def _sparse(make: Callable[[tuple[str, ...] | None], Op], ports: tuple[tuple[str, str | None], ...]):
-    def handler(c: Call) -> Tensor:
-        ins = [c.tensor(key, dtype) for key, dtype in ports]
-        return c.add(make(c.tr.match_on(ins)), ins)
-
-    return handler
-
-
-def _typed_edge_sum(c: Call) -> Tensor:
-    x, edges = c.tensor("x", "float"), c.tensor("edges", "int")
-    return c.add(O.TypedEdgeSum(c.size("types"), c.tr.match_on([x, edges])), [x, edges])
-
-
 # ----------------------------------------------------------------------------------------- losses
-def _loss(make: Callable[[tuple[str, ...] | None], Op], ports: tuple[tuple[str, str | None], ...]):
-    def handler(c: Call) -> Loss:
-        ins = [c.tensor(key, dtype) for key, dtype in ports]
-        name = c.node_name()
-        if name is None:
-            name = c.tr.auto_name("loss", c.node)
-        elif name in c.tr.g.nodes:
-            raise c.fail(f"the node name {name!r} is taken")
-        node = c.tr.add(c.node, make(c.tr.match_on(ins)), ins, name=name, **c.attrs())
-        c.tr.losses.append(node.name)
-        return Loss(node.name)
-
-    return handler
+def _add_loss(c: Call, op: Op, ins: list[Tensor]) -> Loss:
+    name = c.node_name()
+    if name is None:
+        name = c.tr.auto_name("loss", c.node)
+    elif name in c.tr.g.nodes:
+        raise c.fail(f"the node name {name!r} is taken")
+    node = c.tr.add(c.node, op, ins, name=name, **c.attrs())
+    c.tr.losses.append(node.name)
+    return Loss(node.name)
 
 
 HANDLERS: dict[str, Callable[[Call], Any]] = {
     "linear": _linear,
     "embedding": _embedding,
-    "relu": _elementwise(O.ReLU),
-    "tanh": _elementwise(O.Tanh),
-    "sigmoid": _elementwise(O.Sigmoid),
-    "add": _join("add"),
-    "sub": _join("sub"),
-    "mul": _join("mul"),
     "concat": _concat,
     "split": _split,
     "zeros": _zeros,
@@ -349,17 +353,6 @@ HANDLERS: dict[str, Callable[[Call], Any]] = {
     "gru_cell": _gru_cell,
     "tree_lstm_leaf": _tree_lstm_leaf,
     "tree_lstm_branch": _tree_lstm_branch,
-    "gather": _sparse(O.Gather, (("x", None), ("index", "int"))),
-    "scatter_sum": _sparse(O.ScatterSum, (("x", "float"), ("index", "int"), ("like", None))),
-    "scatter_mean": _sparse(O.ScatterMean, (("x", "float"), ("index", "int"), ("like", None))),
-    "typed_edge_sum": _typed_edge_sum,
-    "select_rows": _sparse(O.SelectRows, (("x", None), ("rows", None))),
-    "sum_rows": _elementwise(O.SumRows),
-    "mean_rows": _elementwise(O.MeanRows),
-    "softmax_cross_entropy": _loss(O.SoftmaxCrossEntropy, (("logits", "float"), ("target", "int"))),
-    "mse": _loss(O.MSE, (("pred", "float"), ("target", "float"))),
-    "segment_softmax_cross_entropy": _loss(
-        O.SegmentSoftmaxCrossEntropy, (("scores", "float"), ("segments", "int"), ("target", "int"))
-    ),
+    **{name: _declared(cls) for name, cls in nn.DECLARED.items()},
 }
 assert set(HANDLERS) == set(nn.VOCABULARY), "every amp.nn function needs a handler"

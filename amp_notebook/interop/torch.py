@@ -3,8 +3,10 @@
 torch is imported here lazily, only when a function of this module is called (it is not a dependency of
 the package). What imports:
 
-* ``nn.Sequential`` stacks (or lists) of ``nn.Linear`` (with or without bias), ``nn.ReLU``, ``nn.Tanh`` and
-  ``nn.Sigmoid`` (``nn.Identity`` is skipped);
+* ``nn.Sequential`` stacks (or lists) of ``nn.Linear`` (with or without bias) and of the layers that an op
+  declares as its torch counterpart (``Op.torch_form``: ``nn.ReLU``, ``nn.Tanh``, ``nn.Sigmoid``, ...; the op's
+  fields read from the layer's attributes, its parameters from the layer's in the same layout); ``nn.Identity``
+  is skipped;
 * a recurrent layer first: ``nn.RNN`` (tanh or relu), ``nn.GRU`` or ``nn.LSTM``, one layer, unidirectional,
   ``batch_first=True``. It runs over the whole sequence and its last hidden state (``h_n``, what
   ``output[:, -1]`` holds) feeds the layers after it, as ``[rnn, head]`` in a list.
@@ -35,9 +37,13 @@ from amp_notebook.compiler.source import Source
 from amp_notebook.data.batch import Batch, Dataset
 from amp_notebook.errors import AmpError
 from amp_notebook.ir.graph import Graph
+from amp_notebook.ir.ops import OPS, Op, OpError
 
 LOSSES = {"cross_entropy": "softmax_cross_entropy", "mse": "mse"}
-_ACTIVATIONS = {"ReLU": "relu", "Tanh": "tanh", "Sigmoid": "sigmoid"}
+# torch.nn layer name -> the op that declares it as its counterpart (and has an amp.nn form to write it with)
+LAYERS: dict[str, type[Op]] = {
+    cls.torch_form.module: cls for cls in OPS.values() if cls.torch_form is not None and cls.nn_form is not None
+}
 _RECURRENT = ("RNN", "GRU", "LSTM")
 
 
@@ -205,15 +211,51 @@ def _feedforward(w: _Writer, layer: Any, i: int, width: int | None, tnn: Any) ->
         w.lines.append(f"    h = nn.linear(h, {layer.out_features}, name={node!r}{bias})")
         w.bind(node, layer, "weight", "bias" if layer.bias is not None else None)
         return int(layer.out_features)
-    if kind in _ACTIVATIONS and type(layer).__module__.startswith("torch.nn"):
-        w.lines.append(f"    h = nn.{_ACTIVATIONS[kind]}(h)")
-        return width
+    if kind in LAYERS and type(layer).__module__.startswith("torch.nn"):
+        return _declared_layer(w, layer, i, width, LAYERS[kind])
     if isinstance(layer, tnn.RNNBase):
         raise TorchImportError(f"from_torch: a recurrent layer ({kind}) must come first")
+    supported = ", ".join(f"nn.{name}" for name in ["Linear", *LAYERS])
     raise TorchImportError(
-        f"from_torch: layer {i} is {kind}; supported are nn.Linear, nn.ReLU, nn.Tanh, nn.Sigmoid (and nn.Identity), "
-        "after an optional nn.RNN / nn.GRU / nn.LSTM first"
+        f"from_torch: layer {i} is {kind}; supported are {supported} (and nn.Identity), after an optional nn.RNN / "
+        "nn.GRU / nn.LSTM first"
     )
+
+
+def _declared_layer(w: _Writer, layer: Any, i: int, width: int | None, cls: type[Op]) -> int | None:
+    """A layer imported as the op that declares it (``Op.torch_form``): its fields read from the layer, its
+    widths from the width flowing in, its parameters bound to the layer's (checked for presence and shape)."""
+    form, nn_form, kind = cls.torch_form, cls.nn_form, type(layer).__name__
+    assert form is not None and nn_form is not None
+    config = {name: getattr(layer, attr) for name, attr in form.fields.items()}
+    widths = [f.name for f in cls.fields if f.from_width is not None]
+    if widths and width is None:
+        raise TorchImportError(f"from_torch: layer {i} ({kind}) needs the width of its input; put an nn.Linear first")
+    config.update(dict.fromkeys(widths, width))
+    try:
+        op = cls(**config)
+    except OpError as exc:
+        raise TorchImportError(f"from_torch: layer {i} ({kind}) cannot be imported: {exc}") from None
+    args = "".join(f", {name}={op.config()[name]!r}" for name in form.fields)
+    node = f"layer{i}"
+    name = f", name={node!r}" if cls.parameterized else ""
+    w.lines.append(f"    h = nn.{nn_form.name}(h{args}{name})")
+    shapes = op.param_shapes()
+    for key, attr in form.params.items():
+        value = getattr(layer, attr, None)
+        if value is None:
+            raise TorchImportError(
+                f"from_torch: layer {i} ({kind}) has no {attr}, which {cls.__name__} learns as {key!r}; build the "
+                f"layer with its {attr} (the default)"
+            )
+        if tuple(value.shape) != shapes[key]:
+            raise TorchImportError(
+                f"from_torch: layer {i} ({kind}) has {attr} of shape {tuple(value.shape)}; {cls.__name__} over width "
+                f"{width} holds {key!r} of shape {shapes[key]} (one value per feature of the last axis)"
+            )
+        w.bindings.append(_Binding(node, key, layer, attr, False))
+    (port,) = op.input_ports()
+    return op.infer_widths({port: width}).get("out", width)
 
 
 def _recurrent(w: _Writer, rnn: Any) -> int:

@@ -22,7 +22,7 @@ import math
 import re
 from typing import Any
 
-from amp_notebook.ir.graph import Graph, Node
+from amp_notebook.ir.graph import Graph, GraphError, Node
 
 _RESERVED = {"g", "O", "Ref", "Graph"}
 # builder methods that take their inputs as *args, so the port count is implied
@@ -120,11 +120,17 @@ def _assign(node: Node, var_name: str, call: str) -> tuple[str, dict[tuple[str, 
     outs = list(node.op.output_ports())
     if not outs:
         return call, {}
-    if len(outs) == 1 and outs[0] == "out" and node.kind not in ("split", "bcast", "cond", "distribute"):
+    if len(outs) == 1 and outs[0] == "out" and not _returns_refs(node.kind):
         return f"{var_name} = {call}", {(node.name, "out"): var_name}
     targets = [f"{var_name}_{_identifier(p)}" for p in outs]
     lhs = ", ".join(targets) + ("," if len(targets) == 1 else "")
     return f"{lhs} = {call}", {(node.name, p): t for p, t in zip(outs, targets, strict=True)}
+
+
+def _returns_refs(kind: str) -> bool:
+    """Whether the builder method ``g.<kind>`` returns a tuple of Refs (one per output, even for one output)."""
+    method = getattr(Graph, kind, None)
+    return method is not None and str(inspect.signature(method).return_annotation).startswith("tuple")
 
 
 def _attributes(node: Node, var: str) -> list[str]:
@@ -165,12 +171,12 @@ def _literal(value: Any) -> str:
         return repr(value)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise ValueError(f"codegen: cannot write the non-finite number {value!r}")
+            raise GraphError(f"codegen: cannot write the non-finite number {value!r}")
         return repr(value)
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_literal(v) for v in value) + "]"
     if isinstance(value, dict):
         if not all(isinstance(k, str) for k in value):
-            raise ValueError(f"codegen: dict keys must be strings, got {list(value)!r}")
+            raise GraphError(f"codegen: dict keys must be strings, got {list(value)!r}")
         return "{" + ", ".join(f"{_literal(k)}: {_literal(v)}" for k, v in value.items()) + "}"
-    raise ValueError(f"codegen: cannot write {type(value).__name__} {value!r} as data")
+    raise GraphError(f"codegen: cannot write {type(value).__name__} {value!r} as data")

@@ -1,6 +1,7 @@
 """The published JSON Schema of graph files, and messages that teach when a file breaks it.
 
-``graph.schema.json`` (next to this module, shipped in the package) describes the JSON that
+``graph.schema.json`` (next to this module, shipped in the package; generated from the op declarations by
+:mod:`amp_notebook.ir.graph_schema`, never edited by hand) describes the JSON that
 :func:`~amp_notebook.ir.serialize.save_graph` writes, schema version ``serialize.VERSION``: the top-level
 fields, every node field, and for each op kind the fields of its ``config`` with their types and ranges
 (widths up to 2**24, port counts up to 1024, expressions up to 1000 characters, state field names of

@@ -42,7 +42,7 @@ import math
 import statistics
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -50,12 +50,16 @@ import numpy as np
 from amp_notebook.data.batch import Dataset
 from amp_notebook.ir import ops as O
 from amp_notebook.ir.graph import Graph
+from amp_notebook.optim import DEFAULT_OPTIMIZER
+from amp_notebook.runtime.config import RunConfig
 from amp_notebook.runtime.costs import CostModel, NodeCost
+from amp_notebook.runtime.launch import backend_for, build_session, result_of, simulate
 from amp_notebook.runtime.placement import PlacementError, place
 
 PHASE_FIELDS = ("fwd_s", "bwd_s", "update_s")  # trace phases 0, 1, 2
 DEFAULT_MAX_EVALUATIONS = 24
 DEFAULT_MIN_GAIN = 0.005
+AUTOPLACE_OPTIONS = ("params", "costs", "keys", "measure_keys", "max_evaluations", "min_gain")  # not settings
 
 
 @dataclass
@@ -81,7 +85,7 @@ class AutoPlacement:
     costs_source: str  # "measured on this machine" or "the run's cost model"
     keys_simulated: int
     search_s: float
-    settings: dict[str, Any] = field(default_factory=dict)
+    config: RunConfig  # the settings every candidate was simulated with (placement aside)
 
     @property
     def predicted_per_s(self) -> float:
@@ -108,7 +112,7 @@ def measure_costs(
     dataset: Dataset,
     *,
     measure_keys: int = 16,
-    optimizer: Any = "sgd",
+    optimizer: Any = DEFAULT_OPTIMIZER,
     params: dict[str, dict[str, np.ndarray]] | None = None,
     dtype: str = "float32",
     seed: int = 0,
@@ -118,15 +122,14 @@ def measure_costs(
     Returns :meth:`CostModel.this_cpu` with a :class:`NodeCost` for every node the sample reached: the
     median of its forward, backward and update rows (module docstring, step 1).
     """
-    from amp_notebook.runtime.train import TrainResult, train
-
     sample = Dataset(dataset.name, _cycle(dataset.train, measure_keys), [], dataset.num_classes, dataset.meta)
     start = params if params is not None else graph.init_params(seed, np.dtype(dtype))
-    r = train(
-        graph, sample, workers=1, mode="sync", optimizer=optimizer, params=start, dtype=dtype, seed=seed,
-        validate=False, shuffle=False, trace=True, trace_capacity=None,
-    )  # fmt: skip
-    assert isinstance(r, TrainResult)
+    config = RunConfig(workers=1, mode="sync", optimizer=optimizer, dtype=dtype, seed=seed, validate=False,
+                       shuffle=False, trace=True, trace_capacity=None)  # fmt: skip
+    session, spec = build_session(graph, sample, config, start)
+    runner = backend_for(session)
+    runner.run()
+    r = result_of(session, runner, spec)
     events = r.trace.events()
     names = r.trace.node_names
     durations: dict[tuple[int, int], list[float]] = {}
@@ -143,31 +146,28 @@ def measure_costs(
 def autoplace(
     graph: Graph,
     dataset: Dataset,
+    config: RunConfig | None = None,
     *,
-    workers: int = 2,
-    mode: str = "amp",
-    max_active_keys: int = 4,
-    min_update_frequency: int = 1,
-    priority: str = "backward_first",
-    order: str = "oldest_key",
-    max_bundle: int | dict[str, int] = 1,
-    optimizer: Any = "sgd",
     params: dict[str, dict[str, np.ndarray]] | None = None,
-    dtype: str = "float32",
-    seed: int = 0,
     costs: CostModel | None = None,
     keys: int | None = None,
     measure_keys: int = 16,
     max_evaluations: int = DEFAULT_MAX_EVALUATIONS,
     min_gain: float = DEFAULT_MIN_GAIN,
+    **settings: Any,
 ) -> AutoPlacement:
-    """Choose a placement of ``graph`` on ``workers`` by simulating candidates (module docstring).
+    """Choose a placement of ``graph`` on ``config.workers`` by simulating candidates (module docstring).
 
-    ``costs`` judges the candidates (measured on this machine with :func:`measure_costs` when None);
-    ``keys`` is the simulated workload in training keys (default ``4 * max_active_keys``, at least 16 and
-    at most 48); ``max_evaluations`` bounds the simulations; ``min_gain`` is the relative margin a
-    candidate needs over the best so far.
+    ``config`` (a :class:`~amp_notebook.runtime.config.RunConfig`, all defaults when None) with ``settings``
+    changed by keyword is the run to place: its workers, mode, max_active_keys, min_update_frequency, inbox
+    priority and order, max_bundle, optimizer, dtype and seed shape the simulated workload (its placement,
+    backend and validation do not). ``costs`` judges the candidates (measured on this machine with
+    :func:`measure_costs` when None); ``keys`` is the simulated workload in training keys (default
+    ``4 * max_active_keys``, at least 16 and at most 48); ``max_evaluations`` bounds the simulations;
+    ``min_gain`` is the relative margin a candidate needs over the best so far.
     """
+    config = RunConfig.from_options(config, settings, "autoplace", also=AUTOPLACE_OPTIONS)
+    workers = config.workers
     if max_evaluations < 2:
         raise PlacementError(
             f"autoplace max_evaluations: expected at least 2 (round robin and balanced), got {max_evaluations}"
@@ -178,27 +178,28 @@ def autoplace(
             "or choose a placement strategy"
         )
     began = time.perf_counter()
-    initial = params if params is not None else graph.init_params(seed, np.dtype(dtype))
-    spec = optimizer.spec() if hasattr(optimizer, "spec") else optimizer  # a fresh optimizer for every run
+    dtype = config.dtype
+    initial = params if params is not None else graph.init_params(config.seed, np.dtype(dtype))
+    spec = RunConfig.setting("optimizer").to_json(config.optimizer)  # a fresh optimizer for every run
     source = "the run's cost model"
     if costs is None:
         costs = measure_costs(graph, dataset, measure_keys=measure_keys, optimizer=spec, params=initial, dtype=dtype,
-                              seed=seed)  # fmt: skip
+                              seed=config.seed)  # fmt: skip
         source = "measured on this machine"
-    n_keys = keys if keys is not None else min(48, max(16, 4 * max_active_keys))
+    n_keys = keys if keys is not None else min(48, max(16, 4 * config.max_active_keys))
     workload = Dataset(dataset.name, _cycle(dataset.train, n_keys), [], dataset.num_classes, dataset.meta)
     heavy = [n for n in graph.topological_order() if graph.nodes[n].kind in O.HEAVY]
     pinned = {n for n in heavy if graph.nodes[n].worker is not None}
     movable = [n for n in heavy if n not in pinned]
-    settings = {"workers": workers, "mode": mode, "max_active_keys": max_active_keys,
-                "min_update_frequency": min_update_frequency, "priority": priority, "order": order,
-                "max_bundle": max_bundle}  # fmt: skip
+    # the workload's settings: the run's, simulated, one pass over the workload without validation or trace
+    base = config.replace(optimizer=spec, backend="simulated", address=None, epochs=1, validate=False, shuffle=False,
+                          trace=False, placement="round_robin")  # fmt: skip
     cache: dict[tuple[int, ...], float] = {}
 
     def predict(assignment: dict[str, int]) -> float:
         signature = tuple(assignment[n] for n in heavy)
         if signature not in cache:
-            cache[signature] = _simulate(graph, workload, assignment, costs, spec, initial, dtype, seed, settings)
+            cache[signature] = _simulate(graph, workload, base.replace(placement=dict(assignment)), costs, initial)
         return cache[signature]
 
     def heavy_of(strategy: str) -> dict[str, int]:
@@ -234,7 +235,7 @@ def autoplace(
         placement = place(graph, workers, overrides=dict(chosen.heavy))
     return AutoPlacement(
         placement=placement, chosen=chosen, candidates=candidates, costs=costs, costs_source=source,
-        keys_simulated=n_keys, search_s=time.perf_counter() - began, settings=settings,
+        keys_simulated=n_keys, search_s=time.perf_counter() - began, config=base,
     )  # fmt: skip
 
 
@@ -266,19 +267,12 @@ def _neighbours(assignment: dict[str, int], movable: list[str], workers: int) ->
 
 
 def _simulate(
-    graph: Graph, workload: Dataset, heavy: dict[str, int], costs: CostModel, optimizer: Any,
-    params: dict[str, dict[str, np.ndarray]], dtype: str, seed: int, settings: dict[str, Any],
-) -> float:  # fmt: skip
-    """Training instances per virtual second of the workload with the heavy nodes placed as given."""
-    from amp_notebook.runtime.train import TrainResult, train
-
+    graph: Graph, workload: Dataset, config: RunConfig, costs: CostModel, params: dict[str, dict[str, np.ndarray]]
+) -> float:
+    """Training instances per virtual second of the workload with the placement ``config`` gives."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        r = train(
-            graph, workload, placement=dict(heavy), optimizer=optimizer, params=params, dtype=dtype, seed=seed,
-            validate=False, shuffle=False, trace=False, backend="simulated", costs=costs, **settings,
-        )  # fmt: skip
-    assert isinstance(r, TrainResult)
+        r = simulate(graph, workload, config, costs, params=params)
     return r.train_instances_per_s if math.isfinite(r.train_instances_per_s) else 0.0
 
 

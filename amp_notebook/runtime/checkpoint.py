@@ -2,7 +2,9 @@
 
 What a checkpoint holds (:class:`Checkpoint`):
 
-* the graph (as JSON) and the run's settings and optimizer spec, so ``amp.resume`` can rebuild the run;
+* the graph (as JSON), the run's settings that a resumed run takes (the :class:`RunConfig` settings
+  declared ``resumed``; the optimizer spec in an entry of its own, which the nodes' optimizer state
+  belongs to), so ``amp.resume`` can rebuild the run;
 * per parameterized node: its parameters, its ``version`` (updates so far: staleness goes on counting
   from there), its optimizer's memory (momentum, Adam's moments and step count) and, in ``amp`` mode, the
   gradients it has accumulated toward its next update;
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,19 +48,35 @@ from amp_notebook.runtime.checkpoint_manifest import (
     from_manifest,
     to_manifest,
 )
+from amp_notebook.runtime.config import RunConfig, Setting, json_schema
 from amp_notebook.runtime.controller import KeyInfo
 from amp_notebook.runtime.plan import end_epoch_optimizers
-from amp_notebook.runtime.session import EpochStats, RunConfig
+from amp_notebook.runtime.session import EpochStats
 
 if TYPE_CHECKING:
     from amp_notebook.runtime.session import Session
 
-CONFIG_FIELDS = tuple(f.name for f in fields(RunConfig))
-# RunConfig fields that are train() keywords of the same name (placement is rebuilt from two fields)
-RESUMED_SETTINGS = (
-    "workers", "mode", "max_active_keys", "min_update_frequency", "epochs", "seed", "dtype", "trace", "validate",
-    "shuffle", "trace_capacity", "priority", "order", "watchdog_s", "on_nonfinite", "max_bundle",
-)  # fmt: skip
+OWN_ENTRY = ("optimizer",)  # resumed settings the manifest keeps in an entry of their own, not in "config"
+
+
+def in_config(s: Setting) -> bool:
+    """Whether a checkpoint's ``config`` holds the setting: those a resumed run takes, but for OWN_ENTRY."""
+    return s.resumed and s.name not in OWN_ENTRY
+
+
+RESUMED_SETTINGS = tuple(s.name for s in RunConfig.settings() if s.resumed)
+
+
+def config_schema() -> dict[str, Any]:
+    """The JSON Schema of a manifest's ``config`` entry, from the declarations; ``checkpoint.schema.json``
+    publishes a copy, which a test holds equal to this."""
+    return {**json_schema(in_config), "description": CONFIG_DESCRIPTION}
+
+
+CONFIG_DESCRIPTION = (
+    "the settings a resumed run takes (RunConfig fields declared resumed; an absent one takes its default), "
+    "generated from their declarations"
+)
 
 
 @dataclass(frozen=True)
@@ -87,15 +105,15 @@ class Checkpoint:
     def epochs_completed(self) -> int:
         return len(self.history)
 
+    def run_config(self) -> RunConfig:
+        """The run's settings that a resumed run takes (the others at their defaults); a checkpoint written
+        before a setting existed gives it its default."""
+        return RunConfig.from_json({**self.config, "optimizer": dict(self.optimizer)}, "checkpoint config")
+
     def train_options(self) -> dict[str, Any]:
-        """The run's settings as ``amp.train`` keyword arguments (what ``amp.resume`` starts from)."""
-        c = dict(self.config)
-        options = {k: c[k] for k in RESUMED_SETTINGS if k in c}
-        options["placement"] = (
-            dict(c["placement"]) if c.get("placement") else c.get("placement_strategy", "round_robin")
-        )
-        options["optimizer"] = dict(self.optimizer)
-        return options
+        """The settings a resumed run takes, as ``amp.train`` keyword arguments (what ``amp.resume`` starts from)."""
+        config = self.run_config()
+        return {name: getattr(config, name) for name in RESUMED_SETTINGS}
 
     def save(self, path: str | Path) -> Path:
         """Write this checkpoint to ``path`` atomically (module ``checkpoint_file``); returns the path."""
@@ -172,7 +190,7 @@ def capture(session: Session, meta: dict[str, Any] | None = None) -> Checkpoint:
     current = session.current
     return Checkpoint(
         graph=graph_from_dict(graph_to_dict(session.graph)),  # a copy: the user may edit the live graph
-        config={name: getattr(session.config, name) for name in CONFIG_FIELDS},
+        config=session.config.as_json(in_config),
         optimizer=dict(session.optimizer_spec),
         nodes=nodes,
         position=Position(controller.epoch, remaining, controller.next_key, controller.next_flush, state),
@@ -329,6 +347,7 @@ def _batch_index(dataset: Dataset) -> tuple[dict[int, int], dict[int, int]]:
 
 
 __all__ = [
+    "RESUMED_SETTINGS",
     "Checkpoint",
     "CheckpointError",
     "DataFingerprint",

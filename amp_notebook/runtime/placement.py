@@ -25,6 +25,8 @@ from amp_notebook.ir.graph import Graph
 
 
 class PlacementError(AmpError, ValueError):
+    """A placement that cannot be made: an override naming a node or worker that does not exist."""
+
     pass
 
 
@@ -32,13 +34,9 @@ STRATEGIES = ("round_robin", "balanced")
 
 
 def heavy_cost(graph: Graph, name: str) -> int:
-    """Cost proxy of a heavy node: multiply-adds per instance (Linear) or the row width it gathers."""
-    op = graph.nodes[name].op
-    if isinstance(op, O.Linear):
-        return op.in_features * op.out_features
-    if isinstance(op, O.Embedding):
-        return op.embedding_dim
-    return 1
+    """Cost proxy of a heavy node, as its op declares it (``Op.placement_cost``): multiply-adds per instance
+    for a Linear, the row width it gathers for an Embedding."""
+    return graph.nodes[name].op.placement_cost()
 
 
 def contiguous_partition(costs: list[int], parts: int) -> list[int]:

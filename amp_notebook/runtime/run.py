@@ -54,14 +54,16 @@ from typing import TYPE_CHECKING, Any
 
 from amp_notebook.runtime import blas
 from amp_notebook.runtime.controller import Action, Controller
+from amp_notebook.runtime.done_flag import DoneFlag
 from amp_notebook.runtime.watchdog import StuckRunError
 from amp_notebook.trace.trace import Trace
 
 if TYPE_CHECKING:
     from amp_notebook.runtime.backends.threads import ThreadedBackend
     from amp_notebook.runtime.checkpoint import Checkpoint
+    from amp_notebook.runtime.plan import Plan
+    from amp_notebook.runtime.result import TrainResult
     from amp_notebook.runtime.session import EpochStats, Session
-    from amp_notebook.runtime.train import TrainResult
     from amp_notebook.ui.report import Report
 
 STATES = ("running", "paused", "stopping", "finished", "failed")
@@ -185,6 +187,16 @@ class Run:
         return list(self._session.history)
 
     @property
+    def plan(self) -> Plan:
+        """The compiled plan this run executes (node names, placement, which nodes are parameterized)."""
+        return self._session.plan
+
+    @property
+    def mode(self) -> str:
+        """``amp``, ``sync`` or ``pipeline``."""
+        return self._controller.mode
+
+    @property
     def result(self) -> TrainResult | None:
         """The :class:`TrainResult` once finished, None before; re-raises the run's error if it failed."""
         if self._driver.error is not None:
@@ -195,11 +207,13 @@ class Run:
     def error(self) -> BaseException | None:
         return self._driver.error
 
-    def done(self) -> bool:
+    @property
+    def done(self) -> DoneFlag:
+        """Whether the run has ended (finished, stopped or failed); reads as a bool."""
         if self._driver.done.is_set():
             blas.settle()
-            return True
-        return False
+            return DoneFlag(True)
+        return DoneFlag(False)
 
     # ------------------------------------------------------------------ control
     def pause(self) -> None:
@@ -247,13 +261,11 @@ class Run:
 
     def report(self) -> Report:
         """Plotly figures and the summary table of the run so far (of the whole run once it has ended);
-        ``.write_html(path)`` writes them as one self-contained HTML file."""
-        from amp_notebook.ui.report import Report
-
+        ``.write_html(path)`` writes them as one self-contained HTML file (``TrainResult.report``, the hook)."""
         if self._driver.done.is_set():
             return self.wait().report()
         so_far = self._driver.make_result()
-        return Report(replace(so_far, wall_s=self._backend.now(), history=list(self._session.history)))
+        return replace(so_far, wall_s=self._backend.now(), history=list(self._session.history)).report()
 
     def save(self, path: str | Path, meta: dict[str, Any] | None = None, timeout: float | None = None) -> Path:
         """Write a checkpoint of the run to ``path`` (an .npz, atomically) and return the path; the run goes

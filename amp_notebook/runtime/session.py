@@ -17,20 +17,19 @@ from typing import Any, Protocol
 import numpy as np
 
 from amp_notebook.data.batch import Batch, Dataset
+from amp_notebook.engine.choice import PYTHON, EngineChoice
 from amp_notebook.errors import AmpError
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.message import FWD, UPDATE, Message, State
 from amp_notebook.ir.ops import NodeContext
 from amp_notebook.optim import Optimizer, make_optimizer
+from amp_notebook.runtime.config import RunConfig, default_max_bundle
 from amp_notebook.runtime.controller import Action, Controller, Handlers, KeyInfo, carry_out
 from amp_notebook.runtime.credits import Credits
-from amp_notebook.runtime.inbox import ORDERS, PRIORITIES
-from amp_notebook.runtime.numerics import ON_NONFINITE, Guard
+from amp_notebook.runtime.numerics import Guard
 from amp_notebook.runtime.placement import place
 from amp_notebook.runtime.plan import Plan, average_replicas, compile_plan, end_epoch_optimizers
-from amp_notebook.runtime.watchdog import DEFAULT_WATCHDOG_S
 from amp_notebook.runtime.worker import Worker
-from amp_notebook.trace.buffers import DEFAULT_CAPACITY, WorkerBuffer
 
 RECENT_DECAY = 0.95  # weight of the past in the moving averages of the training loss and accuracy
 
@@ -45,28 +44,6 @@ class Backend(Protocol):
 
 class DataError(AmpError, ValueError):
     """A dataset that does not fit the graph's inputs."""
-
-
-@dataclass
-class RunConfig:
-    workers: int = 2
-    mode: str = "amp"
-    max_active_keys: int = 4
-    min_update_frequency: int = 1
-    epochs: int = 1
-    seed: int = 0
-    dtype: str = "float32"
-    trace: bool = True
-    validate: bool = True
-    shuffle: bool = True
-    placement: dict[str, int] = field(default_factory=dict)
-    trace_capacity: int | None = DEFAULT_CAPACITY  # trace rows kept per worker; None keeps every row
-    placement_strategy: str = "round_robin"
-    priority: str = "backward_first"
-    order: str = "oldest_key"
-    max_bundle: int | dict[str, int] = 1  # messages a node runs as one call: for every node, or per node name
-    watchdog_s: float | None = DEFAULT_WATCHDOG_S  # stop a run that handles nothing this long with keys in flight
-    on_nonfinite: str = "raise"  # NaN/inf in an input, loss or gradient: "raise", "skip" the key, or "ignore"
 
 
 @dataclass
@@ -118,21 +95,23 @@ class Session:
         optimizer: Optimizer | None = None,
         params: dict[str, dict[str, np.ndarray]] | None = None,
         clock: Callable[[], float] | None = None,
+        engine: EngineChoice = PYTHON,
     ) -> None:
         graph.validate(require_loss=True)
         self.graph = graph
+        self.engine = engine  # what runs the workers of a threaded run (engine/choice.py); its trace buffers
         self.dataset = dataset
         self.config = config
-        self.dtype = np.dtype(config.dtype)
-        if config.priority not in PRIORITIES:
-            raise ValueError(f"priority: expected one of {PRIORITIES}, got {config.priority!r}")
-        if config.order not in ORDERS:
-            raise ValueError(f"order: expected one of {ORDERS}, got {config.order!r}")
-        placement = place(graph, config.workers, config.placement, config.placement_strategy)
+        self.dtype = np.dtype(config.dtype)  # config: validated when it was made
+        optimizer = optimizer if optimizer is not None else make_optimizer(config.optimizer)
+        placement = place(graph, config.workers, config.placement_overrides, config.placement_strategy)
         self.plan: Plan = compile_plan(graph, placement, config.workers, config.min_update_frequency, optimizer)
-        self.optimizer_spec = (optimizer or make_optimizer("sgd")).spec()  # as given, before any lr_decay
+        self.optimizer_spec = optimizer.spec()  # as given, before any lr_decay
         check_dataset(self.plan, dataset)
-        self.plan.max_bundle[:] = resolve_max_bundle(self.plan, config.max_bundle)
+        max_bundle = (
+            config.max_bundle if config.max_bundle is not None else default_max_bundle(config.mode, config.backend)
+        )
+        self.plan.max_bundle[:] = resolve_max_bundle(self.plan, max_bundle)
         initial = params if params is not None else graph.init_params(config.seed, self.dtype)
         self.contexts: list[NodeContext] = []
         for i, name in enumerate(self.plan.names):
@@ -149,7 +128,7 @@ class Session:
         self.controller = Controller(
             dataset, config.mode, config.max_active_keys, config.epochs, config.seed, config.shuffle, config.validate
         )
-        self.buffers = [WorkerBuffer(config.trace_capacity) for _ in range(config.workers)]
+        self.buffers = [engine.trace_buffer(config.trace_capacity) for _ in range(config.workers)]
         self.workers = [
             Worker(
                 w, self.plan,
@@ -158,8 +137,6 @@ class Session:
             )
             for w in range(config.workers)
         ]  # fmt: skip
-        if config.on_nonfinite not in ON_NONFINITE:
-            raise ValueError(f"on_nonfinite: expected one of {ON_NONFINITE}, got {config.on_nonfinite!r}")
         self.numerics = Guard(config.on_nonfinite, self.plan, dataset) if config.on_nonfinite != "ignore" else None
         for worker in self.workers:
             worker.numerics = self.numerics
@@ -311,19 +288,15 @@ class Session:
 
 def resolve_max_bundle(plan: Plan, max_bundle: int | dict[str, int]) -> list[int]:
     """Per node, the most messages it runs as one call: one int for every node, or {node name: int} for the
-    named nodes (the others 1). Refuses unknown names and values below 1."""
-
-    def check(where: str, value: object) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"max_bundle{where}: expected an int >= 1 (1: no bundling), got {value!r}")
-        return value
+    named nodes (the others 1). Refuses unknown names and values below 1 (the ``max_bundle`` setting)."""
+    check = RunConfig.setting("max_bundle").check_each
 
     if not isinstance(max_bundle, dict):
-        return [check("", max_bundle)] * len(plan.names)
+        return [check(max_bundle)] * len(plan.names)
     unknown = sorted(set(max_bundle) - set(plan.index))
     if unknown:
         raise ValueError(f"max_bundle names node(s) {unknown} that the graph does not have; its nodes: {plan.names}")
-    return [check(f"[{name!r}]", max_bundle[name]) if name in max_bundle else 1 for name in plan.names]
+    return [check(max_bundle[name], f"[{name!r}]") if name in max_bundle else 1 for name in plan.names]
 
 
 def check_dataset(plan: Plan, dataset: Dataset) -> None:

@@ -29,9 +29,10 @@ from typing import Any
 from amp_notebook.errors import AmpError
 from amp_notebook.ir.message import State
 from amp_notebook.ir.ops import NodeContext
+from amp_notebook.runtime.config import RunConfig
 from amp_notebook.runtime.plan import Plan
 
-DEFAULT_WATCHDOG_S = 60.0  # longer than any single step of the models here; None disables the watchdog
+DEFAULT_WATCHDOG_S = RunConfig.setting("watchdog_s").default  # longer than any single step of the models here
 MAX_HELD_SHOWN = 20
 
 
@@ -58,6 +59,9 @@ class HeldState:
 
 @dataclass(frozen=True)
 class Diagnosis:
+    """Why a run is stuck, from its state when the watchdog fired: keys and flushes still in flight, queue depths, what
+    each worker is doing and which nodes hold state."""
+
     reason: str
     conclusion: str
     keys_in_flight: dict[int, int]  # key -> messages of it that still exist (credit count)
@@ -171,9 +175,7 @@ class Watchdog:
     been handled for ``timeout_s`` while messages are in flight and the run is not paused."""
 
     def __init__(self, timeout_s: float) -> None:
-        if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not timeout_s > 0:
-            raise ValueError(f"watchdog_s: expected a number of seconds > 0 (or None to disable), got {timeout_s!r}")
-        self.timeout_s = float(timeout_s)
+        self.timeout_s = float(RunConfig.setting("watchdog_s").check_each(timeout_s))
         self.tick_s = min(0.25, self.timeout_s / 4)
         self._progress = -1
         self._since = 0.0

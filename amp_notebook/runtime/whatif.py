@@ -36,9 +36,12 @@ from typing import Any
 import numpy as np
 
 from amp_notebook.data.batch import Batch, Dataset
+from amp_notebook.errors import SettingError
 from amp_notebook.ir.graph import Graph
+from amp_notebook.optim import DEFAULT_OPTIMIZER
 from amp_notebook.runtime.costs import CostModel
-from amp_notebook.runtime.train import TrainResult, train
+from amp_notebook.runtime.launch import simulate
+from amp_notebook.runtime.result import TrainResult
 
 
 @dataclass
@@ -82,7 +85,7 @@ def whatif(
     max_active_keys: int = 4,
     min_update_frequency: int = 1,
     epochs: int = 1,
-    optimizer: Any = "sgd",
+    optimizer: Any = DEFAULT_OPTIMIZER,
     seed: int = 0,
     validate: bool = False,
     placement: dict[str, int] | None = None,
@@ -103,10 +106,10 @@ def whatif(
         if value is not None:
             changes[name] = value
     model = base.with_(**changes) if changes else base
-    r = train(
-        graph, data, workers=devices, mode=mode, max_active_keys=max_active_keys,
+    r = simulate(
+        graph, data, costs=model, params=params, workers=devices, mode=mode, max_active_keys=max_active_keys,
         min_update_frequency=min_update_frequency, optimizer=optimizer, epochs=epochs, seed=seed,
-        validate=validate, placement=placement, params=params, trace=trace, backend="simulated", costs=model,
+        validate=validate, placement=placement if placement is not None else "round_robin", trace=trace,
     )  # fmt: skip
     return summarize(r, model, train_keys=epochs * len(data.train))
 
@@ -154,7 +157,10 @@ def sweep(
         kwargs["params"] = graph.init_params(seed, np.dtype("float32"))
     ks, ms = list(max_active_keys), list(min_update_frequency)
     if not ks or not ms:
-        raise ValueError(f"sweep: expected non-empty grids, got max_active_keys={ks}, min_update_frequency={ms}")
+        raise SettingError(
+            "max_active_keys" if not ks else "min_update_frequency",
+            f"sweep: expected non-empty grids, got max_active_keys={ks}, min_update_frequency={ms}",
+        )
     return [whatif(graph, data, max_active_keys=k, min_update_frequency=m, **kwargs) for k in ks for m in ms]
 
 

@@ -32,8 +32,9 @@ from amp_notebook.errors import AmpError
 from amp_notebook.ir.codegen import graph_to_python
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.serialize import graph_from_dict, graph_to_dict, parse_graph_json
+from amp_notebook.models import zoo as model_zoo
 from amp_notebook.ui import builder_schema as S
-from amp_notebook.ui.builder_model import ZOO_MODELS, BuilderError, BuilderModel
+from amp_notebook.ui.builder_model import BuilderError, BuilderModel
 from amp_notebook.ui.messages import refusal
 
 if TYPE_CHECKING:
@@ -58,9 +59,11 @@ class GraphBuilder(anywidget.AnyWidget):
 
     view = t.Dict().tag(sync=True)
     palette = t.List().tag(sync=True)
-    zoo = t.List().tag(sync=True)
-    notice = t.Dict().tag(sync=True)  # the last refusal or message: {"seq", "level", "text"}
-    export = t.Dict().tag(sync=True)  # the last export asked for from the canvas: {"seq", "format", "text"}
+    zoo = t.List().tag(sync=True)  # the model zoo's menu: [{"name", "description"}] in the registry's order
+    notice = t.Dict().tag(sync=True)  # the last refusal or message: {"seq", "level", "text"}; {} after a load
+    # the last export asked for from the canvas, {"seq", "format", "text"}: its text follows the graph's
+    # edits; {} after a load
+    export = t.Dict().tag(sync=True)
     run_status = t.Unicode("").tag(sync=True)
     perf = t.Dict().tag(sync=True)  # set by the browser: {"nodes", "layout_ms", "render_ms"} of the last layout
     height = t.Int(0).tag(sync=True)  # canvas height in px; 0: fits the graph (builder/fit.js)
@@ -68,11 +71,13 @@ class GraphBuilder(anywidget.AnyWidget):
     def __init__(self, graph: Graph | None = None, workers: int = 2, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.model = BuilderModel(graph, workers=workers)
+        self._generation = self.model.generation  # of the graph the notice and the export are about
         self.model.on_change = self._sync
         self.palette = S.palette()
-        self.zoo = list(ZOO_MODELS)
-        self.train_data: Dataset | None = None
-        self.train_options: dict[str, Any] = {"mode": "amp", "max_active_keys": 4, "epochs": 1}
+        self.zoo = [{"name": entry.name, "description": entry.description} for entry in model_zoo.ENTRIES]
+        self.train_data: Dataset | None = None  # what Train trains on (a loaded zoo model brings its own)
+        self.train_options: dict[str, Any] = {}  # amp.train keywords for Train, over a zoo model's settings
+        self._zoo_data: dict[str, Dataset] = {}  # zoo name -> its small dataset, made on the first Train
         self.run: Run | None = None
         self.dashboard: Dashboard | None = None  # the live dashboard of the last run started here
         self._seq = 0
@@ -141,7 +146,8 @@ class GraphBuilder(anywidget.AnyWidget):
         self._do(self.model.load, graph)
 
     def load_model(self, name: str) -> None:
-        """Load a model-zoo graph: one of ``ZOO_MODELS`` (mlp, rnn, rnn_x2, tree_lstm, ggsnn, ...)."""
+        """Load a model-zoo graph: one of ``ZOO_MODELS`` (mlp, rnn, rnn-x2, tree-lstm, ggsnn, ...,
+        bilstm-tagger; ``tree_lstm`` spellings too); Train then brings its data and settings (:meth:`train`)."""
         self._do(self.model.load_model, name)
 
     def auto_layout(self, direction: str | None = None) -> None:
@@ -193,29 +199,46 @@ class GraphBuilder(anywidget.AnyWidget):
 
             return python_form(self.graph)
         if form != "builder":
-            raise ValueError(f"to_python form: expected 'builder' or 'source', got {form!r}")
+            raise BuilderError(f"to_python form: expected 'builder' or 'source', got {form!r}")
         return graph_to_python(self.graph)
 
     # ------------------------------------------------------------- training
     def train(self, data: Dataset | None = None, **options: Any) -> Run:
-        """Start a background run of (a copy of) the graph on ``data`` (default :attr:`train_data`) and open
-        the live dashboard beside the canvas. ``options`` go to :func:`amp_notebook.train`."""
+        """Start a background run of (a copy of) the graph and open the live dashboard beside the canvas.
+
+        The data: ``data``, else :attr:`train_data`, else, for a graph loaded from the model zoo
+        (:meth:`load_model`, edits since included), that model's small dataset (seed 0, the one its graph
+        was sized for). The settings, each over the one before: a zoo model's recommended settings,
+        :attr:`train_options`, the builder's ``workers``, then ``options`` (keywords of
+        :func:`amp_notebook.train`)."""
         return self._do(self._start_run, data, options)
 
     def _start_run(self, data: Dataset | None, options: dict[str, Any]) -> Run:
         from amp_notebook.runtime.train import train
 
         data = data if data is not None else self.train_data
-        if data is None:
-            raise BuilderError("no training data: set builder.train_data = <a Dataset> (or call builder.train(data))")
+        entry = model_zoo.get(self.model.zoo_model) if self.model.zoo_model is not None else None
+        if data is None and entry is None:
+            raise BuilderError(
+                "no training data: set builder.train_data = <a Dataset> (or call builder.train(data)), or load "
+                "a zoo model, which brings its own"
+            )
         problems = self.problems()
         if problems:
             raise BuilderError(f"cannot train yet, {len(problems)} problem(s):\n  - " + "\n  - ".join(problems))
-        if self.run is not None and not self.run.done():
+        if self.run is not None and not self.run.done:
             self.run.stop(wait=False)
         graph = graph_from_dict(graph_to_dict(self.graph))  # later edits must not reach the running graph
-        settings = {**self.train_options, "workers": self.workers, **options, "background": True}
+        zoo_data = data is None
+        if data is None and entry is not None:
+            if entry.name not in self._zoo_data:
+                self._zoo_data[entry.name] = entry.dataset("small")
+            data = self._zoo_data[entry.name]
+        recommended = entry.settings.train_kwargs() if entry is not None else {}
+        settings = {**recommended, **self.train_options, "workers": self.workers, **options, "background": True}
         run = train(graph, data, **settings)
+        if entry is not None:
+            self._notify("info", _zoo_run_text(entry.name, graph, data if zoo_data else None, settings))
         self.run = run
         self._show_dashboard(run)
         threading.Thread(target=self._watch, args=(run,), daemon=True, name="builder-run-status").start()
@@ -240,7 +263,20 @@ class GraphBuilder(anywidget.AnyWidget):
         self.notice = {"seq": self._seq, "level": level, "text": text}
 
     def _sync(self) -> None:
-        self.view = self.model.view()
+        """Send the view; a notice and an export about another graph (one loaded before) go first, and an
+        export of this graph is kept current (its dialog in the browser may be open)."""
+        view = self.model.view()
+        if view["generation"] != self._generation:
+            self._generation = view["generation"]
+            self.notice = {}
+            self.export = {}
+        elif self.export:
+            self.export = self._export_text(self.export["format"], self.export["seq"])
+        self.view = view
+
+    def _export_text(self, fmt: str, seq: int) -> dict[str, Any]:
+        text = self.to_python() if fmt == "python" else self.to_json()
+        return {"seq": seq, "format": fmt, "text": text}
 
     def _on_msg(self, _widget: Any, content: dict[str, Any], _buffers: Any) -> None:
         problem = refusal("builder message", content)  # junk is refused before anything acts on it
@@ -252,10 +288,8 @@ class GraphBuilder(anywidget.AnyWidget):
             if kind == "intent":
                 self.model.apply(content.get("intent"))
             elif kind == "export":
-                fmt = content.get("format")
-                text = self.to_python() if fmt == "python" else self.to_json()
                 self._seq += 1
-                self.export = {"seq": self._seq, "format": "python" if fmt == "python" else "json", "text": text}
+                self.export = self._export_text("python" if content.get("format") == "python" else "json", self._seq)
             elif kind == "train":
                 self._start_run(None, {})
         except BuilderError as exc:
@@ -277,11 +311,31 @@ class GraphBuilder(anywidget.AnyWidget):
         """Mirror the run's status into ``run_status`` until it ends."""
         while True:
             s = run.status
-            loss = "" if s["recent_loss"] is None else f", loss {s['recent_loss']:.3f}"
+            loss = "" if s["recent_loss"] is None else f", recent train loss {s['recent_loss']:.3f}"
             self.run_status = (
                 f"run {s['state']}: epoch {s['epoch'] + 1}/{s['epochs']}, {s['keys_done']} keys done{loss}"
                 + (f" ({s['error']})" if s["error"] else "")
             )
-            if run.done() or self.run is not run:
+            if run.done or self.run is not run:
                 return
             threading.Event().wait(STATUS_PERIOD_S)
+
+
+def _zoo_run_text(name: str, graph: Graph, data: Dataset | None, settings: dict[str, Any]) -> str:
+    """What a Train of zoo model ``name`` trains on (``data``: the zoo's dataset; None: the user's) and with."""
+    said = []
+    optimizer = settings.get("optimizer")
+    if isinstance(optimizer, dict):
+        extra = [f"{k}={v}" for k, v in optimizer.items() if k != "name"]
+        said.append(f"optimizer {' '.join([str(optimizer.get('name', '?')), *extra])}")
+    elif optimizer is not None:
+        said.append(f"optimizer {optimizer}")
+    said += [f"{key} {settings[key]}" for key in ("epochs", "max_active_keys") if key in settings]
+    own = sorted({n.min_update_frequency for n in graph.nodes.values() if n.min_update_frequency is not None})
+    frequency = f"min_update_frequency {settings.get('min_update_frequency', 1)}"
+    said.append(frequency + (f" (nodes' own: {', '.join(map(str, own))})" if own else ""))
+    on = "" if data is None else (
+        f" on its small dataset ({data.name}: {data.train_instances:,} training instances, "
+        f"{data.val_instances:,} validation)"
+    )  # fmt: skip
+    return f"training the zoo's {name}{on}; {', '.join(said)}"

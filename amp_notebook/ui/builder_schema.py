@@ -1,10 +1,9 @@
 """What the graph builder knows about each op kind: its palette entry, its typed properties and defaults.
 
 Everything here is derived from the closed list ``OPS`` (amp_notebook/ir/ops/__init__.py): the palette
-groups follow the op's ``group`` and the named sets, and the properties of an op are the parameters of its
-constructor (which match its ``config()``), typed from their annotations. A new op kind therefore shows up
-in the palette without a change here; the tables below only add defaults for required parameters, the
-fields that hold expressions, and fixed choices.
+groups follow the op's ``group``, and the properties of an op are its declared ``fields``
+(amp_notebook/ir/ops/facts.py), each with its type code, default (a required field's ``example``), choices
+and one-line doc. A new op kind therefore shows up in the palette without a change here.
 
 Values typed in the browser arrive as text; :func:`coerce` turns text (or an already typed Python value)
 into the field's type or raises :class:`PropertyError` naming the node, the field, what was expected, what
@@ -15,8 +14,8 @@ was found and how to fix it. Nothing is evaluated: numbers are parsed, expressio
 from __future__ import annotations
 
 import copy
-import inspect
 import json
+import math
 import numbers
 import re
 from collections.abc import Mapping
@@ -36,39 +35,11 @@ class PropertyError(BuilderError):
     """A property value of the wrong type or out of range; the message says what was expected."""
 
 
-# Field types, by the constructor annotation they come from.
-INT, OPT_INT, BOOL, TEXT, OPT_TEXT, EXPR, INT_OR_EXPR, INTS, NAMES, UPDATES, JSON = (
-    "int", "int?", "bool", "text", "text?", "expr", "int|expr", "ints", "names?", "updates", "json",
+# Field types: the palette type codes of the field types in amp_notebook/ir/ops/facts.py (``FieldType.code``).
+INT, OPT_INT, BOOL, NUMBER, TEXT, OPT_TEXT, EXPR, INT_OR_EXPR, OPT_INT_OR_EXPR, INTS, NAMES, UPDATES, JSON = (
+    "int", "int?", "bool", "number", "text", "text?", "expr", "int|expr", "int|expr?", "ints", "names?", "updates",
+    "json",
 )  # fmt: skip
-_BY_ANNOTATION = {
-    "int": INT,
-    "int | None": OPT_INT,
-    "bool": BOOL,
-    "str": TEXT,
-    "str | None": OPT_TEXT,
-    "int | str": INT_OR_EXPR,
-    "list[int] | tuple[int, ...]": INTS,
-    "tuple[str, ...] | list[str] | None": NAMES,
-    "Mapping[str, str | None]": UPDATES,
-}
-# String fields that hold an expression over state fields (checked by the safe expression language).
-EXPRESSION_FIELDS = {
-    ("cond", "predicate"), ("distribute", "by"), ("group", "count"), ("collect", "key"), ("collect", "index"),
-}  # fmt: skip
-CHOICES: dict[tuple[str, str], list[Any]] = {("input", "dtype"): ["float", "int"], ("input", "fill"): [None, "zeros"]}
-# Defaults for required constructor parameters, so a palette drop makes a node at once.
-REQUIRED_DEFAULTS: dict[str, dict[str, Any]] = {
-    "linear": {"in_features": 64, "out_features": 64},
-    "embedding": {"num_embeddings": 16, "embedding_dim": 32},
-    "cond": {"predicate": "t < length"},
-    "isu": {"forward": {"t": "t + 1"}, "backward": {"t": "t - 1"}},
-    "distribute": {"by": "key % 2", "branches": 2},
-    "split": {"sizes": [32, 32]},
-    "group": {"count": "length"},
-    "collect": {"key": "pos // 2", "index": "pos % 2", "count": 2, "field": "pos"},
-}
-_FALLBACK = {INT: 1, OPT_INT: None, BOOL: False, TEXT: "t", OPT_TEXT: None, EXPR: "t", INT_OR_EXPR: 1, INTS: [1],
-             NAMES: None, UPDATES: {"t": "t + 1"}, JSON: None}  # fmt: skip
 
 # Palette groups, in the order the palette shows them.
 GROUPS = ("io", "payload", "control flow", "aggregation", "loss", "cells")
@@ -92,12 +63,6 @@ CELLS: dict[str, dict[str, Any]] = {
 
 
 def palette_group(kind: str) -> str:
-    if kind in O.LOSSES:
-        return "loss"
-    if kind in O.CONTROL_FLOW:
-        return "control flow"
-    if kind in O.AGGREGATION:
-        return "aggregation"
     return _GROUP_OF_OP_GROUP.get(O.OPS[kind].group, "payload")
 
 
@@ -106,21 +71,12 @@ def label(kind: str) -> str:
 
 
 def fields(kind: str) -> list[dict[str, Any]]:
-    """The typed properties of op ``kind``: name, type, default and choices (when fixed)."""
-    params = list(inspect.signature(O.OPS[kind].__init__).parameters.values())[1:]
+    """The typed properties of op ``kind``: name, type code, default, choices (when fixed) and a one-line doc."""
     out = []
-    for p in params:
-        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            continue
-        annotation = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", "")
-        ftype = EXPR if (kind, p.name) in EXPRESSION_FIELDS else _BY_ANNOTATION.get(annotation, JSON)
-        if p.default is not p.empty:
-            default = p.default
-        else:
-            default = REQUIRED_DEFAULTS.get(kind, {}).get(p.name, _FALLBACK[ftype])
-        entry: dict[str, Any] = {"name": p.name, "type": ftype, "default": _jsonable(default)}
-        if (kind, p.name) in CHOICES:
-            entry["choices"] = CHOICES[(kind, p.name)]
+    for f in O.OPS[kind].fields:
+        entry: dict[str, Any] = {"name": f.name, "type": f.type.code, "default": f.palette_default(), "doc": f.doc}
+        if f.choices is not None:
+            entry["choices"] = f.choices
         out.append(entry)
     return out
 
@@ -166,17 +122,19 @@ def palette() -> list[dict[str, Any]]:
 def coerce(ftype: str, value: Any, where: str) -> Any:
     """``value`` (text from the browser, or a Python value) as a ``ftype`` value; PropertyError otherwise."""
     text = value.strip() if isinstance(value, str) else None
-    if ftype in (OPT_INT, OPT_TEXT, NAMES, JSON) and (value is None or text in ("", "None", "null")):
+    if ftype in (OPT_INT, OPT_TEXT, OPT_INT_OR_EXPR, NAMES, JSON) and (value is None or text in ("", "None", "null")):
         return None
     if ftype in (INT, OPT_INT):
         return _int(value, text, where)
+    if ftype == NUMBER:
+        return _number(value, text, where)
     if ftype == BOOL:
         if isinstance(value, bool):
             return value
         if text in ("true", "True", "1", "false", "False", "0"):
             return text in ("true", "True", "1")
         raise PropertyError(f"{where}: expected true or false, got {value!r}")
-    if ftype == INT_OR_EXPR:
+    if ftype in (INT_OR_EXPR, OPT_INT_OR_EXPR):
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         if text is not None and re.fullmatch(r"[+-]?\d+", text):
@@ -232,6 +190,19 @@ def _int(value: Any, text: str | None, where: str) -> int:
     raise PropertyError(f"{where}: expected an int, got {found}; type a whole number such as 64")
 
 
+def _number(value: Any, text: str | None, where: str) -> float:
+    number: Any = value
+    if text is not None:
+        try:
+            number = float(text)
+        except ValueError:
+            number = None
+    if isinstance(number, numbers.Real) and not isinstance(number, bool) and math.isfinite(number):
+        return float(number)
+    found = f"{type(value).__name__} {value!r}" if not isinstance(value, str) else repr(value)
+    raise PropertyError(f"{where}: expected a number, got {found}; type a number such as 0.5 or 1e-5")
+
+
 def _expression(value: Any, where: str) -> str:
     if not isinstance(value, str):
         raise PropertyError(f"{where}: expected an expression over state fields, got {type(value).__name__}")
@@ -260,11 +231,3 @@ def _updates(value: Any, text: str | None, where: str) -> dict[str, str | None]:
             raise PropertyError(f"{where}: field names must be identifiers not starting with '_', got {name!r}")
         out[name] = None if source is None else _expression(source, f"{where} field {name!r}")
     return out
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, tuple):
-        return list(value)
-    if isinstance(value, Mapping):
-        return dict(value)
-    return value

@@ -33,16 +33,18 @@ from typing import Any
 import anywidget
 import traitlets
 
-from amp_notebook.errors import AmpError
+from amp_notebook.errors import AmpError, SettingError, SettingTypeError
 from amp_notebook.ir.graph import Graph
+from amp_notebook.runtime.config import RunConfig, Setting
 from amp_notebook.runtime.run import Run
 from amp_notebook.trace.io import load_trace
 from amp_notebook.trace.trace import Trace
-from amp_notebook.ui.feed import Frame, LiveFeed, static_frames
+from amp_notebook.ui.feed import HISTORY_S, Frame, LiveFeed, static_frames
 from amp_notebook.ui.messages import CONTROL_ACTIONS, refusal
 
 STATIC = Path(__file__).parent / "static"
 MAX_DOWNLOAD_BYTES = 64 * 2**20  # larger exports are written to a file only
+SLIDER_MAX = {"max_active_keys": 64, "min_update_frequency": 1000, "max_bundle": 64}  # or the run's value if larger
 
 
 class ControlError(AmpError, ValueError):
@@ -91,15 +93,17 @@ class Dashboard(anywidget.AnyWidget):
         rate_hz: float = 4.0,
         window_s: float = 5.0,
         max_boxes: int = 250_000,
-        history_s: float = 60.0,
+        history_s: float = HISTORY_S,
         export_path: str | Path | None = None,
         checkpoint_path: str | Path | None = None,
         **kwargs: Any,
     ) -> None:
         if not 0.5 <= rate_hz <= 30:
-            raise ValueError(f"Dashboard: rate_hz should be between 0.5 and 30 updates per second, got {rate_hz}")
+            raise SettingError(
+                "rate_hz", f"Dashboard: rate_hz should be between 0.5 and 30 updates per second, got {rate_hz}"
+            )
         if max_boxes < 1000:
-            raise ValueError(f"Dashboard: max_boxes should be at least 1000, got {max_boxes}")
+            raise SettingError("max_boxes", f"Dashboard: max_boxes should be at least 1000, got {max_boxes}")
         super().__init__(rate_hz=rate_hz, window_s=window_s, max_boxes=max_boxes, **kwargs)
         self.history_s = history_s
         self.export_path = export_path
@@ -116,20 +120,20 @@ class Dashboard(anywidget.AnyWidget):
         self.on_msg(self._on_msg)
         if run is not None:
             if not isinstance(run, Run):
-                raise TypeError(
+                raise SettingTypeError(
+                    "run",
                     f"Dashboard(run): expected a Run from train(..., background=True), got {type(run).__name__}; "
-                    "for a finished result or a saved trace use Dashboard.replay(...)"
+                    "for a finished result or a saved trace use Dashboard.replay(...)",
                 )
-            plan = run._session.plan
+            plan = run.plan
             self.runs = [self._describe(run.trace, "run", plan.parameterized, plan.graph)]
-            self.controls = {
-                "mode": run._controller.mode,
-                "max_active_keys": {"min": 1, "max": max(64, run.status["max_active_keys"])},
-                "min_update_frequency": {"min": 1, "max": 1000},
-                "max_bundle": {"min": 1, "max": max(64, run.status["max_bundle"])},
+            status = run.status
+            self.controls = {  # a slider per live knob: its least value declared by the setting
+                "mode": run.mode,
+                **{s.name: _slider(s, status[s.name]) for s in RunConfig.settings() if s.live},
                 "checkpoint": True,
             }
-            self._feed = LiveFeed(run)
+            self._feed = LiveFeed(run, history_s=history_s)
             self._thread = threading.Thread(target=self._stream, name="amp-dashboard-feed", daemon=True)
             self._thread.start()
 
@@ -311,6 +315,13 @@ class Dashboard(anywidget.AnyWidget):
         super().close()
 
 
+def _slider(knob: Setting, now: int | dict[str, int]) -> dict[str, int]:
+    """A live knob's slider: from the setting's least value to SLIDER_MAX or the run's value (its largest
+    over nodes for a per-node knob), whichever is larger."""
+    largest = max(now.values(), default=1) if isinstance(now, dict) else now
+    return {"min": int(knob.minimum or 0), "max": max(SLIDER_MAX.get(knob.name, 64), largest)}
+
+
 def _as_int(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or int(value) != value:
         raise ControlError(f"{name}: expected a whole number, got {value!r}")
@@ -319,21 +330,22 @@ def _as_int(value: Any, name: str) -> int:
 
 def _as_trace(source: Any) -> tuple[Trace, list[dict[str, Any]] | None, str | None]:
     """(trace, epoch history as dicts or None, a label) of a TrainResult, Run, Trace or trace file."""
-    from amp_notebook.runtime.train import TrainResult
+    from amp_notebook.runtime.result import TrainResult
 
     if isinstance(source, Trace):
         return source, None, None
     if isinstance(source, str | Path):
         return load_trace(source), None, Path(source).stem
     if isinstance(source, Run):
-        if not source.done():
-            raise ValueError("Dashboard.replay: this run is still going; show it live with Dashboard(run)")
+        if not source.done:
+            raise SettingError("source", "Dashboard.replay: this run is still going; show it live with Dashboard(run)")
         source = source.wait()
     if isinstance(source, TrainResult):
         return source.trace, [e.as_dict() for e in source.history], source.config.mode
-    raise TypeError(
+    raise SettingTypeError(
+        "source",
         f"Dashboard.replay: expected a TrainResult, a finished Run, a Trace or a path to a trace file, "
-        f"got {type(source).__name__}"
+        f"got {type(source).__name__}",
     )
 
 

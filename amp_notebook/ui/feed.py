@@ -7,8 +7,11 @@ a few copies, not 10^5 JSON objects.
 
 * :class:`LiveFeed` follows a running :class:`~amp_notebook.runtime.run.Run`: each :meth:`LiveFeed.poll`
   takes only the rows written since the last one (a trace cursor), the run's status, a sample of the
-  series that are not in the trace (keys in flight, moving averages of loss and accuracy, throughput),
+  series that are not in the trace (keys in flight, moving averages of loss and accuracy, throughput over
+  the last seconds),
   and the exact whole-run metrics (staleness histograms, utilization) from the trace's running totals.
+  Samples taken a few times a second miss a short run, so keys in flight are also rebuilt from the rows,
+  as a replay rebuilds them, in a view's first frame (:meth:`LiveFeed.snapshot`) and in the last one.
 * :func:`static_frames` turns a finished trace (a run's, the simulator's, or one opened from a file) into
   frames for replay: all its rows in chunks, then its metrics, with keys in flight rebuilt from the rows.
 
@@ -19,6 +22,7 @@ benchmark read them directly.
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -41,10 +45,14 @@ MEMBER_WIRE = (("worker", "<u2"), ("row", "<u4"), ("key", "<i4"))
 MAX_ROWS_PER_FRAME = 200_000  # a feed that fell further behind sends the newest rows and counts the rest
 STATIC_CHUNK_ROWS = 250_000
 MAX_SERIES_POINTS = 2_000
+RATE_WINDOW_S = 2.0  # the live throughput is taken over this many seconds
+HISTORY_S = 60.0  # a view opened while a run goes gets this many seconds of its rows
 
 
 @dataclass
 class Frame:
+    """One message to the dashboard's front end: JSON content and the binary column buffers beside it."""
+
     content: dict[str, Any]
     buffers: list[bytes] = field(default_factory=list)
 
@@ -124,17 +132,18 @@ def keys_in_flight_series(events: dict[str, np.ndarray], max_points: int = MAX_S
 class LiveFeed:
     """Frames of a running :class:`Run`, one per :meth:`poll`, each with only the rows new since the last."""
 
-    def __init__(self, run: Run, max_rows: int = MAX_ROWS_PER_FRAME) -> None:
+    def __init__(self, run: Run, max_rows: int = MAX_ROWS_PER_FRAME, history_s: float = HISTORY_S) -> None:
         self.run = run
         self.trace = run.trace
         self.max_rows = max_rows
+        self.history_s = history_s  # the span of rows that keys in flight are rebuilt from
         self.cursor = Cursor.start(self.trace.workers)
         self.frames = 0
         self.rows_sent = 0
         self.rows_skipped = 0
         self.epochs_sent = 0
         self.finished = False  # the run had ended when the last poll began: that poll read every row
-        self._last = (time.perf_counter(), 0)
+        self._counts: deque[tuple[float, int]] = deque([(time.perf_counter(), 0)])  # (time, instances done)
         # Whole-run figures kept up from the rows read, so a poll costs what is new, not what is held;
         # if rows were dropped before this feed read them, it falls back to the trace's exact totals.
         self._complete = True
@@ -142,7 +151,7 @@ class LiveFeed:
         self._hist: dict[int, dict[int, int]] = {}
 
     def poll(self, kind: str = "rows") -> Frame:
-        ended = self.run.done()
+        ended = bool(self.run.done)
         inc = self.trace.since(self.cursor)
         self.cursor = inc.cursor
         self._follow_totals(inc.events, inc.staleness, inc.missed_events + inc.missed_staleness)
@@ -155,6 +164,10 @@ class LiveFeed:
         self.frames += 1
         self.finished = ended
         content["meta"]["finished"] = ended
+        if ended:  # the last frame: keys in flight over the run's end, from its rows
+            now = content["meta"]["status"]["elapsed_s"]
+            window = self.trace.window(max(0.0, now - self.history_s), now + 1.0)
+            content["meta"]["keys_in_flight"] = keys_in_flight_series(window)
         return Frame(content, buffers)
 
     def snapshot(self, history_s: float) -> Frame:
@@ -170,7 +183,8 @@ class LiveFeed:
         content, buffers = pack(events, {k: v[keep] for k, v in stale.items()}, members=_members_of(self.trace, events))
         self.epochs_sent = 0
         content.update(type="reset", meta=self.meta())
-        content["meta"]["finished"] = self.run.done()
+        content["meta"]["finished"] = bool(self.run.done)
+        content["meta"]["keys_in_flight"] = keys_in_flight_series(events) if events else []
         return Frame(content, buffers)
 
     def _follow_totals(self, events: dict[str, np.ndarray], staleness: dict[str, np.ndarray], missed: int) -> None:
@@ -200,10 +214,14 @@ class LiveFeed:
     def meta(self) -> dict[str, Any]:
         status = self.run.status
         now = time.perf_counter()
-        t_prev, n_prev = self._last
         n = status["train_instances_done"]
+        # instances/s over the last RATE_WINDOW_S (from one frame to the next it jumps by whole keys)
+        counts = self._counts
+        counts.append((now, n))
+        while len(counts) > 2 and counts[1][0] <= now - RATE_WINDOW_S:
+            counts.popleft()
+        t_prev, n_prev = counts[0]
         throughput = (n - n_prev) / (now - t_prev) if now > t_prev else 0.0
-        self._last = (now, n)
         history = self.run.history
         new_epochs = [e.as_dict() for e in history[self.epochs_sent :]]
         self.epochs_sent = len(history)
@@ -216,8 +234,9 @@ class LiveFeed:
                 "keys_in_flight": status["keys_in_flight"],
                 "loss": status["recent_loss"],
                 "accuracy": status["recent_accuracy"],
-                "throughput": throughput,
+                "throughput": throughput,  # recent: over the last RATE_WINDOW_S
             },
+            "run_throughput": n / elapsed if elapsed > 0 else None,  # training instances/s over the run
             "epochs": new_epochs,
             "staleness_hist": hist,
             "utilization": util,

@@ -102,7 +102,7 @@ def learning_curves(result: TrainResult) -> Any:
     from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=2, cols=2, subplot_titles=("loss", "accuracy", "loss", "accuracy"))
-    epochs = [e.epoch for e in result.history]
+    epochs = [e.epoch + 1 for e in result.history]  # counted from 1, as the dashboard and the builder count
     times = [e.end_s for e in result.history]
     series = [
         ("train loss", [e.train_loss for e in result.history], 1, "#4e79a7"),

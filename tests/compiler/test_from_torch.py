@@ -169,13 +169,44 @@ def test_mse_loss_and_the_python_form_in_the_builder() -> None:
     assert imported.source.strip() in text
 
 
+def test_layer_norm_and_dropout_import_with_torch_gradients_under_the_same_mask() -> None:
+    from amp_notebook.ir.message import State
+
+    torch.manual_seed(7)
+    model = tnn.Sequential(
+        tnn.Linear(5, 6), tnn.LayerNorm(6, eps=1e-4), tnn.ReLU(), tnn.Dropout(0.4), tnn.Linear(6, 3)
+    ).double()
+    imported = amp.from_torch(model)
+    assert "h = nn.layer_norm(h, eps=0.0001, name='layer1')" in imported.source
+    assert "h = nn.dropout(h, p=0.4)" in imported.source
+    x, y = torch.randn(4, 5, dtype=torch.float64), torch.randint(0, 3, (4,))
+    interp = Interpreter(imported.graph, params=imported.params)
+    key = imported.batch(x, y)
+    grads = interp.gradients(key)  # a training key: key 0, dropped
+    (drop,) = [n for n in imported.graph.nodes.values() if n.kind == "dropout"]
+    keep = torch.tensor(drop.op.keep(drop.name, State(key=0), (4, 6)))
+    loss = F.cross_entropy(model[4](model[2](model[1](model[0](x))) * keep / 0.6), y)
+    loss.backward()
+    assert interp.reports[0]["loss"] == pytest.approx(loss.item(), rel=RTOL)
+    assert {(b.node, b.key, b.attr) for b in imported.bindings} >= {("layer1", "g", "weight"), ("layer1", "b", "bias")}
+    for b in imported.bindings:
+        ours = grads[b.node][b.key]
+        assert_close(ours.T if b.transpose else ours, getattr(b.module, b.attr).grad.numpy(), f"{b.node}/{b.key}")
+    model.eval()  # a validation key is torch's eval mode: no dropout
+    (report,) = interp.run_key(key, key=1, train=False)
+    assert report["loss"] == pytest.approx(F.cross_entropy(model(x), y).item(), rel=RTOL)
+
+
 @pytest.mark.parametrize(
     ("make", "match"),
     [
         (lambda: tnn.GRU(5, 7, num_layers=2, batch_first=True), "num_layers=2"),
         (lambda: tnn.LSTM(5, 7, batch_first=True, bidirectional=True), "bidirectional"),
         (lambda: tnn.RNN(5, 7), "batch_first=False"),
-        (lambda: tnn.Sequential(tnn.Linear(4, 4), tnn.Dropout(0.5)), "Dropout"),
+        (lambda: tnn.Sequential(tnn.Linear(4, 4), tnn.BatchNorm1d(4)), "BatchNorm1d; supported are nn.Linear"),
+        (lambda: tnn.Sequential(tnn.Linear(4, 4), tnn.LayerNorm(4, elementwise_affine=False)), "has no weight"),
+        (lambda: tnn.Sequential(tnn.Linear(4, 4), tnn.LayerNorm(4, bias=False)), "has no bias"),
+        (lambda: tnn.Sequential(tnn.Linear(4, 6), tnn.LayerNorm((2, 3))), r"weight of shape \(2, 3\)"),
         (lambda: tnn.Sequential(tnn.Linear(4, 4), tnn.GRU(4, 4, batch_first=True)), "must come first"),
         (lambda: tnn.Sequential(tnn.Linear(4, 4), tnn.Linear(5, 2)), "reads 5 features"),
         (lambda: tnn.Conv1d(2, 2, 3), "nn.Linear"),

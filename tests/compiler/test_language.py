@@ -100,6 +100,44 @@ def test_if_on_a_constant_keeps_one_branch() -> None:
     assert not [n for n in amp.compile(model).nodes.values() if n.kind in ("cond", "phi")]
 
 
+# ------------------------------------------------------------------------------ normalization, dropout
+def normalized(x: nn.Floats(4), target: nn.Ints()):
+    h = nn.layer_norm(nn.linear(x, 6, name="fc"), eps=1e-3, name="norm")
+    h = nn.dropout(nn.relu(h), 0.3, seed=2, name="drop")
+    return nn.softmax_cross_entropy(nn.linear(h, 3, name="out"), target)
+
+
+def test_layer_norm_and_dropout_compile_from_amp_nn() -> None:
+    from amp_notebook.ir import ops as O
+    from amp_notebook.ir.message import State
+
+    graph = amp.compile(normalized)
+    assert graph.nodes["norm"].op == O.LayerNorm(6, eps=1e-3) and graph.nodes["drop"].op == O.Dropout(0.3, seed=2)
+    data = batch()
+    keep = torch.tensor(graph.nodes["drop"].op.keep("drop", State(key=0, **data.fields), (B, 6)))
+    assert 0 < int(keep.sum()) < keep.numel()
+
+    def reference(p: dict, x: dict) -> torch.Tensor:
+        h = F.layer_norm(lin(p, "fc", x["x"]), (6,), p["norm"]["g"], p["norm"]["b"], eps=1e-3)
+        return F.cross_entropy(lin(p, "out", torch.relu(h) * keep / 0.7), x["target"])
+
+    check(graph, reference, data)
+
+
+def test_layer_norm_and_dropout_arguments_are_checked_by_their_ops() -> None:
+    def bad_rate(x: nn.Floats(4), target: nn.Ints()):
+        return nn.softmax_cross_entropy(nn.dropout(nn.linear(x, 3), p=1.5), target)
+
+    with pytest.raises(amp.CompileError, match=r"nn.dropout: Dropout p: expected a number >= 0.0 and <= 1.0, got 1.5"):
+        amp.compile(bad_rate)
+
+    def unknown_width(x: nn.Floats(), target: nn.Ints()):
+        return nn.softmax_cross_entropy(nn.layer_norm(x), target)
+
+    with pytest.raises(amp.CompileError, match=r"nn.layer_norm: the width of x is not known here"):
+        amp.compile(unknown_width)
+
+
 # ---------------------------------------------------------------------------------------------- loops
 def tagger(tokens: nn.Sequence(int), tags: nn.Sequence(int), target: nn.Ints()):
     """A loss at every step: the hidden state's exit is unused (it ends in a Sink)."""

@@ -50,17 +50,26 @@ def test_every_op_kind_has_a_config_schema_and_a_dispatch_entry_and_nothing_else
     assert node["allOf"] == expected
 
 
+def test_the_committed_schema_is_the_one_the_op_declarations_generate() -> None:
+    """graph.schema.json is generated (python -m amp_notebook.ir.graph_schema --write), never edited by hand."""
+    from amp_notebook.ir.graph_schema import SCHEMA_PATH, main, schema_text
+
+    assert SCHEMA_PATH.read_text(encoding="utf-8") == schema_text(), (
+        "ir/graph.schema.json is out of date with the op declarations: run python -m amp_notebook.ir.graph_schema "
+        "--write and commit the file"
+    )
+    assert main(["--check"]) == 0
+
+
 @pytest.mark.parametrize("kind", sorted(ops.OPS))
 def test_config_schema_names_every_constructor_parameter(kind: str) -> None:
     import inspect
 
-    params = [
-        p.name
-        for p in list(inspect.signature(ops.OPS[kind].__init__).parameters.values())[1:]
-        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-    ]
+    params = list(inspect.signature(ops.OPS[kind]).parameters)
+    assert params == [f.name for f in ops.OPS[kind].fields]
     schema = graph_schema()["$defs"][f"config_{kind}"]
-    assert set(schema["properties"]) == set(params)
+    assert list(schema["properties"]) == params
+    assert schema.get("required", []) == [f.name for f in ops.OPS[kind].fields if f.required]
     assert schema["additionalProperties"] is False
 
 

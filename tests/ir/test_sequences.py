@@ -87,7 +87,7 @@ def test_collect_stacks_rows_in_slot_order_and_drops_the_members_fields() -> Non
 
 
 def test_collect_rows_errors() -> None:
-    with pytest.raises(OpError, match="axis: expected -1"):
+    with pytest.raises(OpError, match=r"Collect axis: expected one of 0, -1, got 1"):
         Collect("0", "w", 2, None, axis=1)
     with pytest.raises(OpError, match="drop other fields"):
         Collect("0", "w", 2, "w", drop=["w"])

@@ -142,6 +142,8 @@ EVERY_OP = [
     ops.Collect("0", "w", "length", None, axis=0, drop=["w", "ids"]),
     ops.LSTMStart(3),
     ops.LSTMUpdate(2, match_on=["t"]),
+    ops.LayerNorm(6, eps=1e-3),
+    ops.Dropout(0.25, seed=7),
 ]
 
 

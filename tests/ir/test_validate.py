@@ -416,7 +416,7 @@ def test_a_node_with_billions_of_parameters_is_a_problem_not_a_memory_error() ->
     x = g.input("x", width=4)
     g.mse(g.linear(g.linear(x, 100_000, name="wide"), 4, in_features=100_000, name="back"), g.input("y", width=4))
     assert check(g) == []
-    g.nodes["wide"].op = type(g.nodes["wide"].op)(4, 100_000_000)
-    (problem,) = [p for p in check(g) if p.node == "wide"]
-    assert "has 500,000,000 parameters (W 4 x 100000000, b 100000000)" in problem.message
+    g.nodes["back"].op = type(g.nodes["back"].op)(100_000, 4_000)  # each width within the schema's 2**24
+    (problem,) = [p for p in check(g) if p.node == "back"]
+    assert "has 400,004,000 parameters (W 100000 x 4000, b 4000)" in problem.message
     assert f"more than {MAX_NODE_PARAMETERS:,}" in problem.message and "typo" in problem.message

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from amp_notebook.cli import main
+from amp_notebook.cli_data import REAL_DATA
 from amp_notebook.data.real import FOLDERS, DataDirError, check_root, load_data_dir
 from amp_notebook.reproduce.workloads import available
 from tests.data.test_graphs_data import GDB_IDS, write_xyz
@@ -106,7 +107,8 @@ def test_errors_name_what_is_missing(tmp_path: Path, model: str, make: bool, fra
 @pytest.mark.parametrize("model", sorted(WRITERS))
 def test_train_reads_data_dir(tmp_path: Path, model: str, capsys: pytest.CaptureFixture[str]) -> None:
     directory = WRITERS[model](tmp_path / "d")
-    argv = ["train", "--model", model, "--data", str(directory), "--epochs", "1", "--json", "--quiet",
+    zoo_model = next(name for name, data_set in REAL_DATA.items() if data_set == model)
+    argv = ["train", "--model", zoo_model, "--data", str(directory), "--epochs", "1", "--json", "--quiet",
             "--workers", "1", "--max-active-keys", "2"]  # fmt: skip
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -115,9 +117,20 @@ def test_train_reads_data_dir(tmp_path: Path, model: str, capsys: pytest.Capture
         assert out["task"] == "regression"
 
 
-def test_train_refuses_data_with_mnist(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match="give --data or --mnist, not both"):
-        main(["train", "--model", "mlp", "--data", str(tmp_path), "--mnist", str(tmp_path), "--quiet"])
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["--model", "mlp", "--mnist", "."], "give --data or --mnist, not both"),
+        (["--model", "ggsnn"], "no real data set is known for --model ggsnn; models that read one: "),
+        (["--model", "rnn"], "no real data set is known for --model rnn"),
+        (["--model", "tree-lstm", "--per-key", "2"], "--per-key applies to --model bilstm-tagger only"),
+    ],
+)
+def test_train_refuses_data_it_cannot_use(
+    tmp_path: Path, argv: list[str], fragment: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["train", "--data", str(tmp_path), "--quiet", *argv]) == 2
+    assert fragment in capsys.readouterr().err
 
 
 def test_reproduce_workloads_read_their_folders_of_the_root(tmp_path: Path) -> None:

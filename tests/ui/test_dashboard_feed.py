@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -187,6 +188,54 @@ def test_snapshot_holds_the_recent_window_and_moves_the_cursor(digits: Dataset) 
         run.stop()
 
 
+def test_a_view_of_a_short_run_shows_keys_in_flight_as_a_replay_does(digits: Dataset) -> None:
+    """Samples a few times a second miss a run of a second; a view opened after it ended once showed 0 keys
+    in flight throughout, while the replay of the same run showed up to max_active_keys. The last frame
+    and a late view's first frame carry the series rebuilt from the rows, as the replay has it."""
+    run = background(digits, epochs=2, max_active_keys=4)
+    feed = LiveFeed(run)
+    while not feed.finished:
+        last = feed.poll()
+        time.sleep(0.05)
+    replayed = static_frames(run.trace)[-1].content["meta"]["keys_in_flight"]
+    assert max(v for _, v in replayed) == 4
+    assert last.content["meta"]["keys_in_flight"] == replayed
+    assert last.content["meta"]["status"]["keys_in_flight"] == 0  # none in flight at the end, truly
+    late = LiveFeed(run).snapshot(history_s=60.0)  # a view that opens after the run ended
+    assert late.content["meta"]["keys_in_flight"] == replayed
+
+
+def test_a_finished_run_reports_its_rate_over_the_whole_run(digits: Dataset) -> None:
+    run = background(digits, epochs=2)
+    result = run.wait()
+    meta = LiveFeed(run).poll().content["meta"]
+    status = meta["status"]
+    assert meta["run_throughput"] == pytest.approx(status["train_instances_done"] / status["elapsed_s"])
+    assert meta["run_throughput"] == pytest.approx(result.train_instances_per_s, rel=0.05)
+    assert meta["run_throughput"] > 0
+
+
+def test_the_live_rate_is_taken_over_the_last_seconds_not_one_frame(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Instances complete a key at a time: a frame in which no key ended once read "0 instances/s"."""
+    import amp_notebook.ui.feed as feed_module
+
+    clock = [0.0]
+    monkeypatch.setattr(feed_module.time, "perf_counter", lambda: clock[0])
+    trace = SimpleNamespace(workers=1, node_names=[])
+    quiet = {"keys_in_flight": 1, "recent_loss": None, "recent_accuracy": None}
+    run = SimpleNamespace(trace=trace, history=[], status={})
+    feed = LiveFeed(run)  # type: ignore[arg-type]
+    rates = []
+    for t, done in ((1.0, 100), (2.0, 100), (3.5, 100), (4.0, 300)):
+        clock[0] = t
+        run.status = {"train_instances_done": done, "elapsed_s": t, **quiet}
+        rates.append(feed.meta()["sample"]["throughput"])
+    assert rates[0] == pytest.approx(100.0)  # 100 in the first second
+    assert rates[1] == pytest.approx(50.0)  # none in the last frame, 100 in the last 2 s
+    assert rates[2] == pytest.approx(0.0)  # none since t = 1: a run that truly stalls reads 0
+    assert rates[3] == pytest.approx(200 / 2.0)  # since t = 2.0, the newest point at least 2 s old
+
+
 # ---------------------------------------------------------------------------- static traces
 def test_static_frames_carry_every_row_in_chunks_then_the_metrics(finished: TrainResult) -> None:
     frames = static_frames(finished.trace, run=1, history=[e.as_dict() for e in finished.history], chunk_rows=500)
@@ -292,7 +341,7 @@ def test_browser_requests_reach_the_run(digits: Dataset) -> None:
         assert len(errors) == 3 and "max_active_keys" in errors[0] and "explode" in errors[2]
         assert run.state == "running"
         on_msg(dash, {"type": "control", "action": "stop"}, [])
-        until(lambda: run.done(), "the run to stop")
+        until(lambda: bool(run.done), "the run to stop")
     finally:
         run.stop()
         dash.close()

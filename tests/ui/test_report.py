@@ -66,7 +66,7 @@ def test_learning_curves_against_epoch_and_time(result):
     names = [t.name for t in fig.data]
     assert names == ["train loss"] * 2 + ["val loss"] * 2 + ["train accuracy"] * 2 + ["val accuracy"] * 2
     assert all(len(t.x) == 3 for t in fig.data)
-    assert list(fig.data[0].x) == [0, 1, 2]
+    assert list(fig.data[0].x) == [1, 2, 3]  # epochs counted from 1, for people
     assert list(fig.data[1].x) == [e.end_s for e in result.history]
     assert list(fig.data[2].y) == [e.val_loss for e in result.history]
 

@@ -18,7 +18,8 @@ import numpy as np
 
 from amp_notebook.ir.expr import Expression, ExpressionError
 from amp_notebook.ir.message import State
-from amp_notebook.ir.ops.base import Emitted, JoinMixin, NodeContext, Op, OpError, Width, positive_int, split_last
+from amp_notebook.ir.ops.base import Emitted, JoinMixin, NodeContext, Op, OpError, Width, split_last
+from amp_notebook.ir.ops.facts import COUNT, EXPR, MATCH_ON, STATE_FIELD, Field, SizeOrExpr, Sizes
 
 
 class Concat(JoinMixin, Op):
@@ -28,10 +29,10 @@ class Concat(JoinMixin, Op):
     group = "aggregation"
     bundling = "per_message"
     element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
+    fields = (Field("n_inputs", COUNT, "number of inputs joined side by side", default=2), MATCH_ON)
+    n_inputs: int
 
-    def __init__(self, n_inputs: int = 2, match_on: tuple[str, ...] | list[str] | None = None) -> None:
-        self.n_inputs = positive_int("Concat", "n_inputs", n_inputs)
-        self.match_on = None if match_on is None else tuple(match_on)
+    def setup(self) -> None:
         self._ins = tuple(f"in{i}" for i in range(self.n_inputs))
 
     def input_ports(self) -> tuple[str, ...]:
@@ -62,9 +63,6 @@ class Concat(JoinMixin, Op):
         pieces = split_last(g, sizes)
         return [(p, gi, s) for p, gi, s in zip(self._ins, pieces, states, strict=True)]
 
-    def config(self) -> dict[str, Any]:
-        return {"n_inputs": self.n_inputs, "match_on": None if self.match_on is None else list(self.match_on)}
-
 
 class _FanOut(Op):
     """Shared backward of Split and Bcast: collect the gradients of every output that carries one."""
@@ -86,11 +84,13 @@ class Split(_FanOut):
     """Splits the last axis into pieces of the given ``sizes``, one output each."""
 
     kind = "split"
+    fields = (
+        Field("sizes", Sizes("width of one piece"), "widths of the pieces, at least two, such as [32, 32]",
+              example=[32, 32]),
+    )  # fmt: skip
+    sizes: tuple[int, ...]
 
-    def __init__(self, sizes: list[int] | tuple[int, ...]) -> None:
-        if len(sizes) < 2:
-            raise OpError(f"Split sizes: expected at least 2 pieces, got {list(sizes)}")
-        self.sizes = tuple(positive_int("Split", "sizes", s) for s in sizes)
+    def setup(self) -> None:
         self._outs = tuple(f"out{i}" for i in range(len(self.sizes)))
 
     def output_ports(self) -> tuple[str, ...]:
@@ -122,17 +122,15 @@ class Split(_FanOut):
         ]
         return [("in", np.concatenate(parts, axis=-1), state)]
 
-    def config(self) -> dict[str, Any]:
-        return {"sizes": list(self.sizes)}
-
 
 class Bcast(_FanOut):
     """Sends the same payload to ``n_outputs`` outputs; backward sums their gradients."""
 
     kind = "bcast"
+    fields = (Field("n_outputs", COUNT, "number of copies sent on", default=2),)
+    n_outputs: int
 
-    def __init__(self, n_outputs: int = 2) -> None:
-        self.n_outputs = positive_int("Bcast", "n_outputs", n_outputs)
+    def setup(self) -> None:
         self._outs = tuple(f"out{i}" for i in range(self.n_outputs))
 
     def output_ports(self) -> tuple[str, ...]:
@@ -161,9 +159,6 @@ class Bcast(_FanOut):
             total += gi
         return [("in", total, state)]
 
-    def config(self) -> dict[str, Any]:
-        return {"n_outputs": self.n_outputs}
-
 
 class Ungroup(Op):
     """Turns a payload of shape (n, ...) into n row messages whose state gains ``counter = i``.
@@ -178,21 +173,14 @@ class Ungroup(Op):
     group = "aggregation"
     bundling = "per_message"
     element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
-
-    def __init__(self, counter: str = "t", chunk: int | str | None = None) -> None:
-        if not isinstance(counter, str) or not counter.isidentifier() or counter == "key":
-            raise OpError(f"Ungroup counter: expected a field name other than 'key', got {counter!r}")
-        self.counter = counter
-        self.chunk: int | Expression | None
-        if chunk is None or isinstance(chunk, Expression):
-            self.chunk = chunk
-        elif isinstance(chunk, str):
-            try:
-                self.chunk = Expression(chunk)
-            except ExpressionError as exc:
-                raise OpError(f"Ungroup chunk: {exc}") from None
-        else:
-            self.chunk = positive_int("Ungroup", "chunk", chunk)
+    fields = (
+        Field("counter", STATE_FIELD, "the state field that numbers the rows, such as 't'", default="t"),
+        Field("chunk", SizeOrExpr("rows per message", "an expression giving the rows per message", nullable=True),
+              "rows per message, keeping the leading axis (a whole number, or an expression such as 'bucket'), or "
+              "null for one row each", default=None),
+    )  # fmt: skip
+    counter: str
+    chunk: int | Expression | None
 
     def _chunk_rows(self, state: State, n: int) -> int:
         if isinstance(self.chunk, Expression):
@@ -240,10 +228,6 @@ class Ungroup(Op):
         del ctx.cache[parent]
         return [("in", entry[0], parent)]
 
-    def config(self) -> dict[str, Any]:
-        chunk = self.chunk.source if isinstance(self.chunk, Expression) else self.chunk
-        return {"counter": self.counter, "chunk": chunk}
-
 
 class Group(Op):
     """Collects the row messages ``counter = 0 .. count-1`` of one parent state into one (count, ...) payload.
@@ -255,15 +239,12 @@ class Group(Op):
     group = "aggregation"
     bundling = "per_message"
     element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
-
-    def __init__(self, count: str, counter: str = "t") -> None:
-        try:
-            self.count = Expression(count)
-        except ExpressionError as exc:
-            raise OpError(f"Group count: {exc}") from None
-        if not isinstance(counter, str) or not counter.isidentifier() or counter == "key":
-            raise OpError(f"Group counter: expected a field name other than 'key', got {counter!r}")
-        self.counter = counter
+    fields = (
+        Field("count", EXPR, "an expression giving how many rows to collect, such as 'length'", example="length"),
+        Field("counter", STATE_FIELD, "the state field that numbers the rows, such as 't'", default="t"),
+    )
+    count: Expression
+    counter: str
 
     def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
         if self.counter not in state:
@@ -286,6 +267,3 @@ class Group(Op):
 
     def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
         return [("in", g[i], state.replace(**{self.counter: i})) for i in range(len(g))]
-
-    def config(self) -> dict[str, Any]:
-        return {"count": self.count.source, "counter": self.counter}

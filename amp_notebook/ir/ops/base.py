@@ -27,6 +27,7 @@ backward message with that state arrives, so memory is bounded by what is in fli
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Mapping
 from itertools import pairwise
@@ -36,6 +37,7 @@ import numpy as np
 
 from amp_notebook.errors import AmpError
 from amp_notebook.ir.message import State
+from amp_notebook.ir.ops.facts import Field, FieldValueError, NNForm, TorchForm
 
 Width = int | None
 Emitted = list[tuple[str, Any, State]]
@@ -50,6 +52,15 @@ class OpError(AmpError, ValueError):
     def __init__(self, message: str, port: str | None = None) -> None:
         super().__init__(message)
         self.port = port
+
+
+class OpArgumentError(OpError, TypeError):
+    """An op constructed with arguments its signature does not take (a ``TypeError`` too, as before)."""
+
+
+class OpDefinitionError(AmpError, TypeError):
+    """An ``Op`` subclass whose declaration breaks the rules: a field named twice, a required field after one
+    with a default, a kind another op class has taken. Raised when the class is defined."""
 
 
 class NodeContext:
@@ -110,17 +121,79 @@ BUNDLINGS = ("rows", "per_message")
 
 
 class Op:
-    """Base class of every IR op. Subclasses set ``kind``, ``group`` and ``bundling`` and override what they need."""
+    """Base class of every IR op.
+
+    A subclass declares what it is (``kind``, ``group``, ``bundling``, ``element_flops`` and the flags below)
+    and its configuration ``fields`` (``facts.py``), and overrides what it computes. Defining a subclass with
+    a ``kind`` registers it (``REGISTRY``; ``ops.OPS`` is the closed list once the op modules are imported).
+    The constructor is derived from the fields: ``Linear(4, 3, bias=False)`` binds its arguments to them,
+    checks each value and keeps it as an attribute; ``setup()`` then checks what involves several fields
+    and sets derived attributes (port names, say). ``config()`` writes the fields back as JSON data.
+    """
 
     kind: ClassVar[str] = ""
-    group: ClassVar[str] = ""
+    group: ClassVar[str] = ""  # "io", "payload", "control", "aggregation" or "loss"
     bundling: ClassVar[str] = ""  # "rows" or "per_message": how a bundle of messages runs (module docstring)
     # FLOPs per payload element of a message (forward, backward), for the simulator's cost model; every op
     # declares it (control flow and routing move data and compute nothing: (0, 0)); Linear and Embedding
     # override `flops` with the paper's appendix-C formulas
     element_flops: ClassVar[tuple[float, float] | None] = None
-    heavy: ClassVar[bool] = False
+    fields: ClassVar[tuple[Field, ...]] = ()
+    parameterized: ClassVar[bool] = False  # holds parameters that its optimizer updates (param_shapes)
+    heavy: ClassVar[bool] = False  # placement spreads heavy ops over workers (placement_cost weighs them)
+    objective: ClassVar[bool] = False  # a loss a graph trains on (a Sink starts backward but is none)
+    updates_state: ClassVar[bool] = False  # changes the state of every message, so it may close a loop
+    fused_cell: ClassVar[bool] = False  # the light part of one recurrent cell in one node (ir.cells)
+    # the forward differs between training and validation keys (Dropout): the op reads ``ctx.train``, which
+    # is set only where a backward comes back, so the gradient analysis sends one back to it (analysis.py)
+    training_dependent: ClassVar[bool] = False
     nondiff_inputs: ClassVar[frozenset[str]] = frozenset()
+    nn_form: ClassVar[NNForm | None] = None  # how amp.nn writes it (compiler/nn.py derives the function)
+    torch_form: ClassVar[TorchForm | None] = None  # the torch.nn layer amp.from_torch imports as it
+
+    def __init_subclass__(cls, register: bool = True, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        names = [f.name for f in cls.fields]
+        if len(set(names)) != len(names):
+            raise OpDefinitionError(f"{cls.__name__}.fields: every field needs its own name, got {names}")
+        params, seen_default = [], False
+        for f in cls.fields:
+            if f.required and seen_default:
+                raise OpDefinitionError(
+                    f"{cls.__name__}.fields: required field {f.name!r} after a field with a default; move it up"
+                )
+            seen_default |= not f.required
+            default = inspect.Parameter.empty if f.required else f.default
+            params.append(inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default))
+        cls.__signature__ = inspect.Signature(params)  # what inspect.signature(cls) and help() show
+        if register and "kind" in cls.__dict__:
+            if cls.kind in REGISTRY and REGISTRY[cls.kind] is not cls:
+                raise OpDefinitionError(
+                    f"op kind {cls.kind!r} of {cls.__name__} is taken by {REGISTRY[cls.kind].__name__}; pick another "
+                    "kind, or pass register=False for a class that is not an op of its own"
+                )
+            REGISTRY[cls.kind] = cls
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        cls = type(self)
+        try:
+            bound = cls.__signature__.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise OpArgumentError(f"{cls.__name__}{cls.__signature__}: {exc}") from None
+        bound.apply_defaults()
+        for f in cls.fields:
+            try:
+                setattr(self, f.attribute, f.type.check(bound.arguments[f.name]))
+            except FieldValueError as exc:
+                raise OpError(f"{cls.__name__} {f.name}: {exc}") from None
+        self.setup()
+
+    def setup(self) -> None:
+        """Check what involves several fields and set derived attributes; the fields are set already."""
+
+    def config(self) -> dict[str, Any]:
+        """The op's configuration as JSON-ready data; ``type(op)(**op.config())`` rebuilds it."""
+        return {f.name: f.type.to_json(getattr(self, f.attribute)) for f in self.fields}
 
     def input_ports(self) -> tuple[str, ...]:
         return ("in",)
@@ -133,6 +206,10 @@ class Op:
 
     def init_params(self, rng: np.random.Generator, dtype: np.dtype) -> dict[str, np.ndarray]:
         return {}
+
+    def placement_cost(self) -> int:
+        """What placement weighs a heavy node by when it balances workers (multiply-adds per instance, say)."""
+        return 1
 
     def infer_widths(self, widths: Mapping[str, Width]) -> dict[str, Width]:
         """Output widths (last payload dimension) from input widths; raise OpError on a mismatch."""
@@ -169,10 +246,6 @@ class Op:
             out += backward(ctx, port, g, s)
         return out
 
-    def config(self) -> dict[str, Any]:
-        """The op's configuration as JSON-ready data; ``type(op)(**op.config())`` rebuilds it."""
-        return {}
-
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
         return f"{type(self).__name__}({args})"
@@ -182,6 +255,9 @@ class Op:
 
     def __hash__(self) -> int:
         return hash((self.kind, repr(sorted(self.config().items()))))
+
+
+REGISTRY: dict[str, type[Op]] = {}  # every op kind defined so far -> its class, in order of definition
 
 
 def stack(xs: list[Any]) -> tuple[np.ndarray, list[int]]:
@@ -210,12 +286,6 @@ def split_last(x: np.ndarray, sizes: tuple[int, ...] | list[int]) -> list[np.nda
         pieces.append(x[..., a : a + n])
         a += n
     return pieces
-
-
-def positive_int(op: str, field: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise OpError(f"{op} {field}: expected a positive int, got {value!r}")
-    return int(value)
 
 
 def check_width(op: str, port: str, expected: int, found: Width) -> None:

@@ -14,7 +14,8 @@ from typing import Any
 
 from amp_notebook.ir.expr import Expression, ExpressionError
 from amp_notebook.ir.message import State
-from amp_notebook.ir.ops.base import Emitted, NodeContext, Op, OpError, Width, positive_int
+from amp_notebook.ir.ops.base import Emitted, NodeContext, Op, OpError, Width
+from amp_notebook.ir.ops.facts import COUNT, EXPR, MAX_COUNT, UPDATES, Field, Int
 
 
 class Cond(Op):
@@ -29,15 +30,16 @@ class Cond(Op):
     group = "control"
     bundling = "per_message"
     element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
+    fields = (
+        Field("predicate", EXPR, "an expression over state fields that picks the branch, such as 't < length'",
+              example="t < length"),
+        Field("branches", Int(2, MAX_COUNT), "number of outputs: 2 (true, false) or more (b0, b1, ... chosen by an "
+              "int)", default=2),
+    )  # fmt: skip
+    predicate: Expression
+    branches: int
 
-    def __init__(self, predicate: str, branches: int = 2) -> None:
-        try:
-            self.predicate = Expression(predicate)
-        except ExpressionError as exc:
-            raise OpError(f"Cond predicate: {exc}") from None
-        self.branches = positive_int("Cond", "branches", branches)
-        if self.branches < 2:
-            raise OpError(f"Cond branches: expected at least 2, got {branches}")
+    def setup(self) -> None:
         self._outs = ("true", "false") if self.branches == 2 else tuple(f"b{i}" for i in range(self.branches))
 
     def output_ports(self) -> tuple[str, ...]:
@@ -70,9 +72,6 @@ class Cond(Op):
     def backward_bundle(self, ctx: NodeContext, port: str, gs: list[Any], states: list[State]) -> Emitted:
         return [("in", g, s) for g, s in zip(gs, states, strict=True)]
 
-    def config(self) -> dict[str, Any]:
-        return {"predicate": self.predicate.source, "branches": self.branches}
-
 
 class Phi(Op):
     """Merges several inputs into one output; backward returns each gradient to the input it came from."""
@@ -81,9 +80,10 @@ class Phi(Op):
     group = "control"
     bundling = "per_message"
     element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
+    fields = (Field("n_inputs", COUNT, "number of streams merged (the loop entry and its back-edges)", default=2),)
+    n_inputs: int
 
-    def __init__(self, n_inputs: int = 2) -> None:
-        self.n_inputs = positive_int("Phi", "n_inputs", n_inputs)
+    def setup(self) -> None:
         self._ins = tuple(f"in{i}" for i in range(self.n_inputs))
 
     def input_ports(self) -> tuple[str, ...]:
@@ -124,9 +124,6 @@ class Phi(Op):
         pop = ctx.cache.pop
         return [(pop(s), g, s) for g, s in zip(gs, states, strict=True)]
 
-    def config(self) -> dict[str, Any]:
-        return {"n_inputs": self.n_inputs}
-
 
 class Isu(Op):
     """Invertible state update: ``forward`` maps field -> expression (None deletes the field) and
@@ -139,10 +136,17 @@ class Isu(Op):
     group = "control"
     bundling = "per_message"
     element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
+    updates_state = True
+    fields = (
+        Field("forward", UPDATES, 'state field updates on the way forward, such as {"t": "t + 1"}',
+              example={"t": "t + 1"}, attr="forward_updates"),
+        Field("backward", UPDATES, 'the inverse updates on the way back, such as {"t": "t - 1"}',
+              example={"t": "t - 1"}, attr="backward_updates"),
+    )  # fmt: skip
+    forward_updates: dict[str, Expression | None]
+    backward_updates: dict[str, Expression | None]
 
-    def __init__(self, forward: Mapping[str, str | None], backward: Mapping[str, str | None]) -> None:
-        self.forward_updates = _compile_updates("forward", forward)
-        self.backward_updates = _compile_updates("backward", backward)
+    def setup(self) -> None:
         if not self.forward_updates:
             raise OpError("Isu forward: expected at least one field update, got none")
 
@@ -173,23 +177,3 @@ class Isu(Op):
     def backward_bundle(self, ctx: NodeContext, port: str, gs: list[Any], states: list[State]) -> Emitted:
         apply, updates = self.apply, self.backward_updates
         return [("in", g, apply(updates, s)) for g, s in zip(gs, states, strict=True)]
-
-    def config(self) -> dict[str, Any]:
-        def dump(updates: dict[str, Expression | None]) -> dict[str, str | None]:
-            return {k: None if v is None else v.source for k, v in updates.items()}
-
-        return {"forward": dump(self.forward_updates), "backward": dump(self.backward_updates)}
-
-
-def _compile_updates(which: str, updates: Mapping[str, str | None]) -> dict[str, Expression | None]:
-    if not isinstance(updates, Mapping):
-        raise OpError(f"Isu {which}: expected a mapping of field -> expression, got {type(updates).__name__}")
-    out: dict[str, Expression | None] = {}
-    for name, source in updates.items():
-        if not isinstance(name, str) or not name.isidentifier() or name.startswith("_"):
-            raise OpError(f"Isu {which}: field names must be identifiers not starting with '_', got {name!r}")
-        try:
-            out[name] = None if source is None else Expression(source)
-        except ExpressionError as exc:
-            raise OpError(f"Isu {which} field {name!r}: {exc}") from None
-    return out

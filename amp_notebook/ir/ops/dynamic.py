@@ -17,8 +17,9 @@ import numpy as np
 
 from amp_notebook.ir.expr import Expression, ExpressionError
 from amp_notebook.ir.message import State
-from amp_notebook.ir.ops.base import Emitted, NodeContext, Op, OpError, Width, positive_int, split_last
+from amp_notebook.ir.ops.base import Emitted, NodeContext, Op, OpError, Width, split_last
 from amp_notebook.ir.ops.control import Cond
+from amp_notebook.ir.ops.facts import BOOL, COUNT, EXPR, STATE_FIELDS, Choice, Field, SizeOrExpr, StateField
 
 
 class _RowSplit(Op):
@@ -26,12 +27,8 @@ class _RowSplit(Op):
     switch, and a backward that writes each part's gradient into its rows of the table's gradient and
     sends it once every part has come back (column 0, the addresses, gets zero)."""
 
-    def __init__(self, field: str, keep_2d: bool) -> None:
-        name = type(self).__name__
-        self.field = _field_name(name, "field", field)
-        if not isinstance(keep_2d, bool):
-            raise OpError(f"{name} keep_2d: expected True or False, got {keep_2d!r}")
-        self.keep_2d = keep_2d
+    field: str
+    keep_2d: bool
 
     def _parent(self, state: State) -> State:
         """The state of the table message that a part with ``state`` came from."""
@@ -50,9 +47,6 @@ class _RowSplit(Op):
             return []
         del ctx.cache[parent]
         return [("in", entry.grad, parent)]
-
-    def config(self) -> dict[str, Any]:
-        return {"field": self.field, "keep_2d": self.keep_2d}
 
 
 class Flatmap(_RowSplit):
@@ -77,9 +71,10 @@ class Flatmap(_RowSplit):
     group = "aggregation"
     bundling = "per_message"
     element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
-
-    def __init__(self, field: str = "pos", keep_2d: bool = True) -> None:
-        super().__init__(field, keep_2d)
+    fields = (
+        Field("field", StateField(), "the state field set from column 0, such as 'pos'", default="pos"),
+        Field("keep_2d", BOOL, "true: payloads (1, k); false: vectors (k,)", default=True),
+    )
 
     def infer_widths(self, widths: Mapping[str, Width]) -> dict[str, Width]:
         found = widths.get("in")
@@ -149,14 +144,17 @@ class Partition(_RowSplit):
     group = "aggregation"
     bundling = "per_message"
     element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
+    fields = (
+        Field("field", StateField(), "the state field set from column 0, such as 't'", default="t"),
+        Field("keep_2d", BOOL, "true: payloads (m, k); false: vectors (m,)", default=True),
+        Field("size_field", StateField(nullable=True), "a state field set to each group's row count, such as 'ids', "
+              "or null for none", default=None),
+    )  # fmt: skip
+    size_field: str | None
 
-    def __init__(self, field: str = "t", keep_2d: bool = True, size_field: str | None = None) -> None:
-        super().__init__(field, keep_2d)
-        if size_field is not None:
-            size_field = _field_name("Partition", "size_field", size_field)
-            if size_field == self.field:
-                raise OpError(f"Partition size_field: expected a field other than field {self.field!r}, got the same")
-        self.size_field = size_field
+    def setup(self) -> None:
+        if self.size_field is not None and self.size_field == self.field:
+            raise OpError(f"Partition size_field: expected a field other than field {self.field!r}, got the same")
 
     def _parent(self, state: State) -> State:
         if self.size_field is None:
@@ -199,9 +197,6 @@ class Partition(_RowSplit):
             ctx.cache[state] = _RowGradients(x.shape, members)
         return out
 
-    def config(self) -> dict[str, Any]:
-        return {**super().config(), "size_field": self.size_field}
-
 
 def _integer_column(op: str, field: str, column: np.ndarray) -> np.ndarray:
     """Column 0 of a table as integers (a float column must hold integers within 1e-3)."""
@@ -234,19 +229,6 @@ def _row_addresses(field: str, column: np.ndarray) -> list[int]:
     return values
 
 
-def _field_name(op: str, what: str, name: Any) -> str:
-    if not isinstance(name, str) or not name.isidentifier() or name.startswith("_") or name == "key":
-        raise OpError(f"{op} {what}: expected a state field name other than 'key' (an identifier), got {name!r}")
-    return name
-
-
-def _expression(op: str, what: str, source: Any) -> Expression:
-    try:
-        return Expression(source)
-    except ExpressionError as exc:
-        raise OpError(f"{op} {what}: {exc}") from None
-
-
 class Collect(Op):
     """The dynamic merge by state information: a "group by a key function" over the message stream.
 
@@ -275,27 +257,31 @@ class Collect(Op):
     group = "aggregation"
     bundling = "per_message"
     element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
+    updates_state = True
+    fields = (
+        Field("key", EXPR, "an expression whose value groups messages, such as 'pos // 2'", example="pos // 2"),
+        Field("index", EXPR, "an expression giving each message's place in its group, such as 'pos % 2'",
+              example="pos % 2"),
+        Field("count", SizeOrExpr("a fixed group size", "an expression giving the group size"), "messages per group: "
+              "a whole number such as 2, or an expression over state fields", example=2),
+        Field("field", StateField(nullable=True), "the state field set to the group's key value, such as 'pos', or "
+              "null to set none", example="pos"),
+        Field("axis", Choice(0, -1), "-1: members side by side (the default); 0: members' rows stacked", default=-1),
+        Field("drop", STATE_FIELDS, "state fields removed from the merged message (the members' own addresses), or "
+              "null", default=None),
+    )  # fmt: skip
+    key: Expression
+    index: Expression
+    count: int | Expression
+    field: str | None
+    axis: int
+    drop: tuple[str, ...]
 
-    def __init__(
-        self,
-        key: str,
-        index: str,
-        count: int | str,
-        field: str | None,
-        axis: int = -1,
-        drop: tuple[str, ...] | list[str] | None = None,
-    ) -> None:
-        self.key = _expression("Collect", "key", key)
-        self.index = _expression("Collect", "index", index)
-        if isinstance(count, str):
-            self.count: int | Expression = _expression("Collect", "count", count)
-        else:
-            self.count = positive_int("Collect", "count", count)
-        self.field = None if field is None else _field_name("Collect", "field", field)
-        if isinstance(axis, bool) or axis not in (0, -1):
-            raise OpError(f"Collect axis: expected -1 (side by side, the default) or 0 (rows stacked), got {axis!r}")
-        self.axis = axis
-        self.drop = tuple(_field_name("Collect", "drop", f) for f in (drop or ()))
+    def setup(self) -> None:
+        self.drop = self.drop or ()  # config() writes [] for no fields, as it always has
+        for name in self.drop:
+            if name == "key":
+                raise OpError("Collect drop: 'key' is the controller's field; drop other fields")
         if self.field is not None and self.field in self.drop:
             raise OpError(f"Collect drop: {self.field!r} is the field the Collect sets; drop other fields")
 
@@ -401,13 +387,6 @@ class Collect(Op):
     def _count_source(self) -> str:
         return repr(self.count.source) if isinstance(self.count, Expression) else str(self.count)
 
-    def config(self) -> dict[str, Any]:
-        count = self.count.source if isinstance(self.count, Expression) else self.count
-        return {
-            "key": self.key.source, "index": self.index.source, "count": count, "field": self.field,
-            "axis": self.axis, "drop": list(self.drop),
-        }  # fmt: skip
-
 
 class Distribute(Cond):
     """The dynamic partition by state information: each message goes to output ``b{i}`` where ``i`` is
@@ -420,10 +399,13 @@ class Distribute(Cond):
 
     kind = "distribute"
     group = "control"
+    fields = (
+        Field("by", EXPR, "an expression over state fields giving the branch index, such as 'key % 2'",
+              example="key % 2", attr="predicate"),
+        Field("branches", COUNT, "number of outputs b0, b1, ...", example=2),
+    )  # fmt: skip
 
-    def __init__(self, by: str, branches: int) -> None:  # Cond.__init__ would name two branches true/false
-        self.predicate = _expression("Distribute", "by", by)
-        self.branches = positive_int("Distribute", "branches", branches)
+    def setup(self) -> None:  # Cond's would name two branches true/false
         self._outs = tuple(f"b{i}" for i in range(self.branches))
 
     def choose(self, state: State) -> str:
@@ -438,6 +420,3 @@ class Distribute(Cond):
                 port="in",
             )
         return self._outs[value]
-
-    def config(self) -> dict[str, Any]:
-        return {"by": self.predicate.source, "branches": self.branches}

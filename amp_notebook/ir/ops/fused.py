@@ -31,10 +31,10 @@ from amp_notebook.ir.ops.base import (
     OpError,
     Width,
     check_width,
-    positive_int,
     stack,
     unstack,
 )
+from amp_notebook.ir.ops.facts import HIDDEN, MATCH_ON
 from amp_notebook.ir.ops.payload import Sigmoid
 
 expit = Sigmoid().f  # the logistic sigmoid into a fresh array, as the primitive Sigmoid computes it
@@ -59,11 +59,12 @@ class TreeLSTMLeaf(Op):
 
     kind = "tree_lstm_leaf"
     group = "payload"
+    fused_cell = True
     bundling = "rows"
     element_flops = (4.0, 8.0)  # a sigmoid or tanh and a few products per gate element
 
-    def __init__(self, hidden: int) -> None:
-        self.hidden = positive_int("TreeLSTMLeaf", "hidden", hidden)
+    fields = (HIDDEN,)
+    hidden: int
 
     def input_ports(self) -> tuple[str, ...]:
         return ("gates",)
@@ -117,9 +118,6 @@ class TreeLSTMLeaf(Op):
         dz[:, 2 * H :] = dc * s[:, :H] * (1.0 - tu * tu)
         return dz
 
-    def config(self) -> dict[str, Any]:
-        return {"hidden": self.hidden}
-
 
 class TreeLSTMBranch(JoinMixin, Op):
     """Gate pre-activations [i, f_l, f_r, o, u] (n, 5 hidden) and the children's memory cells c_left,
@@ -130,13 +128,13 @@ class TreeLSTMBranch(JoinMixin, Op):
 
     kind = "tree_lstm_branch"
     group = "payload"
+    fused_cell = True
     bundling = "rows"
     element_flops = (4.0, 10.0)  # a sigmoid or tanh and a few products per gate element
     ports = ("gates", "c_left", "c_right")
 
-    def __init__(self, hidden: int, match_on: tuple[str, ...] | list[str] | None = None) -> None:
-        self.hidden = positive_int("TreeLSTMBranch", "hidden", hidden)
-        self.match_on = None if match_on is None else tuple(match_on)
+    fields = (HIDDEN, MATCH_ON)
+    hidden: int
 
     def input_ports(self) -> tuple[str, ...]:
         return self.ports
@@ -197,9 +195,6 @@ class TreeLSTMBranch(JoinMixin, Op):
             out += [("gates", dzi, sz), ("c_left", dli, sl), ("c_right", dri, sr)]
         return out
 
-    def config(self) -> dict[str, Any]:
-        return {"hidden": self.hidden, "match_on": None if self.match_on is None else list(self.match_on)}
-
 
 class GRUUpdate(JoinMixin, Op):
     """The GRU's gates and update from the two Linears' outputs, as torch.nn.GRUCell (gates r, z, n)::
@@ -214,13 +209,13 @@ class GRUUpdate(JoinMixin, Op):
 
     kind = "gru_update"
     group = "payload"
+    fused_cell = True
     bundling = "rows"
     element_flops = (4.0, 12.0)  # a sigmoid or tanh and a few products per gate element
     ports = ("x_gates", "h_gates", "h")
 
-    def __init__(self, hidden: int, match_on: tuple[str, ...] | list[str] | None = None) -> None:
-        self.hidden = positive_int("GRUUpdate", "hidden", hidden)
-        self.match_on = None if match_on is None else tuple(match_on)
+    fields = (HIDDEN, MATCH_ON)
+    hidden: int
 
     def input_ports(self) -> tuple[str, ...]:
         return self.ports
@@ -283,9 +278,6 @@ class GRUUpdate(JoinMixin, Op):
             out += [("x_gates", dxi, sx), ("h_gates", dhi, sh), ("h", gzi, s_h)]
         return out
 
-    def config(self) -> dict[str, Any]:
-        return {"hidden": self.hidden, "match_on": None if self.match_on is None else list(self.match_on)}
-
 
 class LSTMStart(Op):
     """The first step of an LSTM from the zero state: gate pre-activations [i, f, g, o] (n, 4 hidden),
@@ -300,11 +292,12 @@ class LSTMStart(Op):
 
     kind = "lstm_start"
     group = "payload"
+    fused_cell = True
     bundling = "rows"
     element_flops = (3.0, 6.0)  # a sigmoid or tanh and a few products per gate element (f is skipped)
 
-    def __init__(self, hidden: int) -> None:
-        self.hidden = positive_int("LSTMStart", "hidden", hidden)
+    fields = (HIDDEN,)
+    hidden: int
 
     def input_ports(self) -> tuple[str, ...]:
         return ("gates",)
@@ -345,9 +338,6 @@ class LSTMStart(Op):
         dz[:, 3 * H :] = gh * tc * s_o * (1.0 - s_o)
         return [("gates", d, s) for d, s in zip(unstack(dz, offsets), states, strict=True)]
 
-    def config(self) -> dict[str, Any]:
-        return {"hidden": self.hidden}
-
 
 class LSTMUpdate(JoinMixin, Op):
     """An LSTM step after the first, as torch.nn.LSTMCell (gates i, f, g, o), from the two Linears' outputs::
@@ -362,13 +352,13 @@ class LSTMUpdate(JoinMixin, Op):
 
     kind = "lstm_update"
     group = "payload"
+    fused_cell = True
     bundling = "rows"
     element_flops = (4.0, 10.0)  # a sigmoid or tanh and a few products per gate element
     ports = ("x_gates", "h_gates", "c")
 
-    def __init__(self, hidden: int, match_on: tuple[str, ...] | list[str] | None = None) -> None:
-        self.hidden = positive_int("LSTMUpdate", "hidden", hidden)
-        self.match_on = None if match_on is None else tuple(match_on)
+    fields = (HIDDEN, MATCH_ON)
+    hidden: int
 
     def input_ports(self) -> tuple[str, ...]:
         return self.ports
@@ -430,9 +420,6 @@ class LSTMUpdate(JoinMixin, Op):
                                           strict=True):  # fmt: skip
             out += [("x_gates", dzi, sx), ("h_gates", dzi, sh), ("c", dci, sc)]
         return out
-
-    def config(self) -> dict[str, Any]:
-        return {"hidden": self.hidden, "match_on": None if self.match_on is None else list(self.match_on)}
 
 
 def _join_all(op: Any, ctx: NodeContext, port: str, xs: list[Any], states: list[State]) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ import numpy as np
 
 from amp_notebook.ir.message import State
 from amp_notebook.ir.ops.base import Emitted, JoinMixin, NodeContext, Op, OpError, Width, stack
+from amp_notebook.ir.ops.facts import MATCH_ON, NNForm
 
 LOSS_PORT = "loss"
 
@@ -25,9 +26,8 @@ class _Loss(JoinMixin, Op):
     bundling = "rows"
     pred_port = "pred"
     nondiff_inputs = frozenset({"target"})
-
-    def __init__(self, match_on: tuple[str, ...] | list[str] | None = None) -> None:
-        self.match_on = None if match_on is None else tuple(match_on)
+    objective = True
+    fields = (MATCH_ON,)
 
     def input_ports(self) -> tuple[str, ...]:
         return (self.pred_port, "target")
@@ -67,9 +67,6 @@ class _Loss(JoinMixin, Op):
         grad = ctx.cache.pop(state)
         return [(self.pred_port, grad if g == 1.0 else grad * g, state)]
 
-    def config(self) -> dict[str, Any]:
-        return {"match_on": None if self.match_on is None else list(self.match_on)}
-
     def evaluate(self, pred: np.ndarray, target: np.ndarray) -> tuple[float, np.ndarray, dict[str, Any]]:
         raise NotImplementedError
 
@@ -86,6 +83,10 @@ class SoftmaxCrossEntropy(_Loss):
     kind = "softmax_cross_entropy"
     element_flops = (5.0, 1.0)
     pred_port = "logits"
+    nn_form = NNForm(
+        "softmax_cross_entropy", "Mean cross-entropy of softmax(logits) against integer class ids; reports accuracy "
+        "too.", (("logits", "float"), ("target", "int")),
+    )  # fmt: skip
 
     def evaluate(self, pred: np.ndarray, target: np.ndarray) -> tuple[float, np.ndarray, dict[str, Any]]:
         return self.evaluate_all([pred], [target])[0]
@@ -144,6 +145,7 @@ class MSE(_Loss):
 
     kind = "mse"
     element_flops = (3.0, 1.0)
+    nn_form = NNForm("mse", "Mean squared error over all elements.", (("pred", "float"), ("target", "float")))
 
     def evaluate(self, pred: np.ndarray, target: np.ndarray) -> tuple[float, np.ndarray, dict[str, Any]]:
         target = target.reshape(pred.shape) if target.size == pred.size else target
@@ -170,6 +172,10 @@ class SegmentSoftmaxCrossEntropy(_Loss):
     bundling = "per_message"  # each key's graphs are their own segments
     pred_port = "scores"
     nondiff_inputs = frozenset({"segments", "target"})
+    nn_form = NNForm(
+        "segment_softmax_cross_entropy", "Node selection: a softmax over each graph's rows of ``scores`` against each "
+        "graph's answer row.", (("scores", "float"), ("segments", "int"), ("target", "int")),
+    )  # fmt: skip
 
     def input_ports(self) -> tuple[str, ...]:
         return ("scores", "segments", "target")

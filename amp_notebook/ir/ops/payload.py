@@ -21,10 +21,10 @@ from amp_notebook.ir.ops.base import (
     OpError,
     Width,
     check_width,
-    positive_int,
     stack,
     unstack,
 )  # fmt: skip
+from amp_notebook.ir.ops.facts import BOOL, MATCH_ON, MAX_SIZE, SIZE, Choice, Field, Int, NNForm, TorchForm
 
 
 class Input(Op):
@@ -38,17 +38,17 @@ class Input(Op):
     group = "io"
     bundling = "per_message"
     element_flops = (0.0, 0.0)
+    fields = (
+        Field("width", Int(1, MAX_SIZE, nullable=True), "the payload's last dimension (null: not known until data "
+              "arrives)", default=None),
+        Field("dtype", Choice("float", "int"), "'float' for features, 'int' for ids and class labels", default="float"),
+        Field("fill", Choice(None, "zeros"), "null: fed from the key's payload; 'zeros': an initial state of zeros "
+              "(needs a width)", default=None),
+    )  # fmt: skip
 
-    def __init__(self, width: int | None = None, dtype: str = "float", fill: str | None = None) -> None:
-        if dtype not in ("float", "int"):
-            raise OpError(f"Input dtype: expected 'float' or 'int', got {dtype!r}")
-        if fill not in (None, "zeros"):
-            raise OpError(f"Input fill: expected None or 'zeros', got {fill!r}")
-        if fill == "zeros" and width is None:
+    def setup(self) -> None:
+        if self.fill == "zeros" and self.width is None:
             raise OpError("Input fill='zeros' needs a width: the zeros have shape (batch size, width)")
-        self.width = None if width is None else positive_int("Input", "width", width)
-        self.dtype = dtype
-        self.fill = fill
 
     def input_ports(self) -> tuple[str, ...]:
         return ()
@@ -61,9 +61,6 @@ class Input(Op):
 
     def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
         return []
-
-    def config(self) -> dict[str, Any]:
-        return {"width": self.width, "dtype": self.dtype, "fill": self.fill}
 
 
 class Identity(Op):
@@ -87,12 +84,13 @@ class Linear(Op):
     kind = "linear"
     group = "payload"
     bundling = "rows"
+    parameterized = True
     heavy = True
-
-    def __init__(self, in_features: int, out_features: int, bias: bool = True) -> None:
-        self.in_features = positive_int("Linear", "in_features", in_features)
-        self.out_features = positive_int("Linear", "out_features", out_features)
-        self.bias = bool(bias)
+    fields = (
+        Field("in_features", SIZE, "width of the input", example=64, from_width="in"),
+        Field("out_features", SIZE, "width of the output", example=64),
+        Field("bias", BOOL, "add a bias vector (true or false)", default=True),
+    )
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         shapes = {"W": (self.in_features, self.out_features)}
@@ -166,8 +164,9 @@ class Linear(Op):
         mac = 2.0 * math.prod(shape[:-1]) * self.in_features * self.out_features
         return mac if forward or not grad_input else 2.0 * mac
 
-    def config(self) -> dict[str, Any]:
-        return {"in_features": self.in_features, "out_features": self.out_features, "bias": self.bias}
+    def placement_cost(self) -> int:
+        """Multiply-adds per instance."""
+        return self.in_features * self.out_features
 
 
 class Embedding(Op):
@@ -176,12 +175,13 @@ class Embedding(Op):
     kind = "embedding"
     group = "payload"
     bundling = "rows"
+    parameterized = True
     heavy = True
     nondiff_inputs = frozenset({"in"})
-
-    def __init__(self, num_embeddings: int, embedding_dim: int) -> None:
-        self.num_embeddings = positive_int("Embedding", "num_embeddings", num_embeddings)
-        self.embedding_dim = positive_int("Embedding", "embedding_dim", embedding_dim)
+    fields = (
+        Field("num_embeddings", SIZE, "rows of the table: the vocabulary size", example=16),
+        Field("embedding_dim", SIZE, "width of each embedding", example=32),
+    )
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         return {"E": (self.num_embeddings, self.embedding_dim)}
@@ -244,8 +244,9 @@ class Embedding(Op):
             return 0.0
         return float(math.prod(shape) * self.embedding_dim) if forward else float(math.prod(shape))
 
-    def config(self) -> dict[str, Any]:
-        return {"num_embeddings": self.num_embeddings, "embedding_dim": self.embedding_dim}
+    def placement_cost(self) -> int:
+        """The width of the row it gathers."""
+        return self.embedding_dim
 
 
 class _Elementwise(Op):
@@ -287,8 +288,12 @@ class _Elementwise(Op):
 
 
 class ReLU(_Elementwise):
+    """``max(x, 0)`` elementwise."""
+
     kind = "relu"
     element_flops = (1.0, 1.0)
+    nn_form = NNForm("relu", "``max(x, 0)`` elementwise.")
+    torch_form = TorchForm("ReLU")
 
     def f(self, x: np.ndarray) -> np.ndarray:
         return np.maximum(x, 0)
@@ -298,8 +303,12 @@ class ReLU(_Elementwise):
 
 
 class Tanh(_Elementwise):
+    """``tanh(x)`` elementwise."""
+
     kind = "tanh"
     element_flops = (1.0, 2.0)
+    nn_form = NNForm("tanh", "``tanh(x)`` elementwise.")
+    torch_form = TorchForm("Tanh")
 
     def f(self, x: np.ndarray) -> np.ndarray:
         return np.tanh(x)
@@ -309,8 +318,12 @@ class Tanh(_Elementwise):
 
 
 class Sigmoid(_Elementwise):
+    """``1 / (1 + exp(-x))`` elementwise."""
+
     kind = "sigmoid"
     element_flops = (1.0, 2.0)
+    nn_form = NNForm("sigmoid", "``1 / (1 + exp(-x))`` elementwise.")
+    torch_form = TorchForm("Sigmoid")
 
     def f(self, x: np.ndarray) -> np.ndarray:
         # sigmoid(x) = (1 + tanh(x / 2)) / 2: never overflows, and one tanh is several times faster than exp
@@ -331,9 +344,7 @@ class _Binary(JoinMixin, Op):
     group = "payload"
     bundling = "per_message"  # the two inputs of a pair arrive in different bundles
     ports: ClassVar[tuple[str, str]] = ("a", "b")
-
-    def __init__(self, match_on: tuple[str, ...] | list[str] | None = None) -> None:
-        self.match_on = None if match_on is None else tuple(match_on)
+    fields = (MATCH_ON,)
 
     def input_ports(self) -> tuple[str, ...]:
         return self.ports
@@ -360,9 +371,6 @@ class _Binary(JoinMixin, Op):
         ga, gb = self.df(a, b, g)
         return [("a", ga, sa), ("b", gb, sb)]
 
-    def config(self) -> dict[str, Any]:
-        return {"match_on": None if self.match_on is None else list(self.match_on)}
-
     def f(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
@@ -371,8 +379,11 @@ class _Binary(JoinMixin, Op):
 
 
 class Add(_Binary):
+    """``a + b`` elementwise."""
+
     kind = "add"
     element_flops = (1.0, 0.0)
+    nn_form = NNForm("add", "``a + b`` elementwise (also written ``a + b``).", (("a", "float"), ("b", "float")))
 
     def f(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return a + b
@@ -386,6 +397,7 @@ class Sub(_Binary):
 
     kind = "sub"
     element_flops = (1.0, 1.0)
+    nn_form = NNForm("sub", "``a - b`` elementwise (also written ``a - b``).", (("a", "float"), ("b", "float")))
 
     def f(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return a - b
@@ -395,8 +407,11 @@ class Sub(_Binary):
 
 
 class Mul(_Binary):
+    """``a * b`` elementwise (the cells' gates)."""
+
     kind = "mul"
     element_flops = (1.0, 2.0)
+    nn_form = NNForm("mul", "``a * b`` elementwise (also written ``a * b``).", (("a", "float"), ("b", "float")))
 
     def f(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return a * b

@@ -16,7 +16,8 @@ import numpy as np
 from scipy.sparse import csr_array
 
 from amp_notebook.ir.message import State
-from amp_notebook.ir.ops.base import Emitted, JoinMixin, NodeContext, Op, OpError, Width, positive_int, stack, unstack
+from amp_notebook.ir.ops.base import Emitted, JoinMixin, NodeContext, Op, OpError, Width, stack, unstack
+from amp_notebook.ir.ops.facts import COUNT, MATCH_ON, Field, NNForm
 
 
 def _csr_kernel() -> Any:
@@ -88,15 +89,10 @@ class _Sparse(JoinMixin, Op):
     group = "aggregation"
     bundling = "per_message"  # each message holds its own graph's index payloads
     element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
-
-    def __init__(self, match_on: tuple[str, ...] | list[str] | None = None) -> None:
-        self.match_on = None if match_on is None else tuple(match_on)
+    fields = (MATCH_ON,)
 
     def infer_widths(self, widths: Mapping[str, Width]) -> dict[str, Width]:
         return {"out": widths.get("x")}
-
-    def config(self) -> dict[str, Any]:
-        return {"match_on": None if self.match_on is None else list(self.match_on)}
 
 
 class Gather(_Sparse):
@@ -108,6 +104,9 @@ class Gather(_Sparse):
 
     kind = "gather"
     nondiff_inputs = frozenset({"index"})
+    nn_form = NNForm(
+        "gather", "``x[index]``: rows of ``x`` (N, H) at an int index (E,).", (("x", None), ("index", "int"))
+    )
 
     def input_ports(self) -> tuple[str, ...]:
         return ("x", "index")
@@ -142,6 +141,10 @@ class ScatterSum(_Sparse):
 
     kind = "scatter_sum"
     nondiff_inputs = frozenset({"index", "like"})
+    nn_form = NNForm(
+        "scatter_sum", "Rows of ``x`` (E, H) summed into ``len(like)`` rows at ``index`` (E,).",
+        (("x", "float"), ("index", "int"), ("like", None)),
+    )  # fmt: skip
 
     def input_ports(self) -> tuple[str, ...]:
         return ("x", "index", "like")
@@ -193,10 +196,12 @@ class TypedEdgeSum(_Sparse):
     kind = "typed_edge_sum"
     bundling = "rows"  # the joined graphs as one disjoint union
     nondiff_inputs = frozenset({"edges"})
-
-    def __init__(self, types: int, match_on: tuple[str, ...] | list[str] | None = None) -> None:
-        super().__init__(match_on)
-        self.types = positive_int("TypedEdgeSum", "types", types)
+    fields = (Field("types", COUNT, "number of edge types"), MATCH_ON)
+    nn_form = NNForm(
+        "typed_edge_sum", "Messages under ``types`` edge types (N, types * H) summed into the edges' destinations "
+        "(``edges`` (2, E) = [src * types + type, dst]).", (("x", "float"), ("edges", "int")),
+    )  # fmt: skip
+    types: int
 
     def input_ports(self) -> tuple[str, ...]:
         return ("x", "edges")
@@ -269,14 +274,15 @@ class TypedEdgeSum(_Sparse):
         dx = scatter_add_rows(blocks, g_all[dst], n_all * T).reshape(n_all, width)
         return [("x", d, s) for d, s in zip(unstack(dx, offsets), states, strict=True)]
 
-    def config(self) -> dict[str, Any]:
-        return {"types": self.types, **super().config()}
-
 
 class ScatterMean(ScatterSum):
     """Like ScatterSum but each node gets the mean of its incoming rows (0 where none arrive)."""
 
     kind = "scatter_mean"
+    nn_form = NNForm(
+        "scatter_mean", "As :func:`scatter_sum`, divided by each row's number of incoming rows.",
+        (("x", "float"), ("index", "int"), ("like", None)),
+    )  # fmt: skip
 
     def row_scale(self, idx: np.ndarray, n: int) -> np.ndarray | None:
         counts = np.bincount(idx, minlength=n)
@@ -290,6 +296,7 @@ class SumRows(Op):
     group = "aggregation"
     bundling = "per_message"
     element_flops = (0.0, 0.0)  # moves data, computes nothing (only the per-message overhead)
+    nn_form = NNForm("sum_rows", "(N, ...) -> (1, ...) by summing rows.")
 
     def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> Emitted:
         x = np.asarray(x)
@@ -318,6 +325,7 @@ class MeanRows(SumRows):
     """Graph-level readout: the mean of the rows (N, ...) as one row (1, ...); backward broadcasts / N."""
 
     kind = "mean_rows"
+    nn_form = NNForm("mean_rows", "(N, ...) -> (1, ...) by averaging rows.")
 
     def divisor(self, n: int) -> int:
         if n == 0:
@@ -334,6 +342,9 @@ class SelectRows(_Sparse):
 
     kind = "select_rows"
     nondiff_inputs = frozenset({"rows"})
+    nn_form = NNForm(
+        "select_rows", "The rows of ``x`` picked by a boolean mask or an int index.", (("x", None), ("rows", None))
+    )
 
     def input_ports(self) -> tuple[str, ...]:
         return ("x", "rows")

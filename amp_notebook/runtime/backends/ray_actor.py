@@ -42,6 +42,7 @@ from amp_notebook.optim import make_optimizer
 from amp_notebook.runtime.backends.ray_credits import Weight, WeightLedger
 from amp_notebook.runtime.backends.ray_rows import read_new_rows
 from amp_notebook.runtime.backends.threads import MeasuredTime
+from amp_notebook.runtime.config import RunConfig
 from amp_notebook.runtime.inbox import Inbox
 from amp_notebook.runtime.plan import compile_plan, end_epoch_optimizers
 from amp_notebook.runtime.worker import NodeError, Worker
@@ -85,7 +86,8 @@ class WorkerHost:
 
     def __init__(self, index: int, setup: dict[str, Any], contexts: dict[int, NodeContext]) -> None:
         graph = graph_from_dict(setup["graph"])
-        plan = compile_plan(graph, setup["placement"], setup["workers"], 1, make_optimizer(setup["optimizer"]))
+        config = RunConfig.from_json(setup["config"], "Ray worker setup")
+        plan = compile_plan(graph, setup["placement"], config.workers, 1, make_optimizer(setup["optimizer"]))
         plan.min_update_frequency[:] = setup["min_update_frequency"]
         plan.max_bundle[:] = setup["max_bundle"]
         for ctx in contexts.values():  # arrays arrive read-only; optimizers update them in place
@@ -96,10 +98,10 @@ class WorkerHost:
         self.plan = plan
         self.contexts = contexts
         self.worker = Worker(
-            index, plan, contexts, local_updates=setup["mode"] == "amp", buffer=WorkerBuffer(setup["trace_capacity"]),
-            clock=time.perf_counter, tracing=setup["trace"],
+            index, plan, contexts, local_updates=config.mode == "amp", buffer=WorkerBuffer(config.trace_capacity),
+            clock=time.perf_counter, tracing=config.trace,
         )  # fmt: skip
-        self.inbox = Inbox(plan.max_bundle, setup["priority"], setup["order"], self.worker.bundle_cap)
+        self.inbox = Inbox(plan.max_bundle, config.priority, config.order, self.worker.bundle_cap)
         self.ledger = WeightLedger(self.worker.reports)
         self.mailbox: deque[tuple[Message, Weight]] = deque()
         self.wake = threading.Event()
@@ -109,7 +111,7 @@ class WorkerHost:
         self.ready = threading.Event()  # set when the step thread may report (returns or an error)
         self.error: dict[str, Any] | None = None
         self.peers: list[Any] = []
-        self.outboxes: list[list[Wire]] = [[] for _ in range(setup["workers"])]
+        self.outboxes: list[list[Wire]] = [[] for _ in range(config.workers)]
         self.owner = plan.owner
         self.cursors: dict[str, int] = {}  # per trace table: the next row to ship
         self._ship_lock = threading.Lock()  # the events thread and ``final`` may ship at the same time

@@ -2,12 +2,13 @@
 // viewport that fit.js computes for the graph (readable labels; the whole graph when it fits; from the
 // boxes' sizes as layout.js gives them, so it need not wait for React Flow to measure them) and, once
 // React Flow has measured every node, reports how long layout + first render took: on the root element
-// (data-layout-ms, data-render-ms; data-initial-zoom and data-fits for the fit) and to Python (`perf`).
+// (data-layout-ms, data-render-ms; data-initial-zoom, data-fits and data-fit-width, the canvas width it
+// fitted, for the fit) and to Python (`perf`). `fittedWidth` keeps the builder's width at the last fit.
 import { useEffect } from "react";
 import { useNodesInitialized, useReactFlow } from "@xyflow/react";
 import { fitViewport } from "./fit.js";
 
-export default function InitialView({ pending, tick, drawn, rootRef, canvasRef, model, fixedHeight, canvasHeight, setCanvasHeight, setOverflowing }) {
+export default function InitialView({ pending, tick, drawn, rootRef, canvasRef, fittedWidth, model, fixedHeight, canvasHeight, setCanvasHeight, setOverflowing }) {
   const initialized = useNodesInitialized();
   const flow = useReactFlow();
   useEffect(() => {
@@ -23,8 +24,10 @@ export default function InitialView({ pending, tick, drawn, rootRef, canvasRef, 
       flow.setViewport({ x: fit.x, y: fit.y, zoom: fit.zoom });
       setOverflowing(!fit.fits); // after setViewport, whose move-end saw the canvas at its old height
       if (root) {
+        fittedWidth.current = root.clientWidth;
         root.dataset.initialZoom = fit.zoom.toFixed(3);
         root.dataset.fits = fit.fits ? "1" : "0";
+        root.dataset.fitWidth = String(canvasRef.current.clientWidth);
       }
     }
     // drawn is a ref read when the fit is due; the canvas height is read then too

@@ -32,6 +32,7 @@ import { CANVAS_MIN_H, allInView, routeLoops } from "./fit.js";
 const nodeTypes = { op: OpNode, cell: CellNode };
 const edgeTypes = { loop: LoopEdge };
 const AUTO_COLLAPSE_NODES = 30; // graphs larger than this open with their compound cells collapsed
+const REFIT_MIN_PX = 24; // a change of the builder's width that fits the graph again (less: a scrollbar)
 
 // The compound cells of a view (IR nodes tagged meta["cell"]) and which of them are collapsed: a different
 // set of cells (another graph) starts collapsed when the graph is big, expanded when it is small.
@@ -103,6 +104,31 @@ function Builder({ model }) {
   useEffect(() => {
     if (fixedHeight) setCanvasHeight(fixedHeight);
   }, [fixedHeight]);
+
+  // The builder's width changed (the page, or a dashboard opening beside it in its row): fit the graph to
+  // the canvas again, as for a fresh view. The inspector and the lanes narrow only the canvas, not the
+  // builder, and leave the view as it is (useKeepSelectedInView pans to the selected node).
+  const fittedWidth = useRef(0);
+  useEffect(() => {
+    const root = rootRef.current;
+    if (!root || typeof ResizeObserver === "undefined") return undefined;
+    let frame = 0;
+    const observer = new ResizeObserver(() => {
+      cancelAnimationFrame(frame);
+      frame = requestAnimationFrame(() => {
+        if (Math.abs(root.clientWidth - fittedWidth.current) >= REFIT_MIN_PX) refit(false);
+      });
+    });
+    observer.observe(root);
+    return () => {
+      observer.disconnect();
+      cancelAnimationFrame(frame);
+    };
+  }, [refit]);
+
+  // another graph loaded: the inspector of the last one closes (Python clears its notices and export)
+  const generation = view ? view.generation : 0;
+  useEffect(() => setInspected(null), [generation]);
 
   const selectedIds = nodes.filter((n) => n.selected).map((n) => n.id);
   const selected = selectedIds.length === 1 && selectedIds[0] === inspected && view ? view.nodes.find((n) => n.id === inspected) : null;
@@ -178,6 +204,7 @@ function Builder({ model }) {
               drawn={drawnRef}
               rootRef={rootRef}
               canvasRef={canvasRef}
+              fittedWidth={fittedWidth}
               model={model}
               fixedHeight={fixedHeight}
               canvasHeight={canvasHeight}
@@ -190,7 +217,7 @@ function Builder({ model }) {
         {placement && view && view.lanes && (
           <Lanes lanes={view.lanes} hoverLane={hoverLane} onPin={(names, worker) => send({ type: "pin", nodes: names, worker })} />
         )}
-        {selected && <Inspector node={selected} entry={entry} workers={workers} send={send} />}
+        {selected && <Inspector node={selected} entry={entry} workers={workers} send={send} settled={`${view.revision}:${notice.seq ?? 0}`} />}
       </div>
     </div>
   );

@@ -1,6 +1,6 @@
 // The side panels: palette (drag an op onto the canvas), inspector (properties of the selected node),
 // toolbar, notices and the export dialog. Each sends intents; none changes the graph locally.
-import { useEffect, useState } from "react";
+import { useEffect, useMemo, useRef, useState } from "react";
 
 const GROUP_TITLES = { io: "inputs & sinks", payload: "payload", "control flow": "control flow", aggregation: "aggregation", loss: "loss", cells: "compound cells" };
 
@@ -42,12 +42,26 @@ export function Palette({ palette, onAdd }) {
   );
 }
 
-// A text field that commits (Enter or leaving it) only when changed; shows Python's value otherwise.
-function Field({ label, value, onCommit, name, title }) {
+// A text field that commits (Enter or leaving it) only when changed; shows Python's value otherwise. Once
+// Python has answered a commit (`settled` changes: a new view, or a notice such as a refusal), it shows
+// the value in effect, so a refused entry does not stay as if it had been taken.
+function Field({ label, value, onCommit, name, title, settled }) {
   const [text, setText] = useState(value);
-  useEffect(() => setText(value), [value]);
+  const sent = useRef(false);
+  useEffect(() => {
+    setText(value);
+    sent.current = false;
+  }, [value]);
+  useEffect(() => {
+    if (!sent.current) return;
+    sent.current = false;
+    setText(value);
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [settled]);
   const commit = () => {
-    if (text !== value) onCommit(text);
+    if (text === value) return;
+    sent.current = true;
+    onCommit(text);
   };
   return (
     <label className="amp-field" title={title}>
@@ -73,7 +87,14 @@ const HINTS = {
   "names?": "state fields to match on, e.g. key, t (empty: the full state)",
 };
 
-export function Inspector({ node, entry, workers, send }) {
+// a field's tooltip: its one-line doc (from the op's field declarations), then how to write its type
+function fieldTitle(f) {
+  const how = HINTS[f.type] || f.type;
+  return f.doc ? `${f.doc}\n(${how})` : how;
+}
+
+// settled: changes whenever Python answers (Field, above)
+export function Inspector({ node, entry, workers, send, settled }) {
   if (!node) return null; // the canvas takes the room; Overlays.jsx says to click a node
   const set = (field) => (value) => send({ type: "set_property", node: node.id, field, value });
   return (
@@ -81,10 +102,10 @@ export function Inspector({ node, entry, workers, send }) {
       <div className="amp-inspector-title">
         {node.label} <code>{node.id}</code>
       </div>
-      <Field label="name" name="name" value={node.id} onCommit={set("name")} />
+      <Field label="name" name="name" value={node.id} settled={settled} onCommit={set("name")} />
       {(entry ? entry.fields : []).map((f) =>
         f.choices ? (
-          <label className="amp-field" key={f.name}>
+          <label className="amp-field" key={f.name} title={f.doc}>
             <span>{f.name}</span>
             <select data-field={f.name} value={node.config[f.name]} onChange={(e) => set(f.name)(e.target.value)}>
               {f.choices.map((c) => (
@@ -95,7 +116,7 @@ export function Inspector({ node, entry, workers, send }) {
             </select>
           </label>
         ) : (
-          <Field key={f.name} label={f.name} name={f.name} value={node.config[f.name] ?? ""} onCommit={set(f.name)} title={HINTS[f.type] || f.type} />
+          <Field key={f.name} label={f.name} name={f.name} value={node.config[f.name] ?? ""} settled={settled} onCommit={set(f.name)} title={fieldTitle(f)} />
         ),
       )}
       <div className="amp-inspector-sub">runtime</div>
@@ -112,9 +133,9 @@ export function Inspector({ node, entry, workers, send }) {
       </label>
       {node.parameterized && (
         <>
-          <Field label="min_update_frequency" name="min_update_frequency" value={node.attrs.min_update_frequency} onCommit={set("min_update_frequency")} title="gradients held before an update (empty: the run's value)" />
-          <Field label="optimizer" name="optimizer" value={node.attrs.optimizer} onCommit={set("optimizer")} title='a name (sgd, momentum, adam) or JSON {"name": "adam", "lr": 0.002}; empty: the run&apos;s' />
-          <Field label="replicas" name="replicas" value={String(node.attrs.replicas)} onCommit={set("replicas")} title="copies behind Cond(key % R) and Phi, averaged at epoch end" />
+          <Field label="min_update_frequency" name="min_update_frequency" value={node.attrs.min_update_frequency} settled={settled} onCommit={set("min_update_frequency")} title="gradients held before an update (empty: the run's value)" />
+          <Field label="optimizer" name="optimizer" value={node.attrs.optimizer} settled={settled} onCommit={set("optimizer")} title='a name (sgd, momentum, adam) or JSON {"name": "adam", "lr": 0.002}; empty: the run&apos;s' />
+          <Field label="replicas" name="replicas" value={String(node.attrs.replicas)} settled={settled} onCommit={set("replicas")} title="copies behind Cond(key % R) and Phi, averaged at epoch end" />
         </>
       )}
       {node.errors.length > 0 && (
@@ -128,10 +149,12 @@ export function Inspector({ node, entry, workers, send }) {
   );
 }
 
+// The export's text in a dialog over the canvas, with a download link (one object URL per text, revoked
+// when the text changes or the dialog closes) and a copy button.
 export function ExportDialog({ exported, onClose }) {
-  if (!exported) return null;
   const type = exported.format === "python" ? "text/x-python" : "application/json";
-  const href = URL.createObjectURL(new Blob([exported.text], { type }));
+  const href = useMemo(() => URL.createObjectURL(new Blob([exported.text], { type })), [exported.text, type]);
+  useEffect(() => () => URL.revokeObjectURL(href), [href]);
   const file = exported.format === "python" ? "graph.py" : "graph.json";
   return (
     <div className="amp-export" data-format={exported.format}>

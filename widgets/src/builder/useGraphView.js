@@ -3,9 +3,10 @@
 // not an undo step). A whole graph laid out at once gets the direction its shape asks for (fit.js), unless
 // Python holds one (auto_layout(direction=...), or the positions came from an earlier layout).
 //
-// `pending` asks InitialView.jsx to fit the canvas to the graph: on the first view, and after every
-// layout of the whole graph (it also times that layout and its render).
-import { useEffect, useRef, useState } from "react";
+// `pending` asks InitialView.jsx to fit the canvas to the graph: on the first view, after every layout of
+// the whole graph (it also times that layout and its render), and on refit() (cells collapsed or
+// expanded, the builder's width changed).
+import { useCallback, useEffect, useRef, useState } from "react";
 import { placeMissing } from "./layout.js";
 import { chooseDirection } from "./fit.js";
 
@@ -33,6 +34,7 @@ export function useGraphView({ view, colourBy, anchor, canvasRef, send }) {
   const [tick, setTick] = useState(0); // bumped with every new `pending`
   const pending = useRef(null); // {t0, layoutMs, nodes, perf} for InitialView
   const first = useRef(true);
+  const generation = useRef(null); // of the view last drawn
 
   useEffect(() => {
     if (!view || !view.nodes) return;
@@ -48,15 +50,17 @@ export function useGraphView({ view, colourBy, anchor, canvasRef, send }) {
     const layoutMs = performance.now() - t0;
     anchor.current = null;
     setDirection(dir);
+    const same = view.generation === generation.current; // the same graph: its selection stays
+    generation.current = view.generation;
     setNodes((old) => {
-      const selected = new Set(old.filter((n) => n.selected).map((n) => n.id));
+      const selected = new Set(same ? old.filter((n) => n.selected).map((n) => n.id) : []);
       return view.nodes.map((n) => {
         const p = n.position || laid[n.id];
         return { id: n.id, type: "op", position: { x: p[0], y: p[1] }, data: { node: n, colourBy, direction: dir }, selected: selected.has(n.id) };
       });
     });
     setEdges((old) => {
-      const selected = new Set(old.filter((e) => e.selected).map((e) => e.id));
+      const selected = new Set(same ? old.filter((e) => e.selected).map((e) => e.id) : []);
       return view.edges.map((e) => toEdge(e, selected));
     });
     if (missing) send({ type: "layout", positions: laid, direction: dir });
@@ -78,11 +82,15 @@ export function useGraphView({ view, colourBy, anchor, canvasRef, send }) {
     setNodes((ns) => ns.map((n) => ({ ...n, data: { ...n.data, colourBy } })));
   }, [colourBy]);
 
-  // a new fit of the canvas (cells collapsed or expanded), keeping its height
-  const refit = () => {
-    pending.current = { t0: performance.now(), layoutMs: 0, nodes: 0, perf: false, keepHeight: true };
+  // a new fit of the canvas: keeping its height (cells collapsed or expanded), or as for a fresh view (the
+  // builder's width changed). A fit still to come is left to come; one waiting for its render timing is
+  // done again and keeps waiting.
+  const refit = useCallback((keepHeight = true) => {
+    const old = pending.current;
+    if (old && !old.fitted) return;
+    pending.current = old ? { ...old, fitted: false, noFit: false, keepHeight } : { t0: performance.now(), layoutMs: 0, nodes: 0, perf: false, keepHeight };
     setTick((t) => t + 1);
-  };
+  }, []);
 
   return { nodes, setNodes, edges, setEdges, direction, pending, tick, refit };
 }

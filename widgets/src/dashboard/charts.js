@@ -13,6 +13,7 @@ const GRID = "#eceef1";
 const AXIS = "#999";
 const TEXT = "#666";
 const ACCURACY_TICKS = [0, 0.25, 0.5, 0.75, 1];
+const DOT_R = 2.5;
 
 function frame(ctx, width, height, title) {
   ctx.clearRect(0, 0, width, height);
@@ -106,10 +107,13 @@ function valueTicks(ctx, ticks, y, side, plotW, step, percent) {
   return labels;
 }
 
-// series: [{label, color, points: [[t, v], ...], axis?: "right"}] on the shared time axis [t0, t1].
-// opts: {unit, integer, steps, right: {unit} (a 0-100% axis for the series with axis "right")}.
-// Returns {xTicks, yTicks, yUnit, y2Ticks, y2Unit}.
-export function drawTimeLines(ctx, width, height, title, series, t0, t1, opts = {}) {
+// series: [{label, color, points: [[t, v], ...], axis?: "right", dots?: true (a dot at every point, so a
+// series of one point shows)}] on the shared time axis [t0, t1]. A series without a value is left out of
+// the legend; with none at all the plot says `opts.empty`. opts: {unit, integer, steps, right: {unit} (a
+// 0-100% axis for the series with axis "right"), empty}. Returns {xTicks, yTicks, yUnit, y2Ticks, y2Unit,
+// legend (the labels in it)}.
+export function drawTimeLines(ctx, width, height, title, allSeries, t0, t1, opts = {}) {
+  const series = allSeries.filter((s) => s.points.some((p) => p[1] !== null && p[1] !== undefined));
   frame(ctx, width, height, title);
   const top = TITLE_H + 6;
   const bottom = height - X_LABELS_H - 2;
@@ -137,7 +141,7 @@ export function drawTimeLines(ctx, width, height, title, series, t0, t1, opts = 
 
   ctx.save();
   ctx.beginPath();
-  ctx.rect(LEFT, top - 2, plotW, bottom - top + 4);
+  ctx.rect(LEFT - DOT_R, top - DOT_R, plotW + 2 * DOT_R, bottom - top + 2 * DOT_R);
   ctx.clip();
   for (const s of series) {
     const y = s.axis === "right" ? yRight : yLeft;
@@ -163,16 +167,34 @@ export function drawTimeLines(ctx, width, height, title, series, t0, t1, opts = 
       lastV = v;
     }
     ctx.stroke();
+    if (s.dots) {
+      ctx.fillStyle = s.color;
+      for (const [t, v] of s.points) {
+        if (v === null || v === undefined || t < t0 || t > t1) continue;
+        ctx.beginPath();
+        ctx.arc(LEFT + (t - t0) * scaleX, y(v), DOT_R, 0, 2 * Math.PI);
+        ctx.fill();
+      }
+    }
   }
   ctx.restore();
+  if (series.length === 0 && opts.empty) {
+    ctx.fillStyle = "#999";
+    ctx.textAlign = "center";
+    ctx.textBaseline = "middle";
+    ctx.fillText(opts.empty, LEFT + plotW / 2, (top + bottom) / 2);
+    ctx.textAlign = "left";
+  }
 
   // legend in the title row, in each series' colour
   ctx.textBaseline = "top";
   let legendX = Math.max(LEFT + 4, ctx.measureText(title).width + 16);
+  out.legend = [];
   for (const s of series) {
     const text = s.axis === "right" && opts.right ? `${s.label} (right)` : s.label;
     ctx.fillStyle = s.color;
     ctx.fillText(text, legendX, 2);
+    out.legend.push(s.label);
     legendX += ctx.measureText(text).width + 12;
     if (legendX > width - 40) break;
   }

@@ -36,13 +36,18 @@ export function createChartsPanel(dash) {
     mark(queue, drawTimeLines(ctx, w, CHART_H, "queue depth per worker", depth, v.t0, v.t1, { steps: true, integer: true, unit: "messages" }));
   }
 
+  // live: rebuilt from the rows (sent with a view's first frame and the run's last), then the samples after
   function drawKeys(w, v) {
     const { runs, live } = dash;
-    const series = runs.map((r, ri) => ({
-      label: runs.length > 1 ? r.info.label : "keys in flight",
-      color: LANE_COLORS[(ri * 3) % LANE_COLORS.length],
-      points: live ? r.samples.map((s) => [s.t, s.keys_in_flight]) : r.meta?.keys_in_flight || [],
-    }));
+    const series = runs.map((r, ri) => {
+      const rebuilt = r.meta?.keys_in_flight || [];
+      let points = rebuilt;
+      if (live) {
+        const after = rebuilt.length ? rebuilt[rebuilt.length - 1][0] : -Infinity;
+        points = rebuilt.concat(r.samples.filter((s) => s.t > after).map((s) => [s.t, s.keys_in_flight]));
+      }
+      return { label: runs.length > 1 ? r.info.label : "keys in flight", color: LANE_COLORS[(ri * 3) % LANE_COLORS.length], points };
+    });
     const ctx = sizeCanvas(keys, w, CHART_H);
     mark(keys, drawTimeLines(ctx, w, CHART_H, "keys in flight", series, v.t0, v.t1, { steps: true, integer: true, unit: "keys" }));
   }
@@ -54,20 +59,25 @@ export function createChartsPanel(dash) {
       const tag = runs.length > 1 ? `${r.info.label} ` : "";
       if (live) {
         series.push({ label: `${tag}train loss (moving avg)`, color: "#c0392b", points: r.samples.map((s) => [s.t, s.loss]) });
-        series.push({ label: `${tag}train accuracy`, color: "#27ae60", axis: "right", points: r.samples.map((s) => [s.t, s.accuracy]) });
+        series.push({ label: `${tag}train accuracy (moving avg)`, color: "#27ae60", axis: "right", points: r.samples.map((s) => [s.t, s.accuracy]) });
       }
+      // one dot per epoch, at its end (a run of one epoch has one point: a line alone would not show it)
       const ep = r.epochs;
-      series.push({ label: `${tag}epoch train loss`, color: ri ? "#8e44ad" : "#e67e22", points: ep.map((e) => [e.end_s, e.train_loss]) });
+      series.push({ label: `${tag}epoch train loss`, color: ri ? "#8e44ad" : "#e67e22", dots: true, points: ep.map((e) => [e.end_s, e.train_loss]) });
       series.push({
         label: `${tag}val accuracy`,
         color: ri ? "#16a085" : "#2980b9",
         axis: "right",
-        points: ep.filter((e) => e.val_accuracy !== null && e.val_accuracy !== undefined).map((e) => [e.end_s, e.val_accuracy]),
+        dots: true,
+        points: ep.map((e) => [e.end_s, e.val_accuracy]),
       });
     });
-    const span = live ? v : { t0: 0, t1: Math.max(1e-9, dash.view.latest()) };
+    // a replay: the whole run, its last epoch's end included (a little after its last box)
+    const lastEpoch = Math.max(0, ...runs.map((r) => (r.epochs.length ? r.epochs[r.epochs.length - 1].end_s : 0)));
+    const span = live ? v : { t0: 0, t1: Math.max(1e-9, dash.view.latest(), lastEpoch) };
     const ctx = sizeCanvas(loss, w, CHART_H);
-    const drawn = drawTimeLines(ctx, w, CHART_H, "loss and accuracy", series, span.t0, span.t1, { unit: "loss", right: { unit: "accuracy" } });
+    const empty = live ? "no loss reported yet" : "no loss or accuracy in this trace (a TrainResult replayed shows its epochs)";
+    const drawn = drawTimeLines(ctx, w, CHART_H, "loss and accuracy", series, span.t0, span.t1, { unit: "loss", right: { unit: "accuracy" }, empty });
     mark(loss, drawn);
   }
 

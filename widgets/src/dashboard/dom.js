@@ -25,7 +25,3 @@ export function median(xs) {
   const s = [...xs].sort((a, b) => a - b);
   return s.length ? s[Math.floor(s.length / 2)] : 0;
 }
-
-export function fmt(v, digits = 3) {
-  return v === null || v === undefined ? "–" : (+v).toPrecision(digits);
-}

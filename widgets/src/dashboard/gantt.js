@@ -4,6 +4,7 @@
 // phase are filled as one path. The time axis (axes.js) is the one every chart under the Gantt shares.
 
 import { LEFT, formatTime, plotWidth, timeTicks } from "./axes.js";
+import { boxLabel } from "./text.js";
 
 export const PHASE_NAMES = ["fwd", "bwd", "update"];
 export const PHASE_COLORS = ["#f39c34", "#3a7bd5", "#f2d21b"]; // forward orange, backward blue, update yellow
@@ -13,6 +14,7 @@ export const RUN_HEADER_H = 18;
 export const AXIS_H = 18;
 export { LEFT, formatTime };
 const MAX_LABELS = 1500;
+const LABELS_REPORTED = 20; // on the root element (data-labels), for tests
 const LABEL_MIN_PX = 22;
 const DENSE_PX = 2; // boxes narrower than this are drawn as per-pixel phase stacks
 
@@ -31,7 +33,7 @@ export function layoutLanes(runs) {
 }
 
 // Draw the visible boxes. view: {t0, t1, cut} (cut: hide boxes starting after it, for replay).
-// Returns {drawn, rects}: rows in view, rectangles filled.
+// Returns {drawn, rects, labels}: rows in view, rectangles filled, the first labels written on boxes.
 export function drawGantt(ctx, width, height, runs, layout, view) {
   const { t0, t1 } = view;
   const cut = view.cut ?? Infinity;
@@ -122,7 +124,7 @@ export function drawGantt(ctx, width, height, runs, layout, view) {
       }
       if (x1 - x0 >= LABEL_MIN_PX && labels.length < MAX_LABELS * 3) {
         // a bundle shows how many messages it ran (its keys are in the tooltip)
-        labels.push(x0, laneY[w], messages[i] > 1 ? `${messages[i]}×` : key[i]);
+        labels.push(x0, laneY[w], boxLabel(key[i], messages[i]));
       }
     }
     const stacked = [[], [], []];
@@ -155,7 +157,7 @@ export function drawGantt(ctx, width, height, runs, layout, view) {
     for (let j = 0; j < list.length; j += 4) ctx.rect(list[j], list[j + 1] + 2, list[j + 2], list[j + 3]);
     ctx.fill();
   }
-  // key ids on boxes wide enough to hold them (the paper's Fig. 1 labels); a bundle's message count
+  // key ids on boxes wide enough to hold them (the paper's Fig. 1 labels); a bundle's message count; a flush's number
   ctx.fillStyle = "#111";
   ctx.font = "10px sans-serif";
   for (let j = 0; j < labels.length; j += 3) ctx.fillText(String(labels[j + 2]), labels[j] + 3, labels[j + 1] + LANE_H / 2);
@@ -167,7 +169,9 @@ export function drawGantt(ctx, width, height, runs, layout, view) {
     ctx.lineTo(x + 0.5, height);
     ctx.stroke();
   }
-  return { drawn, rects: rectCount };
+  const shown = [];
+  for (let j = 2; j < labels.length && shown.length < LABELS_REPORTED; j += 3) shown.push(String(labels[j]));
+  return { drawn, rects: rectCount, labels: shown };
 }
 
 // The box under (x, y), or null: {run, row} where row is the ring's physical index.

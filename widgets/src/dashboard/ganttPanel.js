@@ -5,6 +5,7 @@
 import { html, median, sizeCanvas } from "./dom.js";
 import { LEFT, formatTime, plotWidth } from "./axes.js";
 import { PHASE_NAMES, drawArrows, drawGantt, hitTest, stalenessOf } from "./gantt.js";
+import { keyText } from "./text.js";
 
 export function createGanttPanel(dash) {
   const { view, on } = dash;
@@ -39,6 +40,7 @@ export function createGanttPanel(dash) {
     root.dataset.drawn = String(res.drawn);
     root.dataset.rects = String(res.rects);
     root.dataset.drawMs = res.ms.toFixed(2);
+    root.dataset.labels = JSON.stringify(res.labels);
     maybeMeasure();
   }
 
@@ -117,7 +119,7 @@ export function createGanttPanel(dash) {
     const phase = PHASE_NAMES[c.phase[i]] || "?";
     const n = c.messages[i];
     const keys = r.bundleKeys(i);
-    const who = n > 1 ? `bundle of ${n} messages, keys ${keys ? listKeys(keys) : `${c.key[i]}, …`}` : `key ${c.key[i]}`;
+    const who = n > 1 ? `bundle of ${n} messages, keys ${keys ? listKeys(keys) : `${c.key[i]}, …`}` : keyText(c.key[i]);
     const lines = [
       `${r.info.node_names[c.node[i]] ?? `node ${c.node[i]}`} · ${phase}`,
       `${who} · worker ${c.worker[i]}${runs.length > 1 ? ` · ${r.info.label}` : ""}`,

@@ -1,12 +1,13 @@
 // The lines above the Gantt: per run, what it is doing (live: epoch, keys done and in flight, throughput,
-// loss, accuracy, utilization, elapsed, keys skipped for NaN/inf; replay: duration, boxes, utilization,
-// final accuracy), an error from the run or the feed, the watchdog's diagnosis of a stuck run, and a note
+// recent training loss and accuracy, utilization, elapsed, keys skipped for NaN/inf, worded by text.js;
+// replay: duration, boxes, utilization, final validation accuracy), an error from the run or the feed, the watchdog's diagnosis of a stuck run, and a note
 // (where an export or a checkpoint was written). It also keeps the root element's test hooks about what was
 // received: data-boxes, data-boxes-per-worker, data-held, data-frames, data-skipped, data-diagnosis.
 
-import { html, fmt } from "./dom.js";
+import { html } from "./dom.js";
 import { formatTime } from "./axes.js";
 import { diagnosisLines, skippedText } from "./diagnosis.js";
+import { formatPercent, liveStatusText } from "./text.js";
 
 export function createStatus(dash) {
   const stats = html`<div class="amp-stats"></div>`;
@@ -23,11 +24,7 @@ export function createStatus(dash) {
       if (live) {
         const s = m.status || {};
         const last = r.samples[r.samples.length - 1] || {};
-        parts.push(
-          `epoch ${s.epoch ?? "–"}/${s.epochs ?? "–"} · keys done ${s.keys_done ?? 0} · in flight ${s.keys_in_flight ?? 0}` +
-            ` · ${fmt(last.throughput, 4)} instances/s · loss ${fmt(s.recent_loss)} · accuracy ${fmt(s.recent_accuracy)}` +
-            ` · utilization ${util || "–"} · ${formatTime(s.elapsed_s || 0)}${skippedText(s)}`,
-        );
+        parts.push(liveStatusText(s, m, last) + skippedText(s));
         root.dataset.skipped = String(s.nonfinite_skipped || 0);
         showDiagnosis(s.diagnosis);
       } else {
@@ -35,7 +32,7 @@ export function createStatus(dash) {
         const acc = ep.length ? ep[ep.length - 1].val_accuracy : null;
         parts.push(
           `${r.info.label}: ${formatTime(m.duration_s || 0)} · ${m.rows ?? r.events.total} boxes · utilization ${util || "–"}` +
-            (acc !== null && acc !== undefined ? ` · final val accuracy ${fmt(acc)}` : ""),
+            (acc !== null && acc !== undefined ? ` · final val accuracy ${formatPercent(acc)}` : ""),
         );
       }
     });
