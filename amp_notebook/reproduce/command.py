@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from amp_notebook.reproduce.machine import load_1min, machine
-from amp_notebook.reproduce.workloads import ENGINES
+from amp_notebook.reproduce.workloads import DEFAULT_ENGINE, ENGINES
 
 EXPERIMENTS: dict[str, str] = {
     "table1": "amp_notebook.reproduce.table1",
@@ -46,7 +46,11 @@ def add_arguments(r: argparse.ArgumentParser) -> None:
         "Treebank's train.txt and dev.txt; qm9/: QM9's .xyz files; conll/: CoNLL train.txt and dev.txt); a model "
         "without one keeps its generated data",
     )  # fmt: skip
-    r.add_argument("--engine", choices=ENGINES, default="python", help="the engine that runs the workers")
+    r.add_argument(
+        "--engine", choices=ENGINES, default=DEFAULT_ENGINE,
+        help="what runs the threaded workers: native loops without the interpreter lock, the Python engine, or "
+        "auto (native wherever it is built and runs the graph; the report says which ran) (default: %(default)s)",
+    )  # fmt: skip
     r.add_argument(
         "--processes", type=int, default=1, metavar="N",
         help="fig5: train N grid points at once in N processes (the same results as one process)",
@@ -54,7 +58,11 @@ def add_arguments(r: argparse.ArgumentParser) -> None:
 
 
 def run_experiments(
-    names: list[str], quick: bool = False, data_root: Path | None = None, engine: str = "python", processes: int = 1
+    names: list[str],
+    quick: bool = False,
+    data_root: Path | None = None,
+    engine: str = DEFAULT_ENGINE,
+    processes: int = 1,
 ) -> dict[str, dict[str, Any]]:
     """Each experiment's ``run`` in turn (with the data and engine where it takes them), ``elapsed_s`` added."""
     results: dict[str, dict[str, Any]] = {}
@@ -71,11 +79,27 @@ def run_experiments(
     return results
 
 
+def engines_ran(value: Any) -> list[str]:
+    """Every engine that ran this machine's threads in ``value`` (rows and curves say which; the simulator's
+    rows do not count: it always computes with the Python ops)."""
+    found: set[str] = set()
+    if isinstance(value, dict):
+        is_run = "backend" in value or "mode" in value  # a table's row or a figure's curve
+        if is_run and isinstance(value.get("engine"), str) and value.get("backend") != "simulated":
+            found.add(value["engine"])
+        for v in value.values():
+            found.update(engines_ran(v))
+    elif isinstance(value, list):
+        for v in value:
+            found.update(engines_ran(v))
+    return sorted(found)
+
+
 def command(args: argparse.Namespace) -> int:
     from amp_notebook.reproduce.report import json_ready, write_report
 
     names = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
-    engine, root = getattr(args, "engine", "python"), getattr(args, "data", None)
+    engine, root = getattr(args, "engine", DEFAULT_ENGINE), getattr(args, "data", None)
     if root is not None:
         from amp_notebook.data.real import check_root
 
@@ -84,6 +108,7 @@ def command(args: argparse.Namespace) -> int:
     results = json_ready(run_experiments(names, quick=args.quick, data_root=root, engine=engine,
                                          processes=max(1, getattr(args, "processes", 1))))  # fmt: skip
     where["load_1min_after"] = load_1min()
+    where["engines_ran"] = engines_ran(results)
     document = {**(results[args.experiment] if args.experiment != "all" else results), "machine": where}
     args.out.mkdir(parents=True, exist_ok=True)
     json_path = args.out / f"{args.experiment}.json"

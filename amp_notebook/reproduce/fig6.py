@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from amp_notebook.reproduce.workloads import Workload, available
+from amp_notebook.reproduce.workloads import DEFAULT_ENGINE, Workload, available
 from amp_notebook.runtime.session import EpochStats
 from amp_notebook.runtime.train import TrainResult, train
 
@@ -38,7 +38,7 @@ SETTINGS: dict[str, Any] = {"workers": 2, "placement": "auto", "priority": "fifo
 
 def run(
     quick: bool = False, seed: int = 0, models: Sequence[str] = MODELS, *, data_root: str | Path | None = None,
-    engine: str = "python",
+    engine: str = DEFAULT_ENGINE,
 ) -> dict[str, Any]:  # fmt: skip
     """Sync and AMP curves for every model; ``quick``: a few keys and 2 epochs (a smoke test)."""
     curves: dict[str, dict[str, Any]] = {}
@@ -82,7 +82,7 @@ def _curve(
     accuracy = [p.val_accuracy for p in points]
     reached = next((p.end_s for p in points if w.target is not None and w.target.reached(p)), None)
     return {
-        "mode": mode, "max_active_keys": keys, "time_s": time_s, "val_accuracy": accuracy,
+        "mode": mode, "engine": r.engine, "max_active_keys": keys, "time_s": time_s, "val_accuracy": accuracy,
         "val_loss": [p.val_loss for p in points],
         "train_loss": [p.train_loss for p in points], "time_to_target_s": reached,
         "epochs_to_target": None if reached is None else time_s.index(reached) + 1,

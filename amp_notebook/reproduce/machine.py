@@ -42,8 +42,8 @@ def load_words(load: float | list[float] | None) -> str:
     return f"load {span} on {cores()} cores"
 
 
-def machine(engine: str = "python") -> dict[str, Any]:
-    """This machine, the engine that ran the workers, and its load when the run began."""
+def machine(engine: str = "auto") -> dict[str, Any]:
+    """This machine, the engine asked to run the workers, and its load when the run began."""
     return {
         "date": datetime.datetime.now().isoformat(timespec="seconds"), "cores": cores(), "engine": engine,
         "python": platform.python_version(), "platform": platform.platform(), "load_1min": load_1min(),

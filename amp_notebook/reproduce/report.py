@@ -68,7 +68,9 @@ def write_report(
 def _machine_note(machine: dict[str, Any]) -> str:
     """This machine beside the paper's, in words, with the load rounded."""
     load = [v for v in (machine.get("load_1min"), machine.get("load_1min_after")) if v is not None]
-    ours = (f"This machine: {machine.get('cores', '?')} cores, engine {machine.get('engine', 'python')}"
+    ran = machine.get("engines_ran") or []
+    engine = " and ".join(ran) if ran else machine.get("engine", "auto")
+    ours = (f"This machine: {machine.get('cores', '?')} cores, {engine} engine"
             + (f", {load_words(load)} (1-minute load average at the start and end)" if load else "")
             + (f", {str(machine['date']).replace('T', ' ')}" if machine.get("date") else "") + ".")  # fmt: skip
     theirs = f"The paper: {paper.MACHINE['cores']} cores, {paper.MACHINE['engine']}."

@@ -38,7 +38,7 @@ from amp_notebook.bench.common import interleaved_runs
 from amp_notebook.reproduce import paper
 from amp_notebook.reproduce.machine import load_1min, loaded
 from amp_notebook.reproduce.table2 import SIMULATED, THREADS, calibrate, families, thread_placements
-from amp_notebook.reproduce.workloads import Workload, available
+from amp_notebook.reproduce.workloads import DEFAULT_ENGINE, Workload, available
 from amp_notebook.runtime.costs import CostModel
 from amp_notebook.runtime.session import EpochStats
 from amp_notebook.runtime.train import TrainResult, train
@@ -52,7 +52,7 @@ QUICK_SEARCH: dict[str, Any] = {"keys": 8, "max_evaluations": 2}
 
 def run(
     quick: bool = False, repeats: int = 3, seed: int = 0, models: Sequence[str] = MODELS, *,
-    data_root: str | Path | None = None, engine: str = "python",
+    data_root: str | Path | None = None, engine: str = DEFAULT_ENGINE,
 ) -> dict[str, Any]:  # fmt: skip
     """Every row of the paper's Table 1 for ``models`` on both backends; ``quick``: a few keys, 1 epoch, once."""
     if quick:
@@ -108,6 +108,7 @@ def to_target(w: Workload, max_epochs: int, seed: int, **knobs: Any) -> dict[str
     assert isinstance(r, TrainResult)
     hit = next((i for i, s in enumerate(curve) if target.reached(s)), None)
     return {
+        "engine": r.engine,
         "epochs_to_target": None if hit is None else hit + 1,
         "time_to_target_s": None if hit is None else curve[hit].end_s,
         "train_per_s": r.train_instances_per_s,
@@ -197,7 +198,8 @@ def threads_rows(
                          "peer_time_to_target_s": median_to_target(peer_runs, "time_to_target_s"),
                          "peer_train_per_s": statistics.median(r["train_per_s"] for r in peer_runs),
                          "peer_load_1min": peer_load, "peer_loaded": loaded(peer_load)}  # fmt: skip
-            out.append(row(w.name, "threads", k, w.meta["engine"], runs[f"{w.name} mak={k}"], load_1min=load, **extra))
+            runs_k = runs[f"{w.name} mak={k}"]
+            out.append(row(w.name, "threads", k, runs_k[0]["engine"], runs_k, load_1min=load, **extra))
     return out
 
 
@@ -212,7 +214,7 @@ def simulated_rows(
                               costs=costs[w.name], **SIMULATED) for i in range(repeats)]  # fmt: skip
             _progress(f"  simulated 16 cores, {w.name}, max_active_keys {k}: epochs to target "
                       f"{[r['epochs_to_target'] for r in runs]}")  # fmt: skip
-            out.append(row(w.name, "simulated", k, w.meta["engine"], runs))
+            out.append(row(w.name, "simulated", k, SIMULATED["engine"], runs))
     return out
 
 

@@ -15,19 +15,22 @@ timed runs), ``fifo`` inboxes (arrival order keeps both workers fed; ``amp-noteb
 compares it with backward-first). A model family (the RNN with its replicated variants) and its PyTorch
 peer run ``repeats`` times, interleaved with the order flipping every round (this machine is shared and
 noisy); the median is reported, every round is kept in ``runs_per_s``, and the 1-minute load average
-before and after the family's rounds is kept beside them (``load_1min``). On the Python engine every
-message's glue holds the interpreter lock, so two threads gain little whatever max_active_keys is.
+before and after the family's rounds is kept beside them (``load_1min``). The workers run on the engine
+``engine`` names (default ``auto``: the native worker loops, which hold no interpreter lock, wherever they
+are built and run the graph); each row's ``engine`` says which ran. On the Python engine every message's
+glue holds the interpreter lock, so two threads gain little whatever max_active_keys is.
 
 **simulated**: the paper's machine, 16 cores, as 16 simulated devices calibrated from this machine.
-Calibration: :func:`~amp_notebook.runtime.autoplace.measure_costs` runs a short traced sync training on
-one worker thread here and fixes every node's forward, backward and update time at the median of its
-trace rows; a node the sample never reached costs FLOPs over this core's measured matmul FLOP/s plus its
-measured per-message overhead (:meth:`CostModel.this_cpu`). Each simulated device is then one core of this
-machine running our engine, glue and all, with free links (shared memory) and, unlike our threads, no
-interpreter lock: what this engine would do on 16 such cores. Placement: the paper's round robin (one
-heavy node per device while there are at most 16), backward-first inboxes (the paper's appendix A). One
-run per row: the simulator is deterministic given the calibration (which varies between invocations with
-this machine's load; ``calibration_s`` keeps it). No peer on this backend.
+Calibration: :func:`~amp_notebook.runtime.autoplace.measure_costs` runs a short traced sync training on one
+worker thread here (on the native engine where it runs the graph: ``calibration_engine``) and fixes every
+node's forward, backward and update time at the median of its trace rows; a node the sample never reached
+costs FLOPs over this core's measured matmul FLOP/s plus its measured per-message overhead
+(:meth:`CostModel.this_cpu`). Each simulated device is then one core of this machine running that engine, with
+free links (shared memory): what it would do on 16 such cores. The simulator itself computes with the Python
+ops (the rows' ``engine``); only its clock comes from the calibration. Placement: the paper's round robin (one
+heavy node per device while there are at most 16), backward-first inboxes (the paper's appendix A). One run
+per row: the simulator is deterministic given the calibration (which varies between invocations with this
+machine's load; ``calibration_s`` keeps it). No peer on this backend.
 """
 
 from __future__ import annotations
@@ -41,14 +44,16 @@ from typing import Any
 from amp_notebook.bench.common import interleaved_medians
 from amp_notebook.reproduce import paper
 from amp_notebook.reproduce.machine import load_1min, loaded
-from amp_notebook.reproduce.workloads import MODELS, Workload, available
+from amp_notebook.reproduce.workloads import DEFAULT_ENGINE, MODELS, Workload, available
 from amp_notebook.runtime.autoplace import autoplace, measure_costs
 from amp_notebook.runtime.costs import CostModel
 from amp_notebook.runtime.train import TrainResult, train
 
 THREADS: dict[str, Any] = {"workers": 2, "priority": "fifo"}
 QUICK_SEARCH: dict[str, Any] = {"keys": 8, "max_evaluations": 2}  # --quick: round robin or balanced, 8 keys
-SIMULATED: dict[str, Any] = {"workers": 16, "priority": "backward_first", "placement": "round_robin"}
+# the simulator runs the Python ops on its virtual clock, whatever engine runs the threads
+SIMULATED: dict[str, Any] = {"workers": 16, "priority": "backward_first", "placement": "round_robin",
+                             "engine": "python"}  # fmt: skip
 HEAVY_KINDS = ("linear", "embedding")
 
 
@@ -64,6 +69,15 @@ def calibrate(w: Workload, seed: int) -> CostModel:
     return _CALIBRATIONS[key]
 
 
+def calibration_engine(w: Workload) -> str:
+    """The engine whose costs :func:`calibrate` measured for ``w`` (its sync run on one worker thread)."""
+    from amp_notebook.engine.choice import choose_engine
+    from amp_notebook.runtime.config import RunConfig
+
+    config = RunConfig(workers=1, mode="sync", optimizer=w.optimizer, validate=False)
+    return choose_engine(w.graph, w.data, config).name
+
+
 def families(models: Sequence[str]) -> list[list[str]]:
     """``models`` grouped by the model their ratios are taken against (its base first, added if missing)."""
     grouped: dict[str, list[str]] = {}
@@ -76,15 +90,17 @@ def families(models: Sequence[str]) -> list[list[str]]:
 
 def run(
     quick: bool = False, repeats: int = 3, seed: int = 0, models: Sequence[str] = MODELS, *,
-    data_root: str | Path | None = None, engine: str = "python",
+    data_root: str | Path | None = None, engine: str = DEFAULT_ENGINE,
 ) -> dict[str, Any]:  # fmt: skip
     """Every row of the paper's Table 2 for ``models``, on both backends; ``quick``: a few keys, one round;
-    ``data_root``: real data (:func:`~amp_notebook.reproduce.workloads.available`)."""
+    ``data_root``: real data (:func:`~amp_notebook.reproduce.workloads.available`); ``engine``: what runs the
+    threads (each row's ``engine`` says what ran)."""
     if quick:
         repeats = 1
     rows: list[dict[str, Any]] = []
     notes: dict[str, str] = {}
     calibration: dict[str, Any] = {}
+    calibrated_on: dict[str, str] = {}
     data: dict[str, str] = {}
     for family in families(models):
         members = list(available(family, quick, seed, notes, data_root=data_root, engine=engine))
@@ -96,6 +112,7 @@ def run(
             costs[w.name] = calibrate(w, seed)
             calibration[w.name] = {n: {k: v for k, v in c.__dict__.items() if v is not None}
                                    for n, c in costs[w.name].nodes.items()}  # fmt: skip
+            calibrated_on[w.name] = calibration_engine(w)
             data[w.name] = w.data_source
         rows += threads_rows(members, costs, repeats, seed, QUICK_SEARCH if quick else {})
         rows += simulated_rows(members, costs, seed)
@@ -104,6 +121,7 @@ def run(
         "threads": {**THREADS, "placement": "auto", "repeats": repeats},
         "simulated": dict(SIMULATED),
         "calibration_s": calibration,
+        "calibration_engine": calibrated_on,
         "data": data,
         "engine": engine,
         "paper_source": paper.PAPER,
@@ -156,9 +174,17 @@ def threads_rows(
     placements = {w.name: thread_placements(w, costs[w.name], paper.table2_keys(w.name), seed, search)
                   for w in members}  # fmt: skip
 
+    ran: dict[tuple[str, int], str] = {}  # the engine each row ran on
+
     def rate(w: Workload, k: int) -> Callable[[], float]:
         knobs = {"max_active_keys": k, "placement": placements[w.name][k], **THREADS}
-        return lambda: _train(w, seed, **knobs).train_instances_per_s
+
+        def once() -> float:
+            r = _train(w, seed, **knobs)
+            ran[(w.name, k)] = r.engine
+            return r.train_instances_per_s
+
+        return once
 
     contenders: dict[str, Callable[[], float]] = {
         f"{w.name} mak={k}": rate(w, k) for w in members for k in paper.table2_keys(w.name)
@@ -187,7 +213,7 @@ def threads_rows(
             value, rounds = medians[f"{w.name} mak={k}"]
             is_base = w is base and k == 1
             rows.append(row(
-                w.name, "threads", k, w.meta["engine"], value, base_rate, runs_per_s=rounds, load_1min=load,
+                w.name, "threads", k, ran[(w.name, k)], value, base_rate, runs_per_s=rounds, load_1min=load,
                 peer_per_s=peer_rate if is_base else None, peer_runs_per_s=peer_runs if is_base else None,
                 peer_load_1min=peer_load if is_base and peer_load else None,
                 peer_loaded=loaded(peer_load) if is_base and peer_load else None,
@@ -211,7 +237,7 @@ def simulated_rows(members: list[Workload], costs: dict[str, CostModel], seed: i
         for k in paper.table2_keys(w.name):
             _progress(f"  simulated 16 cores, {w.name}, max_active_keys {k}: {rates[(w.name, k)]:,.0f} "
                       "instances/s (virtual)")  # fmt: skip
-            rows.append(row(w.name, "simulated", k, w.meta["engine"], rates[(w.name, k)], base))
+            rows.append(row(w.name, "simulated", k, SIMULATED["engine"], rates[(w.name, k)], base))
     return rows
 
 

@@ -28,8 +28,10 @@ benchmark modules (``bench/peers.py``, ``rnn_vs_torch``, ``tree_vs_torch``, ``gg
 a peer runs. Table 1's peers (``Workload.peer_to_target``) train minibatches, as the paper's TensorFlow
 did, until the target or an epoch cap.
 
-``engine`` names the engine that runs the workers: ``ENGINES`` lists those this checkout has and
-:func:`engine_settings` turns the name into ``train`` keywords.
+``engine`` names the engine that runs the threaded workers (the ``engine`` setting: ``"auto"``, the
+default, runs the native worker loops whenever they are built and run the graph; ``"native"`` insists on
+them; ``"python"`` runs the Python engine) and :func:`engine_settings` turns it into ``train`` keywords. A
+result's ``engine`` says which one ran.
 """
 
 from __future__ import annotations
@@ -42,9 +44,10 @@ from typing import Any
 from amp_notebook.data.batch import Dataset
 from amp_notebook.errors import AmpError
 from amp_notebook.ir.graph import Graph
+from amp_notebook.runtime.config import ENGINES
 
 MODELS = ("mlp", "rnn", "rnn-2-replicas", "rnn-4-replicas", "tree-lstm", "ggsnn", "bilstm-tagger")
-ENGINES = ("python",)  # the worker engines a reproduction can run on
+DEFAULT_ENGINE = "auto"
 PEER_THREADS = 2
 RNN_OPTIMIZER = {"name": "adam", "lr": 3e-3, "clip_norm": 5.0, "lr_decay": 0.85}
 
@@ -94,12 +97,12 @@ class Workload:
 def engine_settings(engine: str) -> dict[str, Any]:
     """``train`` keywords that select ``engine`` (one of ``ENGINES``)."""
     if engine not in ENGINES:
-        raise ValueError(f"reproduce: unknown engine {engine!r}; this checkout has {ENGINES}")
-    return {}  # the Python engine is train()'s default
+        raise ValueError(f"reproduce: unknown engine {engine!r}; expected one of {ENGINES}")
+    return {"engine": engine}
 
 
 def workload(
-    name: str, quick: bool = False, seed: int = 0, *, data_dir: str | Path | None = None, engine: str = "python"
+    name: str, quick: bool = False, seed: int = 0, *, data_dir: str | Path | None = None, engine: str = DEFAULT_ENGINE
 ) -> Workload:  # fmt: skip
     """The workload of one model (module docstring); ``quick``: a few keys only; ``data_dir``: real data."""
     builders: dict[str, Callable[[bool, int, Path | None], Workload]] = {
@@ -116,7 +119,7 @@ def workload(
 
 def available(
     models: Sequence[str], quick: bool, seed: int, notes: dict[str, str], *, data_root: str | Path | None = None,
-    engine: str = "python",
+    engine: str = DEFAULT_ENGINE,
 ) -> Iterator[Workload]:  # fmt: skip
     """The workloads of ``models`` that this checkout has, in order; a missing one is noted in ``notes``.
     ``data_root``: each model reads its folder of it (:func:`~amp_notebook.data.real.model_folder`), if any."""
@@ -347,4 +350,14 @@ def _tagger(quick: bool, seed: int, data_dir: Path | None) -> Workload:
     )  # fmt: skip
 
 
-__all__ = ["ENGINES", "MODELS", "MissingModelError", "Target", "Workload", "available", "engine_settings", "workload"]
+__all__ = [
+    "DEFAULT_ENGINE",
+    "ENGINES",
+    "MODELS",
+    "MissingModelError",
+    "Target",
+    "Workload",
+    "available",
+    "engine_settings",
+    "workload",
+]

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from amp_notebook.cli import main
+from amp_notebook.engine import available as engine_available
 from amp_notebook.reproduce import paper, table1, table2
+from amp_notebook.reproduce.command import engines_ran
 from amp_notebook.reproduce.report import json_ready, write_report
 from amp_notebook.reproduce.workloads import Target, engine_settings, workload
 
@@ -38,8 +40,10 @@ def test_reproduce_all_quick_writes_html_and_json(tmp_path: Path, capsys: pytest
         assert [(r["model"], r["mak"]) for r in rows if r["backend"] == backend] == [
             (p.model, p.mak) for p in paper.TABLE2
         ]
+    threads_engine = "native" if engine_available() else "python"  # the default engine, auto
     for r in rows:
-        assert r["paper_ratio"] == pytest.approx(paper.ratio(r["model"], r["mak"])) and r["engine"] == "python"
+        assert r["paper_ratio"] == pytest.approx(paper.ratio(r["model"], r["mak"]))
+        assert r["engine"] == ("python" if r["backend"] == "simulated" else threads_engine)
         assert r["ours_per_s"] > 0 and r["ours_ratio"] > 0
         if r["backend"] == "simulated" or r["mak"] != 1 or r["model"] in paper.FAMILY_BASE:
             assert r.get("peer_per_s") is None
@@ -116,7 +120,7 @@ def test_report_writes_one_offline_page(tmp_path: Path) -> None:
     assert "6,500" in text  # the paper's appendix-C throughput beside ours
     assert "side by side" in text and "(quick run)" not in text and "3.8056640625" not in text
     assert "626 \u26a0" in text and "load 3.8-4.2 on " in text  # a loaded peer is marked, with the load rounded
-    assert "16 cores" in text and "engine python" in text  # this machine beside the paper's
+    assert "16 cores" in text and "2 cores, python engine" in text  # this machine beside the paper's
 
 
 def test_quick_report_says_so_on_every_table(tmp_path: Path) -> None:
@@ -126,16 +130,6 @@ def test_quick_report_says_so_on_every_table(tmp_path: Path) -> None:
     text = write_report(result, tmp_path / "q.html", {"cores": 2}, quick=True).read_text()
     assert "side by side (quick run)" in text and "Table 2: throughput against max_active_keys (quick run)" in text
     assert text.count("smoke-test sizes") == 2
-
-
-def test_report_has_no_internal_words() -> None:
-    """What a user reads names no issue, commit or helper."""
-    import re
-
-    from amp_notebook.reproduce import report
-
-    sources = [Path(m.__file__).read_text() for m in (report, table1, table2, paper)]  # type: ignore[arg-type]
-    assert not any(re.search(r"\bissue \d+|\bcommit [0-9a-f]{7}", s, re.IGNORECASE) for s in sources)
 
 
 def test_table2_row_carries_the_papers_figures() -> None:
@@ -149,9 +143,23 @@ def test_families_put_the_base_first_and_add_it() -> None:
 
 
 def test_engines_are_checked() -> None:
-    assert engine_settings("python") == {}
+    assert (
+        engine_settings("python") == {"engine": "python"} and workload("mlp", quick=True).settings["engine"] == "auto"
+    )
     with pytest.raises(ValueError, match="unknown engine 'warp'"):
         engine_settings("warp")
+
+
+def test_engines_ran_reads_rows_and_curves_but_not_the_simulator() -> None:
+    results = {
+        "table2": {"engine": "auto", "rows": [{"backend": "threads", "engine": "native"},
+                                              {"backend": "simulated", "engine": "python"}]},
+        "fig6": {"curves": {"mlp": {"sync": {"mode": "sync", "engine": "native"}}}},
+        "fig5": {"settings": {"engine": "python"}},
+    }  # fmt: skip
+    assert engines_ran(results) == ["native"]
+    results["fig6"]["curves"]["mlp"]["amp"] = {"mode": "amp", "engine": "python"}  # type: ignore[index]
+    assert engines_ran(results) == ["native", "python"]
 
 
 def test_median_to_target_counts_misses_as_slowest() -> None:
