@@ -126,7 +126,14 @@ class Session:
             ctx.grad_outputs = self.plan.grad_outputs[i]
             self.contexts.append(ctx)
         self.controller = Controller(
-            dataset, config.mode, config.max_active_keys, config.epochs, config.seed, config.shuffle, config.validate
+            dataset,
+            config.mode,
+            config.max_active_keys,
+            config.epochs,
+            config.seed,
+            config.shuffle,
+            config.validate,
+            average_every=config.average_every,
         )
         self.buffers = [engine.trace_buffer(config.trace_capacity) for _ in range(config.workers)]
         self.workers = [
@@ -153,6 +160,7 @@ class Session:
         self.skipped_at_epoch_start = 0
         self.data_fingerprint: Any = None  # the dataset's, computed at the first checkpoint
         self.on_key_done: Callable[[KeyInfo], None] | None = None
+        self.replica_averages = 0  # averages within epochs (average_every), besides each epoch's end
         self.on_epoch: Callable[[EpochStats], bool | None] | None = None
 
     # ------------------------------------------------------------ actions -> messages
@@ -213,7 +221,12 @@ class Session:
             self.end_epoch(epoch, backend.now())
             return self.controller.on_epoch_end()
 
-        return carry_out(actions, Handlers(admit, flush, end_epoch))
+        def average() -> list[Action]:  # average_every: nothing is in flight
+            self.average_replicas()
+            self.replica_averages += 1
+            return self.controller.on_average_complete()
+
+        return carry_out(actions, Handlers(admit, flush, end_epoch, average))
 
     @property
     def nonfinite_skipped(self) -> int:
