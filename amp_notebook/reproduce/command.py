@@ -55,6 +55,12 @@ def add_arguments(r: argparse.ArgumentParser) -> None:
         "--processes", type=int, default=1, metavar="N",
         help="fig5: train N grid points at once in N processes (the same results as one process)",
     )  # fmt: skip
+    r.add_argument(
+        "--scale", type=float, default=1.0, metavar="S",
+        help="fig5: train this fraction of the paper's 100,000 lists (and validate on as much of its 10,000); "
+        "default 1, the paper's size",
+    )  # fmt: skip
+    r.add_argument("--max-epochs", type=int, default=None, metavar="N", help="fig5: at most N epochs per grid point")
 
 
 def run_experiments(
@@ -63,6 +69,8 @@ def run_experiments(
     data_root: Path | None = None,
     engine: str = DEFAULT_ENGINE,
     processes: int = 1,
+    scale: float = 1.0,
+    max_epochs: int | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Each experiment's ``run`` in turn (with the data and engine where it takes them), ``elapsed_s`` added."""
     results: dict[str, dict[str, Any]] = {}
@@ -71,7 +79,9 @@ def run_experiments(
         print(f"reproduce: {name}{' (quick)' if quick else ''}", file=sys.stderr, flush=True)
         experiment = importlib.import_module(EXPERIMENTS[name]).run
         accepted = inspect.signature(experiment).parameters
-        given = {"data_root": data_root, "engine": engine, "processes": processes}
+        given = {"data_root": data_root, "engine": engine, "processes": processes, "scale": scale}
+        if max_epochs is not None:
+            given["max_epochs"] = max_epochs
         options = {k: v for k, v in given.items() if k in accepted}
         with contextlib.redirect_stdout(sys.stderr):  # the peers print progress; stdout is for --json
             results[name] = experiment(quick=quick, **options)
@@ -106,7 +116,9 @@ def command(args: argparse.Namespace) -> int:
         check_root(root)
     where = machine(engine)
     results = json_ready(run_experiments(names, quick=args.quick, data_root=root, engine=engine,
-                                         processes=max(1, getattr(args, "processes", 1))))  # fmt: skip
+                                         processes=max(1, getattr(args, "processes", 1)),
+                                         scale=getattr(args, "scale", 1.0),
+                                         max_epochs=getattr(args, "max_epochs", None)))  # fmt: skip
     where["load_1min_after"] = load_1min()
     where["engines_ran"] = engines_ran(results)
     document = {**(results[args.experiment] if args.experiment != "all" else results), "machine": where}

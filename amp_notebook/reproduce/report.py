@@ -262,7 +262,57 @@ def fig5_section(result: dict[str, Any], figure: Any) -> str:
           _num(p["final_val_accuracy"], 3), _num(p["staleness"]["mean"], 2), _num(p["staleness"]["p95"]),
           _num(p["train_instances_per_s"])] for p in result["grid"]],
     )  # fmt: skip
-    return figure(fig) + note + figure(curves) + table + f"<p class='note'>{_esc(result['settings'])}</p>"
+    return (figure(fig) + note + figure(curves) + table + _fig5_averaging(result) + _fig5_findings(result)
+            + f"<p class='note'>{_esc(result['settings'])}</p>")  # fmt: skip
+
+
+def _fig5_averaging(result: dict[str, Any]) -> str:
+    """The averaging column beside the same points averaged only at each epoch's end."""
+    cell = {(p["max_active_keys"], p["min_update_frequency"]): p for p in result["grid"]}
+    rows = []
+    for p in result.get("averaging", []):
+        base = cell[(p["max_active_keys"], p["min_update_frequency"])]
+        rows.append([p["max_active_keys"], p["min_update_frequency"], _num(base["epochs_to_target"]),
+                     _num(base["time_to_target_s"], 3), _num(p["epochs_to_target"]), _num(p["time_to_target_s"], 3),
+                     _num(base["final_val_accuracy"], 3), _num(p["final_val_accuracy"], 3)])  # fmt: skip
+    if not rows:
+        return ""
+    every = result.get("average_every")
+    head = ["max_active_keys", "min_update_frequency", "epochs (epoch ends)", "time s (epoch ends)",
+            f"epochs (every {every} keys)", f"time s (every {every} keys)", "final acc (epoch ends)",
+            f"final acc (every {every} keys)"]  # fmt: skip
+    return (f"<p class='note'>Replicas averaged at each epoch's end only, and also after every {every} training "
+            f"keys (the paper: synchronizing more often did not help); to {result['target']:.0%}:</p>"
+            + _table(head, rows))  # fmt: skip
+
+
+def _fig5_findings(result: dict[str, Any]) -> str:
+    """The paper's findings, read off the grid, in words."""
+    f = result.get("findings")
+    if not f or f.get("accuracy_compared") is None:
+        return ""
+    at = f"{f['accuracy_compared']:.0%}"
+    best = ", ".join(f"{k} keys: {m}" for k, m in f["best_min_update_frequency"].items())
+    inner = [k for k, yes in f["inner_best"].items() if yes]
+    rates = "; ".join(f"min_update_frequency {m}: " + ", ".join(f"{_num(v)}" for v in per_k.values())
+                      for m, per_k in f["throughput_per_s"].items())  # fmt: skip
+    helps = [k for k, yes in f["averaging_helps"].items() if yes]
+    lines = [
+        f"{f['points_reaching_target']} of {len(result['grid'])} grid points reached {result['target']:.0%}; "
+        f"every point reached {at}, the accuracy compared below.",
+        f"Least time to {at} per max_active_keys at min_update_frequency {best}: neither the smallest nor the "
+        f"largest for {len(inner)} of {len(f['inner_best'])} rows.",
+        f"Throughput (instances per virtual second) at max_active_keys {', '.join(map(str, result['max_active_keys']))}"
+        f": {rates}.",
+        f"Averaging every {result.get('average_every')} keys reached {at} sooner for "
+        + (f"{len(helps)} of {len(f['averaging_helps'])} rows ({', '.join(map(str, helps))} keys)." if helps
+           else f"none of the {len(f['averaging_helps'])} rows."),
+    ]  # fmt: skip
+    return (
+        "<p class='note'>Findings:</p><ul class='note'>"
+        + "".join(f"<li>{html.escape(x)}</li>" for x in lines)
+        + "</ul>"
+    )
 
 
 def fig6_section(result: dict[str, Any], figure: Any) -> str:

@@ -74,6 +74,11 @@ def test_reproduce_fig5_quick_prints_the_grid(tmp_path: Path, capsys: pytest.Cap
         (16, 1),
         (16, 10),
     }
+    assert [(p["max_active_keys"], p["min_update_frequency"], p["average_every"]) for p in out["averaging"]] == [
+        (4, 10, out["average_every"]),
+        (16, 10, out["average_every"]),
+    ]
+    assert out["settings"]["n_train"] == 1_000 and set(out["findings"]["averaging_helps"]) == {"4", "16"}
     assert (tmp_path / "fig5.html").exists() and (tmp_path / "fig5.json").exists()
 
 
@@ -83,6 +88,41 @@ def test_fig5_in_processes_gives_the_same_grid() -> None:
 
     one, two = fig5.run(quick=True), fig5.run(quick=True, processes=2)
     assert one["grid"] == two["grid"] and two["settings"]["processes"] == 2
+
+
+def fig5_point(k: int, m: int, times: dict[str, float | None], every: int | None = None) -> dict:
+    to = {t: {"epochs": None if v is None else 1, "time_s": v} for t, v in times.items()}
+    return {"max_active_keys": k, "min_update_frequency": m, "average_every": every, "to_threshold": to,
+            "epochs_to_target": to["0.96"]["epochs"], "time_to_target_s": to["0.96"]["time_s"],
+            "final_val_accuracy": 0.9, "train_instances_per_s": 100.0 * k, "staleness": {"mean": 1.0, "p95": 2},
+            "curve": {"time_s": [1.0], "val_accuracy": [0.9]}}  # fmt: skip
+
+
+def test_fig5_findings_read_the_grid(tmp_path: Path) -> None:
+    from amp_notebook.reproduce import fig5
+
+    t = {(4, 1): 9.0, (4, 10): 5.0, (4, 50): 7.0, (16, 1): 3.0, (16, 10): 4.0, (16, 50): 6.0}
+    grid = [fig5_point(k, m, {"0.5": v, "0.96": v if k == 4 else None}) for (k, m), v in t.items()]
+    averaging = [fig5_point(4, 10, {"0.5": 6.0, "0.96": 6.0}, 5), fig5_point(16, 10, {"0.5": 2.0, "0.96": None}, 5)]
+    result = {"grid": grid, "averaging": averaging, "max_active_keys": [4, 16], "min_update_frequency": [1, 10, 50],
+              "thresholds": [0.5, 0.96], "target": 0.96, "average_every": 5, "max_epochs": 3, "settings": {}}  # fmt: skip
+    f = fig5.findings(result)
+    assert f["accuracy_compared"] == 0.5 and f["points_reaching_target"] == 3  # 96%: only the rows of 4 keys
+    assert f["best_min_update_frequency"] == {4: 10, 16: 1} and f["inner_best"] == {4: True, 16: False}
+    assert f["throughput_per_s"][10] == {4: 400.0, 16: 1600.0}
+    assert f["averaging_time_s"] == {4: {"without": 5.0, "with": 6.0}, 16: {"without": 4.0, "with": 2.0}}
+    assert f["averaging_helps"] == {4: False, 16: True}
+    result["findings"] = f
+    page = write_report({"fig5": json_ready(result)}, tmp_path / "f5.html", {"cores": 2}).read_text()
+    assert "3 of 6 grid points reached 96%" in page and "neither the smallest nor the largest for 1 of 2 rows" in page
+    assert "Averaging every 5 keys reached 50% sooner for 1 of 2 rows (16 keys)" in page
+
+
+def test_fig5_scale_is_a_fraction() -> None:
+    from amp_notebook.reproduce import fig5
+
+    with pytest.raises(ValueError, match="scale is a fraction of the paper's lists"):
+        fig5.run(scale=2.0)
 
 
 def test_fig5_is_deterministic() -> None:
