@@ -105,7 +105,8 @@ def test_fig5_findings_read_the_grid(tmp_path: Path) -> None:
     grid = [fig5_point(k, m, {"0.5": v, "0.96": v if k == 4 else None}) for (k, m), v in t.items()]
     averaging = [fig5_point(4, 10, {"0.5": 6.0, "0.96": 6.0}, 5), fig5_point(16, 10, {"0.5": 2.0, "0.96": None}, 5)]
     result = {"grid": grid, "averaging": averaging, "max_active_keys": [4, 16], "min_update_frequency": [1, 10, 50],
-              "thresholds": [0.5, 0.96], "target": 0.96, "average_every": 5, "max_epochs": 3, "settings": {}}  # fmt: skip
+              "thresholds": [0.5, 0.96], "target": 0.96, "average_every": 5, "max_epochs": 3,
+              "settings": {}}  # fmt: skip
     f = fig5.findings(result)
     assert f["accuracy_compared"] == 0.5 and f["points_reaching_target"] == 3  # 96%: only the rows of 4 keys
     assert f["best_min_update_frequency"] == {4: 10, 16: 1} and f["inner_best"] == {4: True, 16: False}
