@@ -114,6 +114,7 @@ def workload(
     w = builders[name](quick, seed, None if data_dir is None else Path(data_dir))
     w.settings.update(engine_settings(engine))
     w.meta["engine"] = engine
+    w.meta["quick"] = quick
     return w
 
 
