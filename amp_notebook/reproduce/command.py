@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from amp_notebook.reproduce.machine import load_1min, machine
-from amp_notebook.reproduce.workloads import DEFAULT_ENGINE, ENGINES
+from amp_notebook.reproduce.workloads import DEFAULT_ENGINE, ENGINES, MODELS
 
 EXPERIMENTS: dict[str, str] = {
     "table1": "amp_notebook.reproduce.table1",
@@ -61,6 +61,10 @@ def add_arguments(r: argparse.ArgumentParser) -> None:
         "default 1, the paper's size",
     )  # fmt: skip
     r.add_argument("--max-epochs", type=int, default=None, metavar="N", help="fig5: at most N epochs per grid point")
+    r.add_argument(
+        "--models", nargs="+", choices=MODELS, default=None, metavar="M",
+        help=f"table1, table2, fig6: only these of the paper's models ({', '.join(MODELS)}; default: all)",
+    )  # fmt: skip
 
 
 def run_experiments(
@@ -71,6 +75,7 @@ def run_experiments(
     processes: int = 1,
     scale: float = 1.0,
     max_epochs: int | None = None,
+    models: list[str] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Each experiment's ``run`` in turn (with the data and engine where it takes them), ``elapsed_s`` added."""
     results: dict[str, dict[str, Any]] = {}
@@ -82,6 +87,8 @@ def run_experiments(
         given = {"data_root": data_root, "engine": engine, "processes": processes, "scale": scale}
         if max_epochs is not None:
             given["max_epochs"] = max_epochs
+        if models is not None:
+            given["models"] = tuple(models)
         options = {k: v for k, v in given.items() if k in accepted}
         with contextlib.redirect_stdout(sys.stderr):  # the peers print progress; stdout is for --json
             results[name] = experiment(quick=quick, **options)
@@ -118,7 +125,8 @@ def command(args: argparse.Namespace) -> int:
     results = json_ready(run_experiments(names, quick=args.quick, data_root=root, engine=engine,
                                          processes=max(1, getattr(args, "processes", 1)),
                                          scale=getattr(args, "scale", 1.0),
-                                         max_epochs=getattr(args, "max_epochs", None)))  # fmt: skip
+                                         max_epochs=getattr(args, "max_epochs", None),
+                                         models=getattr(args, "models", None)))  # fmt: skip
     where["load_1min_after"] = load_1min()
     where["engines_ran"] = engines_ran(results)
     document = {**(results[args.experiment] if args.experiment != "all" else results), "machine": where}

@@ -44,7 +44,7 @@ def run(
     curves: dict[str, dict[str, Any]] = {}
     notes: dict[str, str] = {}
     data: dict[str, str] = {}
-    for w in available(models, quick, seed, notes, data_root=data_root, engine=engine):
+    for w in available([m for m in models if m in AMP_KEYS], quick, seed, notes, data_root=data_root, engine=engine):
         data[w.name] = w.data_source
         name = w.name
         epochs = QUICK_EPOCHS if quick else EPOCHS[name]

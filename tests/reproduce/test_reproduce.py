@@ -148,6 +148,19 @@ def test_unknown_model_is_refused() -> None:
         workload("lstm")
 
 
+@pytest.mark.slow
+def test_table2_quick_for_one_model_says_which_engine_ran(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["reproduce", "table2", "--quick", "--models", "mlp", "--out", str(tmp_path), "--json"]) == 0
+    out = last_json_line(capsys.readouterr().out)
+    threads_engine = "native" if engine_available() else "python"  # the default engine, auto
+    assert [(r["model"], r["backend"], r["mak"], r["engine"]) for r in out["rows"]] == [
+        ("mlp", "threads", 1, threads_engine), ("mlp", "threads", 4, threads_engine),
+        ("mlp", "simulated", 1, "python"), ("mlp", "simulated", 4, "python"),
+    ]  # fmt: skip
+    assert [r["paper_ratio"] for r in out["rows"]] == [1.0, pytest.approx(6268 / 2076)] * 2
+    assert out["machine"]["engines_ran"] == [threads_engine] and out["calibration_engine"] == {"mlp": threads_engine}
+
+
 def test_report_writes_one_offline_page(tmp_path: Path) -> None:
     from amp_notebook.reproduce import appendix_c
 
