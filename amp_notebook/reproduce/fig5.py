@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from amp_notebook.data.list_reduction import list_reduction_dataset
+from amp_notebook.errors import SettingError
 from amp_notebook.models.rnn import rnn
 from amp_notebook.runtime.costs import CostModel
 from amp_notebook.runtime.session import EpochStats
@@ -81,7 +82,7 @@ def run(
     lists. ``processes`` > 1 trains that many points at once in worker processes (each builds the data and
     the graph from the seed), with the same results as one process, point for point."""
     if not 0 < scale <= 1:
-        raise ValueError(f"reproduce fig5: scale is a fraction of the paper's lists, in (0, 1]; got {scale}")
+        raise SettingError("scale", f"reproduce fig5: scale is a fraction of the paper's lists, in (0, 1]; got {scale}")
     ks, ms = (QUICK["max_active_keys"], QUICK["min_update_frequency"]) if quick else (MAX_ACTIVE_KEYS,
                                                                                       MIN_UPDATE_FREQUENCY)  # fmt: skip
     if quick:
