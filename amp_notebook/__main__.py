@@ -2,4 +2,5 @@
 
 from amp_notebook.cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":  # not when a worker process of `reproduce fig5 --processes N` imports this module
+    raise SystemExit(main())

@@ -71,7 +71,7 @@ COMMANDS: dict[str, Command] = {
         "cmd_validate",
     ),
     "reproduce": Command(
-        "rerun the paper's Table 2, Figs. 5-6 and appendix C; HTML + JSON report",
+        "rerun the paper's Tables 1 and 2, Figs. 5-6 and appendix C beside its own figures; HTML + JSON report",
         "amp_notebook.reproduce.command",
         "add_arguments",
         "command",

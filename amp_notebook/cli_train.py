@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from amp_notebook.cli import CommandLineError, decided_later, positive_int
+from amp_notebook.cli_data import add_data_option, model_and_data_from_dir
 
 if TYPE_CHECKING:
     from amp_notebook.data.batch import Dataset
@@ -96,6 +97,7 @@ def add_train_arguments(t: argparse.ArgumentParser) -> None:
         help="train the bilstm-tagger on a CoNLL-style file ('token tag' per line; 10%% held out for validation) "
         "instead of the synthetic NER sentences",
     )
+    add_data_option(t)
     add_output_arguments(t, trace_default=None)
     t.add_argument(
         "--trace-window",
@@ -251,7 +253,9 @@ def model_and_data(args: argparse.Namespace) -> tuple[Graph, Dataset]:
         raise CommandLineError("--replicas applies to --model rnn only")
     if not ggsnn and any(getattr(args, o) is not None for o in GGSNN_OPTIONS):
         raise CommandLineError("--graph-nodes and --steps apply to the ggsnn models only")
-    if ggsnn and (per_key != 1 or any(getattr(args, o) is not None for o in GGSNN_OPTIONS)):
+    if getattr(args, "data", None) is not None:  # a real data set (cli_data.py)
+        graph, data = model_and_data_from_dir(args)
+    elif ggsnn and (per_key != 1 or any(getattr(args, o) is not None for o in GGSNN_OPTIONS)):
         graph, data = ggsnn_and_data(args, entry, per_key)
     elif args.model == "mlp" and args.mnist is not None:
         from amp_notebook.data.mnist import load_mnist_dataset
@@ -405,6 +409,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.model.startswith("ggsnn"):
         summary["task"] = str(data.meta["task"])
         summary["val_metric"] = [e.val_loss for e in result.history] if summary["task"] == "regression" else None
+    if "source" in data.meta:  # a real data set read with --data
+        summary["data"] = data.meta["source"]
     if args.trace is not None:
         result.trace.to_chrome(args.trace, window=tuple(args.trace_window) if args.trace_window else None)
         summary["trace_file"] = str(args.trace)

@@ -141,6 +141,9 @@ INTERNAL_RAISES = {
     "fresh one, so this is a bug in the caller",
     ("runtime/controller.py", "Controller.on_key_complete"): "a backend reporting a key that is not in flight",
     ("runtime/controller.py", "Controller.on_flush_complete"): "a backend reporting a flush that is not in progress",
+    ("runtime/controller.py", "Controller.on_average_complete"): "a backend reporting an average that is not under way",
+    ("runtime/controller.py", "carry_out"): "an executor without an average handler given an Average action: a bug in "
+    "the executor",
     ("runtime/checkpoint_file.py", "_reject_constant"): "json's parse_constant hook: parse_manifest turns what it "
     "raises into a CheckpointError naming the file",
     ("engine/trace.py", "NativeTable.view"): "a read-only property: the engine writes native tables, so Table's "

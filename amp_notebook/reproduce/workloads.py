@@ -1,40 +1,76 @@
-"""The paper's models on embedded data, as the reproduction runs them: graph, data, settings and a PyTorch peer.
+"""The paper's models as the reproduction runs them: graph, data, settings, target and a PyTorch peer.
 
-One :class:`Workload` per row of the paper's Table 2 (``mlp``, ``rnn``, ``rnn-2-replicas``, ``tree-lstm``,
-``ggsnn``, ``bilstm-tagger``), in the paper's layout: the MLP on keys of 100 digits, the list-reduction
-RNN on buckets of up to 100 equal-length lists (with the step Linear replicated twice behind Cond/Phi for
-``rnn-2-replicas``), the Tree-LSTM one tree per key with the paper's update frequencies (embedding 1000,
-the other nodes 50), the GGSNN one bAbI-15 graph per key (54 nodes, node selection) and the BiLSTM tagger
-one sentence per key. ``quick=True`` gives the same models on a few keys (a smoke test: figures mean
-nothing).
+One :class:`Workload` per model of the paper's tables (``MODELS``), in the paper's layout:
 
-Every peer is PyTorch 2 on this machine with 2 intra-op threads (the same 2 cores), on the same data,
-reusing the benchmark modules' peers (``bench/rnn_vs_torch``, ``bench/tree_vs_torch``,
-``bench/ggsnn_vs_torch``, ``bench/tagger_vs_torch`` where it exists; the MLP's is ``bench/peers.py``);
-each returns training instances per second of one epoch. torch is imported only when a peer runs.
+- ``mlp``: the 4-layer MLP (784 hidden, ReLU) on keys of 100 images, SGD lr 0.1 (the paper's settings).
+  Generated data: scikit-learn's 8x8 digits (1,438 training images, 15 keys an epoch; MNIST has 60,000);
+  ``--data DIR``: MNIST's IDX files.
+- ``rnn``: the list-reduction RNN (hidden 128) on buckets of up to 100 equal-length lists, 100,000
+  training and 10,000 validation lists as in the paper; ``rnn-2-replicas`` and ``rnn-4-replicas`` replicate
+  its step Linear behind Cond (``key % R``) and Phi, averaged at each epoch's end.
+- ``tree-lstm``: the binary Tree-LSTM, one tree per key, with the paper's update frequencies (the embedding
+  after 1,000 gradients, every other node after 50: :func:`~amp_notebook.models.tree_lstm.tree_lstm`'s
+  defaults). Generated: synthetic compositional sentiment trees; ``--data``: the Sentiment Treebank.
+- ``ggsnn``: a GG-NN regressing a molecule property, one molecule per key, 4 propagation steps (the
+  propagation loop's Linears update once per key's worth of gradients). Generated: random QM9-like
+  molecules (H, C, N, O, F; 3 bond types; :func:`~amp_notebook.data.molecules.molecule_graphs`);
+  ``--data``: QM9's xyz files, target the dipole moment's norm.
+- ``bilstm-tagger``: DyNet's BiLSTM tagger with a character model, one sentence per key. Generated:
+  synthetic NER sentences; ``--data``: CoNLL files (Wikiner converted to CoNLL).
 
-The BiLSTM tagger is looked up at run time (``amp_notebook.models.bilstm_tagger`` and
-``amp_notebook.data.ner.synthetic_ner_dataset``): where it is missing, :func:`workload` raises
-:class:`MissingModelError` and the experiments report the row as not available.
+``quick=True`` gives the same models on a few keys (a smoke test: figures mean nothing). Each workload
+has a :class:`Target` for Table 1: the paper's where the data allows it, otherwise one chosen here and
+said why (``Target.note``).
+
+Peers: PyTorch 2 on this machine with 2 intra-op threads (the same 2 cores), on the same data, from the
+benchmark modules (``bench/peers.py``, ``rnn_vs_torch``, ``tree_vs_torch``, ``ggsnn_vs_torch``,
+``tagger_vs_torch``); each returns training instances per second of one epoch. torch is imported only when
+a peer runs. Table 1's peers (``Workload.peer_to_target``) train minibatches, as the paper's TensorFlow
+did, until the target or an epoch cap.
+
+``engine`` names the engine that runs the threaded workers (the ``engine`` setting: ``"auto"``, the
+default, runs the native worker loops whenever they are built and run the graph; ``"native"`` insists on
+them; ``"python"`` runs the Python engine) and :func:`engine_settings` turns it into ``train`` keywords. A
+result's ``engine`` says which one ran.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from amp_notebook.data.batch import Dataset
 from amp_notebook.errors import AmpError, SettingError
 from amp_notebook.ir.graph import Graph
+from amp_notebook.runtime.config import ENGINES
 
-MODELS = ("mlp", "rnn", "rnn-2-replicas", "tree-lstm", "ggsnn", "bilstm-tagger")
+MODELS = ("mlp", "rnn", "rnn-2-replicas", "rnn-4-replicas", "tree-lstm", "ggsnn", "bilstm-tagger")
+DEFAULT_ENGINE = "auto"
 PEER_THREADS = 2
+RNN_OPTIMIZER = {"name": "adam", "lr": 3e-3, "clip_norm": 5.0, "lr_decay": 0.85}
 
 
 class MissingModelError(AmpError, LookupError):
-    """A model of the paper that this checkout does not have yet."""
+    """A model of the paper that this checkout does not have."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What Table 1 trains to: ``metric`` (an :class:`~amp_notebook.runtime.session.EpochStats` field) at or
+    above ``value`` (``above=False``: at or below), described in ``text``; ``note`` says how it relates to
+    the paper's target."""
+
+    metric: str
+    value: float
+    text: str
+    above: bool = True
+    note: str = ""
+
+    def reached(self, stats: Any) -> bool:
+        value = getattr(stats, self.metric)
+        return value is not None and (value >= self.value if self.above else value <= self.value)
 
 
 @dataclass
@@ -49,171 +85,280 @@ class Workload:
     layout: str  # what one key holds, in words
     peer: Callable[[], float] | None = None  # PyTorch: training instances per second of one epoch
     peer_name: str = ""
-    target: float | None = None  # validation accuracy Fig. 6 and Fig. 5 aim at
+    target: Target | None = None
+    data_source: str = ""  # what the data is, in words (generated, or the files read)
+    # Table 1's peer, minibatched as the paper's TensorFlow: (max_epochs, seed) -> epochs_to_target,
+    # time_to_target_s, instances_per_s (None where this checkout has no such peer)
+    peer_to_target: Callable[[int, int], dict[str, Any]] | None = None
+    peer_to_target_name: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-def workload(name: str, quick: bool = False, seed: int = 0) -> Workload:
-    """The workload of one Table 2 row (module docstring); ``quick``: a few keys only."""
-    builders: dict[str, Callable[[bool, int], Workload]] = {
-        "mlp": _mlp, "rnn": _rnn, "rnn-2-replicas": _rnn_replicas, "tree-lstm": _tree_lstm, "ggsnn": _ggsnn,
-        "bilstm-tagger": _tagger,
+def engine_settings(engine: str) -> dict[str, Any]:
+    """``train`` keywords that select ``engine`` (one of ``ENGINES``)."""
+    if engine not in ENGINES:
+        raise SettingError("engine", f"reproduce: unknown engine {engine!r}; expected one of {ENGINES}")
+    return {"engine": engine}
+
+
+def workload(
+    name: str, quick: bool = False, seed: int = 0, *, data_dir: str | Path | None = None, engine: str = DEFAULT_ENGINE
+) -> Workload:  # fmt: skip
+    """The workload of one model (module docstring); ``quick``: a few keys only; ``data_dir``: real data."""
+    builders: dict[str, Callable[[bool, int, Path | None], Workload]] = {
+        "mlp": _mlp, "rnn": _rnn, "rnn-2-replicas": _rnn_replicas(2), "rnn-4-replicas": _rnn_replicas(4),
+        "tree-lstm": _tree_lstm, "ggsnn": _ggsnn, "bilstm-tagger": _tagger,
     }  # fmt: skip
     if name not in builders:
         raise SettingError("model", f"reproduce: unknown model {name!r}; expected one of {MODELS}")
-    return builders[name](quick, seed)
+    w = builders[name](quick, seed, None if data_dir is None else Path(data_dir))
+    w.settings.update(engine_settings(engine))
+    w.meta["engine"] = engine
+    w.meta["quick"] = quick
+    return w
 
 
-def available(models: Sequence[str], quick: bool, seed: int, notes: dict[str, str]) -> Iterator[Workload]:
-    """The workloads of ``models`` that this checkout has, in order; a missing one is noted in ``notes``."""
+def available(
+    models: Sequence[str], quick: bool, seed: int, notes: dict[str, str], *, data_root: str | Path | None = None,
+    engine: str = DEFAULT_ENGINE,
+) -> Iterator[Workload]:  # fmt: skip
+    """The workloads of ``models`` that this checkout has, in order; a missing one is noted in ``notes``.
+    ``data_root``: each model reads its folder of it (:func:`~amp_notebook.data.real.model_folder`), if any."""
+    from amp_notebook.data.real import model_folder
+
     for name in models:
         try:
-            yield workload(name, quick=quick, seed=seed)
+            folder = None if data_root is None else model_folder(name, data_root)
+            yield workload(name, quick=quick, seed=seed, data_dir=folder, engine=engine)
         except MissingModelError as exc:
             notes[name] = str(exc)
 
 
-def _mlp(quick: bool, seed: int) -> Workload:
-    from amp_notebook.bench.common import repeat_epochs
+def _real(model: str, data_dir: Path, quick: bool, seed: int, **options: Any) -> Dataset:
+    from amp_notebook.data.real import load_data_dir
+
+    return load_data_dir(model, data_dir, seed=seed, limit=QUICK_LIMIT if quick else None, **options)
+
+
+QUICK_LIMIT = 200  # --quick on real data: at most this many instances of each split
+
+
+def _mlp(quick: bool, seed: int, data_dir: Path | None) -> Workload:
     from amp_notebook.data.digits import load_digits_dataset
     from amp_notebook.models.mlp import mlp
 
-    digits = load_digits_dataset(batch_size=100, seed=seed)
-    data = repeat_epochs(digits, 1 if quick else 8)
-    data = Dataset(data.name, data.train, digits.val, digits.num_classes, digits.meta)
-    optimizer = {"name": "sgd", "lr": 0.05}
+    if data_dir is not None:
+        data = _real("mlp", data_dir, quick, seed, batch_size=100)
+        source = str(data.meta["source"])
+    else:
+        data = load_digits_dataset(batch_size=100, seed=seed)
+        source = (f"generated: scikit-learn's 8x8 digits, {data.train_instances:,} training and "
+                  f"{data.val_instances:,} validation images (the paper: MNIST, 60,000 and 10,000)")  # fmt: skip
+    optimizer = {"name": "sgd", "lr": 0.1}
+    target = Target("val_accuracy", 0.97, "97% validation accuracy", note="the paper's target")
 
     def peer() -> float:
         from amp_notebook.bench.peers import torch_mlp
 
         return torch_mlp(data, hidden=784, lr=optimizer["lr"], seed=seed, threads=PEER_THREADS)
 
+    def to_target(max_epochs: int, run_seed: int) -> dict[str, Any]:
+        from amp_notebook.bench.peers import torch_mlp_run
+
+        return torch_mlp_run(data, max_epochs, lr=optimizer["lr"], seed=run_seed, threads=PEER_THREADS,
+                             target=target.value)  # fmt: skip
+
     return Workload(
-        "mlp", mlp(input_width=int(digits.meta["input_width"]), hidden=784), data, optimizer,  # type: ignore[call-overload]
-        {"min_update_frequency": 1}, "100 digits per key (the paper's 4-layer MLP, 784 hidden)", peer,
-        "PyTorch MLP, minibatches of 100", target=0.9,
+        "mlp", mlp(input_width=int(data.meta["input_width"]), hidden=784), data, optimizer,  # type: ignore[call-overload]
+        {"min_update_frequency": 1}, "100 images per key (the paper's 4-layer MLP, 784 hidden)", peer,
+        "PyTorch MLP, minibatches of 100", target, source, to_target, "PyTorch MLP, SGD on minibatches of 100",
     )  # fmt: skip
 
 
-def _rnn_data(quick: bool, seed: int) -> Dataset:
+def _rnn(quick: bool, seed: int, data_dir: Path | None, replicas: int = 1) -> Workload:
     from amp_notebook.data.list_reduction import list_reduction_dataset
+    from amp_notebook.models.rnn import rnn
 
-    n_train, n_val = (2_000, 200) if quick else (20_000, 2_000)
-    return list_reduction_dataset(n_train=n_train, n_val=n_val, seed=seed)
+    name = "rnn" if replicas == 1 else f"rnn-{replicas}-replicas"
+    if data_dir is not None:
+        from amp_notebook.data.real import load_data_dir
 
+        load_data_dir(name, data_dir)  # raises: the list reduction reads no files
+    n_train, n_val = (2_000, 200) if quick else (100_000, 10_000)
+    data = list_reduction_dataset(n_train=n_train, n_val=n_val, seed=seed)
+    layout = "a bucket of up to 100 equal-length lists per key" + (
+        "" if replicas == 1 else f"; the step Linear replicated {replicas}x (key % {replicas}), averaged each epoch"
+    )
 
-RNN_OPTIMIZER = {"name": "adam", "lr": 3e-3, "clip_norm": 5.0, "lr_decay": 0.85}
-
-
-def _rnn_peer(data: Dataset, seed: int) -> Callable[[], float]:
     def peer() -> float:
         from amp_notebook.bench.rnn_vs_torch import torch_baseline
 
         one_epoch = Dataset(data.name, data.train, data.val[:1], data.num_classes, data.meta)  # evaluation ~free
         return float(torch_baseline(one_epoch, target=2.0, max_epochs=1, seed=seed)["instances_per_s"])
 
-    return peer
+    source = f"generated: list reduction, {n_train:,} training and {n_val:,} validation lists (the paper: "
+    source += "100,000 and 10,000)" if quick else "the same)"
+    target = Target("val_accuracy", 0.97, "97% validation accuracy", note="the paper's target")
 
+    def to_target(max_epochs: int, run_seed: int) -> dict[str, Any]:
+        from amp_notebook.bench.rnn_vs_torch import torch_baseline
 
-def _rnn(quick: bool, seed: int, replicas: int = 1) -> Workload:
-    from amp_notebook.models.rnn import rnn
+        return torch_baseline(data, target=target.value, max_epochs=max_epochs, seed=run_seed)
 
-    data = _rnn_data(quick, seed)
-    name = "rnn" if replicas == 1 else f"rnn-{replicas}-replicas"
-    layout = "a bucket of up to 100 equal-length lists per key" + (
-        "" if replicas == 1 else f"; the step Linear replicated {replicas}x (key % {replicas}), averaged each epoch"
-    )
     return Workload(
         name, rnn(replicas=replicas), data, dict(RNN_OPTIMIZER), {"min_update_frequency": 10}, layout,
-        _rnn_peer(data, seed), "PyTorch nn.RNN, packed, minibatches of 100", target=0.96,
+        peer, "PyTorch nn.RNN, packed, minibatches of 100", target, source,
+        to_target if replicas == 1 else None, "PyTorch nn.RNN, packed, Adam on minibatches of 100",
     )  # fmt: skip
 
 
-def _rnn_replicas(quick: bool, seed: int) -> Workload:
-    return _rnn(quick, seed, replicas=2)
+def _rnn_replicas(replicas: int) -> Callable[[bool, int, Path | None], Workload]:
+    def build(quick: bool, seed: int, data_dir: Path | None) -> Workload:
+        return _rnn(quick, seed, data_dir, replicas=replicas)
+
+    return build
 
 
-def _tree_lstm(quick: bool, seed: int) -> Workload:
+TREE_TARGET = 0.98  # Table 1's Tree-LSTM target on the generated trees (see _tree_lstm)
+
+
+def _tree_lstm(quick: bool, seed: int, data_dir: Path | None) -> Workload:
     from amp_notebook.bench import tree_vs_torch as tvt
     from amp_notebook.data.sentiment import sentiment_tree_dataset
-    from amp_notebook.models.tree_lstm import tree_lstm
+    from amp_notebook.models.tree_lstm import PAPER_EMBED_UPDATE_FREQUENCY, PAPER_UPDATE_FREQUENCY, tree_lstm
 
-    n_train, n_val = (60, 20) if quick else (600, 100)
-    data = sentiment_tree_dataset(n_train=n_train, n_val=n_val, seed=seed)
+    if data_dir is not None:
+        data = _real("tree-lstm", data_dir, quick, seed)
+        source = str(data.meta["source"])
+    else:
+        n_train, n_val = (60, 20) if quick else (2_000, 500)
+        data = sentiment_tree_dataset(n_train=n_train, n_val=n_val, seed=seed)
+        source = (f"generated: synthetic sentiment trees (3-12 words, a label at every node), {n_train:,} training "
+                  f"and {n_val:,} validation trees (the paper: the Sentiment Treebank, 8,544 and 1,101)")  # fmt: skip
     vocab = int(data.meta["vocab_size"])  # type: ignore[call-overload]
+    majority = _majority_node_label(data)
+    if data_dir is not None:
+        target = Target("val_accuracy", 0.82, "82% validation accuracy over all nodes", note="the paper's target")
+    else:
+        target = Target(
+            "val_accuracy", TREE_TARGET, f"{TREE_TARGET:.0%} validation accuracy over all nodes",
+            note=f"chosen here: the paper's 82% is passed within the first epoch on these synthetic trees, which "
+            f"are easier than the Sentiment Treebank (97% node accuracy after one epoch of 2,000 trees); "
+            f"{TREE_TARGET:.0%} is where the runs still differ. Always answering the most common label scores "
+            f"{majority:.0%}",
+        )  # fmt: skip
 
     def peer() -> float:
         small_val = Dataset(data.name, data.train, data.val[:1], data.num_classes, data.meta)
         return float(tvt.torch_side(small_val, 1, seed, batched=False)["instances_per_s"])
 
+    def to_target(max_epochs: int, run_seed: int) -> dict[str, Any]:
+        side = tvt.torch_side(data, max_epochs, run_seed, batched=True)
+        seconds = [len(data.train) / rate for rate in side["epoch_instances_per_s"]]  # evaluation included
+        hit = next((i for i, a in enumerate(side["val_accuracy"]) if a >= target.value), None)
+        return {"instances_per_s": side["overall_instances_per_s"], "val_accuracy": side["val_accuracy"],
+                "epochs_to_target": None if hit is None else hit + 1,
+                "time_to_target_s": None if hit is None else sum(seconds[: hit + 1])}  # fmt: skip
+
+    graph = tree_lstm(vocab, tvt.EMBED, tvt.HIDDEN, tvt.CLASSES, embed_update_frequency=PAPER_EMBED_UPDATE_FREQUENCY,
+                      update_frequency=PAPER_UPDATE_FREQUENCY)  # fmt: skip
     return Workload(
-        "tree-lstm", tree_lstm(vocab, tvt.EMBED, tvt.HIDDEN, tvt.CLASSES), data, dict(tvt.OPTIMIZER),
-        {"min_update_frequency": 1}, "one tree per key (embedding updates every 1000 gradients, the rest every 50)",
-        peer, "PyTorch eager, one tree at a time, 25 per step", target=0.8,
+        "tree-lstm", graph, data, dict(tvt.OPTIMIZER), {"min_update_frequency": 1},
+        f"one tree per key (embedding updates every {PAPER_EMBED_UPDATE_FREQUENCY} gradients, the rest every "
+        f"{PAPER_UPDATE_FREQUENCY})", peer, "PyTorch eager, one tree at a time, 25 per step", target, source,
+        to_target, f"PyTorch Tree-LSTM, level-batched minibatches of {tvt.TORCH_BATCH} trees, Adam (as TF Fold)",
+        meta={"majority_node_accuracy": majority},
     )  # fmt: skip
 
 
-def _ggsnn(quick: bool, seed: int) -> Workload:
+def _majority_node_label(data: Dataset) -> float:
+    """The validation accuracy of always answering the training set's most common node label."""
+    import numpy as np
+
+    train = np.concatenate([b.inputs["labels"] for b in data.train])
+    val = np.concatenate([b.inputs["labels"] for b in data.val]) if data.val else train
+    return float(np.mean(val == np.bincount(train).argmax()))
+
+
+GGSNN_R2 = 0.998  # Table 1's GG-NN target: the validation MSE at 0.2% of the targets' variance
+
+
+def _ggsnn(quick: bool, seed: int, data_dir: Path | None) -> Workload:
+    import numpy as np
+
     from amp_notebook.bench import ggsnn_vs_torch as gvt
-    from amp_notebook.data.graphs import BABI15_FEATURE_WIDTH, babi15_graphs, ggsnn_dataset
+    from amp_notebook.data.graphs import ggsnn_dataset
+    from amp_notebook.data.molecules import BOND_TYPES, molecule_graphs
     from amp_notebook.models.ggsnn import ggsnn
 
-    n_train, n_val = (40, 20) if quick else (600, 100)
-    train_g = babi15_graphs(n_train, seed=seed, inflate_to=54, task="node_selection")
-    val_g = babi15_graphs(n_val, seed=seed + 1, inflate_to=54, task="node_selection")
-    data = ggsnn_dataset(train_g, 4, "node_selection", gvt.STEPS, val_instances=val_g, name="babi15",
-                         val_graphs_per_key=gvt.EVAL_BATCH)  # fmt: skip
-    graph = ggsnn(4, BABI15_FEATURE_WIDTH, gvt.HIDDEN, gvt.STEPS, "node_selection")
-    for node in gvt.LOOP_NODES:  # one gradient per propagation step: update once per key's worth
-        graph.nodes[node].min_update_frequency = gvt.STEPS
-
-    def peer() -> float:
-        return float(gvt.torch_side("babi15", train_g, val_g[:1], 1, seed, scatter=False)["instances_per_s"])
-
-    return Workload(
-        "ggsnn", graph, data, gvt.optimizer_for("babi15"), {"min_update_frequency": 1},
-        "one bAbI-15 graph per key (54 nodes, 4 edge types, node selection)", peer,
-        "PyTorch GG-NN, dense adjacency, minibatches of 10", target=0.99,
-    )  # fmt: skip
-
-
-def _tagger(quick: bool, seed: int) -> Workload:
-    try:
-        models = importlib.import_module("amp_notebook.models")
-        ner = importlib.import_module("amp_notebook.data.ner")
-        build, dataset = models.bilstm_tagger, ner.synthetic_ner_dataset
-    except (ImportError, AttributeError) as exc:
-        raise MissingModelError(
-            "bilstm-tagger: amp_notebook.models.bilstm_tagger / amp_notebook.data.ner.synthetic_ner_dataset are not "
-            f"in this checkout ({exc}); the row is left empty until the tagger lands"
-        ) from None
-    n_train, n_val = (12, 6) if quick else (200, 50)  # a sentence per key runs hundreds of messages
-    data = dataset(n_train=n_train, n_val=n_val, seed=seed)
-    graph = build(**_tagger_sizes(data))
-
-    peer, optimizer = None, {"name": "adam", "lr": 3e-3, "clip_norm": 5.0}
-    try:  # the tagger's own benchmark holds its PyTorch peer (same model, same weights policy)
-        bench = importlib.import_module("amp_notebook.bench.tagger_vs_torch")
-    except ImportError:
-        bench = None
-    if bench is not None and hasattr(bench, "torch_side"):
-        optimizer = dict(getattr(bench, "OPTIMIZER", optimizer))
+    if data_dir is not None:
+        data = _real("ggsnn", data_dir, quick, seed)
+        source, peer = str(data.meta["source"]), None
+    else:
+        n_train, n_val = (40, 20) if quick else (2_000, 500)
+        train_g, val_g = molecule_graphs(n_train, seed=seed), molecule_graphs(n_val, seed=seed + 1)
+        data = ggsnn_dataset(train_g, len(BOND_TYPES), "regression", gvt.STEPS, val_instances=val_g, name="molecules")
+        source = (f"generated: random QM9-like molecules (up to 9 heavy atoms), {n_train:,} training and {n_val:,} "
+                  "validation (the paper: QM9, 117,000 and 13,000)")  # fmt: skip
 
         def peer() -> float:
-            small_val = Dataset(data.name, data.train, data.val[:1], data.num_classes, data.meta)
-            return float(bench.torch_side(small_val, 1, seed, batched=False)["instances_per_s"])
+            return float(gvt.torch_side("molecules", train_g, val_g[:1], 1, seed, scatter=False)["instances_per_s"])
 
+    graph = ggsnn(int(data.meta["n_edge_types"]), int(data.meta["feature_width"]), gvt.HIDDEN, gvt.STEPS,  # type: ignore[call-overload]
+                  "regression")  # fmt: skip
+    for node in gvt.LOOP_NODES:  # one gradient per propagation step: update once per key's worth
+        graph.nodes[node].min_update_frequency = gvt.STEPS
+    values = np.array([float(b.inputs["target"].reshape(-1)[0]) for b in data.val or data.train])
+    variance = float(values.var())
+    target = Target(
+        "val_loss", (1 - GGSNN_R2) * variance,
+        f"validation MSE {(1 - GGSNN_R2) * variance:.3g} ({1 - GGSNN_R2:.1%} of the targets' variance)",
+        above=False,
+        note="chosen here: the paper's 4.6 is an error on QM9's dipole moments and means nothing for other targets; "
+        f"this is the error at which the model explains {GGSNN_R2:.1%} of the validation targets' variance"
+        + ("" if data_dir else " (the generated molecules' property is nearly exact to learn: 99.5% after an epoch)"),
+    )  # fmt: skip
     return Workload(
-        "bilstm-tagger", graph, data, optimizer, {"min_update_frequency": 1},
-        "one sentence per key (Distribute by word frequency, Collect per sentence)", peer,
-        "PyTorch eager, one sentence at a time" if peer else "", target=0.9,
+        "ggsnn", graph, data, gvt.optimizer_for("molecules"), {"min_update_frequency": 1},
+        f"one molecule per key ({gvt.STEPS} propagation steps, hidden {gvt.HIDDEN})", peer,
+        "PyTorch GG-NN, dense adjacency, minibatches of 10" if peer else "", target, source,
     )  # fmt: skip
 
 
-def _tagger_sizes(data: Dataset) -> dict[str, Any]:
-    """The tagger builder's size arguments from the dataset's meta (whatever of them it records)."""
-    keys = ("vocab_size", "char_vocab_size", "num_tags", "n_tags", "chars")
-    return {k: data.meta[k] for k in keys if k in data.meta}
+def _tagger(quick: bool, seed: int, data_dir: Path | None) -> Workload:
+    from amp_notebook.bench import tagger_vs_torch as bench
+    from amp_notebook.data.ner import synthetic_ner_dataset
+    from amp_notebook.models.bilstm_tagger import bilstm_tagger
+
+    if data_dir is not None:
+        data = _real("bilstm-tagger", data_dir, quick, seed)
+        source = str(data.meta["source"])
+    else:
+        n_train, n_val = (12, 6) if quick else (200, 50)  # a sentence per key runs hundreds of messages
+        data = synthetic_ner_dataset(n_train=n_train, n_val=n_val, seed=seed)
+        source = (f"generated: synthetic NER sentences, {n_train:,} training and {n_val:,} validation (the paper: "
+                  "Wikiner, 142,153 and 1,696)")  # fmt: skip
+    graph = bilstm_tagger(**{k: int(data.meta[k]) for k in ("vocab_size", "char_vocab_size", "num_tags")})  # type: ignore[call-overload]
+
+    def peer() -> float:
+        small_val = Dataset(data.name, data.train, data.val[:1], data.num_classes, data.meta)
+        return float(bench.torch_side(small_val, 1, seed, batched=False)["instances_per_s"])
+
+    return Workload(
+        "bilstm-tagger", graph, data, dict(bench.OPTIMIZER), {"min_update_frequency": 1},
+        "one sentence per key (Distribute by word frequency, Collect per sentence)", peer,
+        "PyTorch eager, one sentence at a time", None, source,
+    )  # fmt: skip
 
 
-__all__ = ["MODELS", "MissingModelError", "Workload", "available", "workload"]
+__all__ = [
+    "DEFAULT_ENGINE",
+    "ENGINES",
+    "MODELS",
+    "MissingModelError",
+    "Target",
+    "Workload",
+    "available",
+    "engine_settings",
+    "workload",
+]

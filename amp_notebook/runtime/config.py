@@ -270,6 +270,9 @@ class RunConfig:
     trace: bool = setting(True, "whether every handled message is traced")
     trace_capacity: int | None = setting(DEFAULT_CAPACITY, "the trace rows kept per worker (the most recent)",
                                          minimum=1, none="keep every row")
+    average_every: int | None = setting(None, "replicas also average their parameters after every N training keys "
+                                        "of an epoch (admission holds and the keys in flight drain first)",
+                                        minimum=1, none="only at each epoch's end")
     validate: bool = setting(True, "whether validation keys run after each epoch's training keys")
     shuffle: bool = setting(True, "whether each epoch shuffles its training keys")
     watchdog_s: float | None = setting(60.0, "the seconds without progress (keys in flight) after which a run "
@@ -290,6 +293,11 @@ class RunConfig:
     def __post_init__(self) -> None:
         for s in _SETTINGS.values():
             object.__setattr__(self, s.name, s.validate(getattr(self, s.name)))
+        if self.average_every is not None and self.backend == "ray":
+            raise SettingError(
+                "average_every", "average_every= averages replicas within epochs on the threads and simulated "
+                "backends; a Ray run averages them at each epoch's end only: leave average_every out"
+            )
         if self.address is not None and self.backend != "ray":
             raise SettingError(
                 "address", f"address= names a Ray cluster; it needs backend='ray', got {self.backend!r}"

@@ -17,6 +17,13 @@ Admission per mode (invariant 6):
 * ``pipeline``: admit up to ``max_active_keys`` keys, wait for all of them, flush, repeat: the paper's
   Fig. 1b, where the pipeline fills and then drains before the update.
 
+Replica averaging (ARCHITECTURE.md, invariant 8). Replicas average their parameters at each epoch's end
+(the backend's epoch-end work). With ``average_every=N`` they also average after every N training keys of
+an epoch have completed, like a flush: admission holds, the keys in flight drain, the controller emits
+:class:`Average`, and admission goes on once the backend answers ``on_average_complete``. The count is of
+the epoch's completed training keys, so it follows from the checkpointed position (no extra state); no
+average is emitted when the epoch has no training key left to admit (its end averages anyway).
+
 Each epoch admits its training keys in a seeded shuffled order, then its validation keys (forward only,
 running alongside training keys of the same epoch); the epoch ends when all of them have completed and
 no flush is pending. ``max_active_keys`` can change while the run goes (``set_max_active_keys``), and
@@ -67,6 +74,12 @@ class Flush:
 
 
 @dataclass(frozen=True)
+class Average:
+    """Action: no message is in flight; replicas average their parameters now (``average_every``); answer with
+    ``on_average_complete``."""
+
+
+@dataclass(frozen=True)
 class EpochEnd:
     """Action: every key of this epoch has completed (and its flush, if any)."""
 
@@ -78,7 +91,7 @@ class Finish:
     """Action: the run is over (its last epoch ended, or it was stopped)."""
 
 
-Action = Admit | Flush | EpochEnd | Finish
+Action = Admit | Flush | Average | EpochEnd | Finish
 
 
 class Controller:
@@ -99,6 +112,7 @@ class Controller:
         seed: int = 0,
         shuffle: bool = True,
         validate: bool = True,
+        average_every: int | None = None,
     ) -> None:
         if mode not in MODES:
             raise SettingError("mode", f"mode: expected one of {MODES}, got {mode!r}")
@@ -127,6 +141,10 @@ class Controller:
         self.epoch_ending = False
         self.paused = False
         self.admitted = 0  # keys admitted so far (a live run's status reads it)
+        self.average_every = average_every
+        self.trained_in_epoch = 0  # training keys of this epoch completed (average_every counts them)
+        self.average_due = False  # admission held until the keys in flight drain, then Average
+        self.averaging = False  # Average emitted, on_average_complete not yet heard
         self.unadmitted: list[KeyInfo] = []  # what `stop` took from `pending` (a checkpoint resumes there)
 
     @staticmethod
@@ -153,6 +171,7 @@ class Controller:
             )
         self.epoch = epoch
         self.pending = [k for k in pending if k.train or self.validate][::-1]  # popped from the end
+        self.trained_in_epoch = len(self.dataset.train) - sum(k.train for k in pending)
         self.next_key = next_key
         self.next_flush = next_flush
         self.rng.bit_generator.state = rng_state
@@ -164,6 +183,10 @@ class Controller:
         self.active.discard(key)
         info = self.keys.pop(key)
         actions: list[Action] = []
+        if info.train and self.average_every:
+            self.trained_in_epoch += 1
+            if self.trained_in_epoch % self.average_every == 0 and any(k.train for k in self.pending):
+                self.average_due = True  # _fill holds admission, then emits Average once nothing is in flight
         if self.mode == "sync" and info.train:
             actions.append(self._flush())
         elif self.mode == "pipeline" and not self.active:
@@ -178,6 +201,13 @@ class Controller:
         if not self.flushing or flush_id != self.next_flush - 1:
             raise ValueError(f"on_flush_complete: flush {flush_id} is not the flush in progress")
         self.flushing = False
+        return self._fill()
+
+    def on_average_complete(self) -> list[Action]:
+        """The replicas have averaged (:class:`Average`): admission goes on."""
+        if not self.averaging:
+            raise ValueError("on_average_complete: no average is under way")
+        self.averaging = False
         return self._fill()
 
     def on_epoch_end(self) -> list[Action]:
@@ -225,6 +255,13 @@ class Controller:
     def _fill(self) -> list[Action]:
         if self.flushing or self.finished:
             return []
+        if self.average_due and self.stopping:
+            self.average_due = False  # a stopped run admits nothing more: nothing to average for
+        if self.averaging or (self.average_due and self.active):
+            return []
+        if self.average_due:  # drained: average now; on_average_complete admits again
+            self.average_due, self.averaging = False, True
+            return [Average()]
         actions: list[Action] = []
         while self.pending and not self.paused and len(self.active) < self._limit():
             if self.mode == "pipeline" and self.group_admitted >= self.max_active_keys:
@@ -249,6 +286,7 @@ class Controller:
             self.finished = True
             return [Finish()]
         self.epoch += 1
+        self.trained_in_epoch = 0
         order = np.arange(len(self.dataset.train))
         if self.shuffle:
             self.rng.shuffle(order)
@@ -271,6 +309,7 @@ class Handlers:
     admit: Callable[[KeyInfo], list[Action]]
     flush: Callable[[int], list[Action]]
     end_epoch: Callable[[int], list[Action]]
+    average: Callable[[], list[Action]] | None = None  # needed only where average_every is set
 
 
 def carry_out(actions: list[Action], handlers: Handlers) -> bool:
@@ -286,6 +325,10 @@ def carry_out(actions: list[Action], handlers: Handlers) -> bool:
             follow = handlers.flush(action.flush_id)
         elif isinstance(action, EpochEnd):
             follow = handlers.end_epoch(action.epoch)
+        elif isinstance(action, Average):
+            if handlers.average is None:
+                raise ValueError("carry_out: an Average action, and these handlers do not average replicas")
+            follow = handlers.average()
         else:
             finished = True
             follow = []

@@ -130,7 +130,14 @@ class Session:
             ctx.grad_outputs = self.plan.grad_outputs[i]
             self.contexts.append(ctx)
         self.controller = Controller(
-            dataset, config.mode, config.max_active_keys, config.epochs, config.seed, config.shuffle, config.validate
+            dataset,
+            config.mode,
+            config.max_active_keys,
+            config.epochs,
+            config.seed,
+            config.shuffle,
+            config.validate,
+            average_every=config.average_every,
         )
         self.buffers = [engine.trace_buffer(config.trace_capacity) for _ in range(config.workers)]
         self.workers = [
@@ -156,6 +163,7 @@ class Session:
         self.skipped_at_epoch_start = 0
         self.data_fingerprint: Any = None  # the dataset's, computed at the first checkpoint
         self.on_key_done: Callable[[KeyInfo], None] | None = None
+        self.replica_averages = 0  # averages within epochs (average_every), besides each epoch's end
         self.on_epoch: Callable[[EpochStats], bool | None] | None = None
 
     # ------------------------------------------------------------ actions -> messages
@@ -216,7 +224,12 @@ class Session:
             self.end_epoch(epoch, backend)
             return self.controller.on_epoch_end()
 
-        return carry_out(actions, Handlers(admit, flush, end_epoch))
+        def average() -> list[Action]:  # average_every: nothing is in flight
+            self.average_replicas()
+            self.replica_averages += 1
+            return self.controller.on_average_complete()
+
+        return carry_out(actions, Handlers(admit, flush, end_epoch, average))
 
     @property
     def nonfinite_skipped(self) -> int:

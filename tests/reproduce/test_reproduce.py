@@ -13,11 +13,16 @@ from pathlib import Path
 import pytest
 
 from amp_notebook.cli import main
-from amp_notebook.reproduce import table2, workloads
+from amp_notebook.engine import available as engine_available
+from amp_notebook.reproduce import paper, table1, table2
+from amp_notebook.reproduce.command import engines_ran
 from amp_notebook.reproduce.report import json_ready, write_report
-from amp_notebook.reproduce.workloads import MODELS, MissingModelError, workload
+from amp_notebook.reproduce.workloads import Target, engine_settings, workload
 
-ROW_KEYS = {"model", "backend", "mak", "ours_per_s", "ours_ratio", "paper_ratio", "peer_per_s"}
+ROW_KEYS = {"model", "backend", "mak", "engine", "ours_per_s", "ours_ratio", "paper_ratio", "paper_train_per_s",
+            "paper_valid_per_s"}  # fmt: skip
+TABLE1_KEYS = {"model", "backend", "mak", "engine", "epochs_to_target", "time_to_target_s", "train_per_s", "reached",
+               "paper_epochs", "paper_time_s", "runs"}  # fmt: skip
 
 
 def last_json_line(text: str) -> dict:
@@ -28,20 +33,25 @@ def last_json_line(text: str) -> dict:
 def test_reproduce_all_quick_writes_html_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["reproduce", "all", "--quick", "--out", str(tmp_path), "--json"]) == 0
     out = last_json_line(capsys.readouterr().out)
-    assert set(out) >= {"table2", "fig5", "fig6", "appendix-c", "machine"}
+    assert set(out) >= {"table1", "table2", "fig5", "fig6", "appendix-c", "machine"}
     rows = out["table2"]["rows"]
     assert all(r.keys() >= ROW_KEYS for r in rows)
-    for model in MODELS:
-        for backend in ("threads", "simulated"):
-            assert sorted(r["mak"] for r in rows if r["model"] == model and r["backend"] == backend) == [1, 4, 16, 32]
+    for backend in ("threads", "simulated"):  # the paper's rows, in its order, with its ratios
+        assert [(r["model"], r["mak"]) for r in rows if r["backend"] == backend] == [
+            (p.model, p.mak) for p in paper.TABLE2
+        ]
+    threads_engine = "native" if engine_available() else "python"  # the default engine, auto
     for r in rows:
-        if r["ours_per_s"] is not None:  # a model that is present has a figure and its ratio to K=1
-            assert r["ours_per_s"] > 0 and r["ours_ratio"] > 0
-            assert (r["ours_ratio"] == 1.0) == (r["mak"] == 1) or r["ours_ratio"] == pytest.approx(1.0)
-        if r["backend"] == "threads" and r["model"] != "bilstm-tagger":
-            assert r["peer_per_s"] > 0
-        if r["backend"] == "simulated":
-            assert r["peer_per_s"] is None
+        assert r["paper_ratio"] == pytest.approx(paper.ratio(r["model"], r["mak"]))
+        assert r["engine"] == ("python" if r["backend"] == "simulated" else threads_engine)
+        assert r["ours_per_s"] > 0 and r["ours_ratio"] > 0
+        if r["backend"] == "simulated" or r["mak"] != 1 or r["model"] in paper.FAMILY_BASE:
+            assert r.get("peer_per_s") is None
+        else:  # the family's base row carries its peer, and the load it was measured under
+            assert r["peer_per_s"] > 0 and len(r["peer_load_1min"]) == 2
+    t1 = out["table1"]["rows"]
+    assert all(r.keys() >= TABLE1_KEYS for r in t1)
+    assert [(r["model"], r["mak"]) for r in t1 if r["backend"] == "threads"] == [(p.model, p.mak) for p in paper.TABLE1]
     grid = out["fig5"]["grid"]
     assert len(grid) == len(out["fig5"]["max_active_keys"]) * len(out["fig5"]["min_update_frequency"])
     assert all(p["epochs_run"] >= 1 and p["curve"]["val_accuracy"] for p in grid)
@@ -50,6 +60,7 @@ def test_reproduce_all_quick_writes_html_and_json(tmp_path: Path, capsys: pytest
     assert out["appendix-c"]["paper"] == {"throughput_per_s": 6.5e3, "bandwidth_bits_per_s": 1.2e9}
     page = (tmp_path / "all.html").read_text()
     assert "plotly" in page and "<script src=" not in page  # plotly.js inline: opens offline
+    assert page.count("(quick run)") == 1 + len(out) - 1  # the title and every section say so
     assert json.loads((tmp_path / "all.json").read_text())["table2"]["rows"] == rows
 
 
@@ -63,7 +74,56 @@ def test_reproduce_fig5_quick_prints_the_grid(tmp_path: Path, capsys: pytest.Cap
         (16, 1),
         (16, 10),
     }
+    assert [(p["max_active_keys"], p["min_update_frequency"], p["average_every"]) for p in out["averaging"]] == [
+        (4, 10, out["average_every"]),
+        (16, 10, out["average_every"]),
+    ]
+    assert out["settings"]["n_train"] == 1_000 and set(out["findings"]["averaging_helps"]) == {"4", "16"}
     assert (tmp_path / "fig5.html").exists() and (tmp_path / "fig5.json").exists()
+
+
+@pytest.mark.slow
+def test_fig5_in_processes_gives_the_same_grid() -> None:
+    from amp_notebook.reproduce import fig5
+
+    one, two = fig5.run(quick=True), fig5.run(quick=True, processes=2)
+    assert one["grid"] == two["grid"] and two["settings"]["processes"] == 2
+
+
+def fig5_point(k: int, m: int, times: dict[str, float | None], every: int | None = None) -> dict:
+    to = {t: {"epochs": None if v is None else 1, "time_s": v} for t, v in times.items()}
+    return {"max_active_keys": k, "min_update_frequency": m, "average_every": every, "to_threshold": to,
+            "epochs_to_target": to["0.96"]["epochs"], "time_to_target_s": to["0.96"]["time_s"],
+            "final_val_accuracy": 0.9, "train_instances_per_s": 100.0 * k, "staleness": {"mean": 1.0, "p95": 2},
+            "curve": {"time_s": [1.0], "val_accuracy": [0.9]}}  # fmt: skip
+
+
+def test_fig5_findings_read_the_grid(tmp_path: Path) -> None:
+    from amp_notebook.reproduce import fig5
+
+    t = {(4, 1): 9.0, (4, 10): 5.0, (4, 50): 7.0, (16, 1): 3.0, (16, 10): 4.0, (16, 50): 6.0}
+    grid = [fig5_point(k, m, {"0.5": v, "0.96": v if k == 4 else None}) for (k, m), v in t.items()]
+    averaging = [fig5_point(4, 10, {"0.5": 6.0, "0.96": 6.0}, 5), fig5_point(16, 10, {"0.5": 2.0, "0.96": None}, 5)]
+    result = {"grid": grid, "averaging": averaging, "max_active_keys": [4, 16], "min_update_frequency": [1, 10, 50],
+              "thresholds": [0.5, 0.96], "target": 0.96, "average_every": 5, "max_epochs": 3,
+              "settings": {}}  # fmt: skip
+    f = fig5.findings(result)
+    assert f["accuracy_compared"] == 0.5 and f["points_reaching_target"] == 3  # 96%: only the rows of 4 keys
+    assert f["best_min_update_frequency"] == {4: 10, 16: 1} and f["inner_best"] == {4: True, 16: False}
+    assert f["throughput_per_s"][10] == {4: 400.0, 16: 1600.0}
+    assert f["averaging_time_s"] == {4: {"without": 5.0, "with": 6.0}, 16: {"without": 4.0, "with": 2.0}}
+    assert f["averaging_helps"] == {4: False, 16: True}
+    result["findings"] = f
+    page = write_report({"fig5": json_ready(result)}, tmp_path / "f5.html", {"cores": 2}).read_text()
+    assert "3 of 6 grid points reached 96%" in page and "neither the smallest nor the largest for 1 of 2 rows" in page
+    assert "Averaging every 5 keys reached 50% sooner for 1 of 2 rows (16 keys)" in page
+
+
+def test_fig5_scale_is_a_fraction() -> None:
+    from amp_notebook.reproduce import fig5
+
+    with pytest.raises(ValueError, match="scale is a fraction of the paper's lists"):
+        fig5.run(scale=2.0)
 
 
 def test_fig5_is_deterministic() -> None:
@@ -83,29 +143,94 @@ def test_json_ready_drops_nan_and_infinity() -> None:
                                                                                   "4": None}  # fmt: skip
 
 
-def test_missing_tagger_rows_are_null_and_say_why(monkeypatch: pytest.MonkeyPatch) -> None:
-    def missing(name: str, quick: bool = False, seed: int = 0) -> None:
-        raise MissingModelError(f"{name}: not in this checkout")
-
-    monkeypatch.setattr(workloads, "workload", missing)
-    result = table2.run(quick=True, models=("bilstm-tagger",))
-    assert len(result["rows"]) == 8
-    assert all(r["ours_per_s"] is None and r["ours_ratio"] is None for r in result["rows"])
-    assert {r["paper_ratio"] for r in result["rows"] if r["mak"] == 32} == {3.2}
-    assert "not in this checkout" in result["notes"]["bilstm-tagger"]
-
-
 def test_unknown_model_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown model 'lstm'; expected one of"):
         workload("lstm")
+
+
+@pytest.mark.slow
+def test_table2_quick_for_one_model_says_which_engine_ran(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["reproduce", "table2", "--quick", "--models", "mlp", "--out", str(tmp_path), "--json"]) == 0
+    out = last_json_line(capsys.readouterr().out)
+    threads_engine = "native" if engine_available() else "python"  # the default engine, auto
+    assert [(r["model"], r["backend"], r["mak"], r["engine"]) for r in out["rows"]] == [
+        ("mlp", "threads", 1, threads_engine), ("mlp", "threads", 4, threads_engine),
+        ("mlp", "simulated", 1, "python"), ("mlp", "simulated", 4, "python"),
+    ]  # fmt: skip
+    assert [r["paper_ratio"] for r in out["rows"]] == [1.0, pytest.approx(6268 / 2076)] * 2
+    assert out["machine"]["engines_ran"] == [threads_engine] and out["calibration_engine"] == {"mlp": threads_engine}
 
 
 def test_report_writes_one_offline_page(tmp_path: Path) -> None:
     from amp_notebook.reproduce import appendix_c
 
     result = {"appendix-c": json_ready(appendix_c.run(quick=True))}
-    rows = [table2._row("mlp", "threads", k, 100.0 * k, 100.0, 50.0) for k in table2.MAX_ACTIVE_KEYS]
-    result["table2"] = {"rows": rows, "threads": {}, "simulated": {}, "paper_source": "none", "notes": {}}
-    page = write_report(result, tmp_path / "r.html", {"cpus": 2}).read_text()
-    assert page.count("window.PlotlyConfig") == 1 and "Appendix C" in page and "Table 2" in page
-    assert "6,500" in page  # the paper's appendix-C throughput beside ours
+    rows = [table2.row("mlp", "threads", k, "python", 100.0 * k, 100.0) for k in (1, 4)]
+    rows[0].update(peer_per_s=626.0, peer_load_1min=[3.8056640625, 4.2], peer_loaded=True, load_1min=[3.8, 4.2])
+    result["table2"] = {"rows": rows, "threads": {}, "simulated": {}, "notes": {}, "data": {"mlp": "generated"}}
+    page = write_report(result, tmp_path / "r.html", {"cores": 2, "engine": "python", "load_1min": 3.8056640625})
+    text = page.read_text()
+    assert text.count("window.PlotlyConfig") == 1 and "Appendix C" in text and "Table 2" in text
+    assert "6,500" in text  # the paper's appendix-C throughput beside ours
+    assert "side by side" in text and "(quick run)" not in text and "3.8056640625" not in text
+    assert "626 \u26a0" in text and "load 3.8-4.2 on " in text  # a loaded peer is marked, with the load rounded
+    assert "16 cores" in text and "2 cores, python engine" in text  # this machine beside the paper's
+
+
+def test_quick_report_says_so_on_every_table(tmp_path: Path) -> None:
+    rows = [table2.row("mlp", backend, k, "python", 100.0 * k, 100.0) for backend in ("threads", "simulated")
+            for k in (1, 4)]  # fmt: skip
+    result = {"table2": {"rows": rows, "threads": {}, "simulated": {}, "notes": {}}}
+    text = write_report(result, tmp_path / "q.html", {"cores": 2}, quick=True).read_text()
+    assert "side by side (quick run)" in text and "Table 2: throughput against max_active_keys (quick run)" in text
+    assert text.count("smoke-test sizes") == 2
+
+
+def test_table2_row_carries_the_papers_figures() -> None:
+    r = table2.row("rnn-4-replicas", "threads", 8, "python", 300.0, 100.0)
+    assert r["ours_ratio"] == 3.0 and r["paper_ratio"] == pytest.approx(71 / 13)
+    assert (r["paper_train_per_s"], r["paper_valid_per_s"], r["engine"]) == (71_000, 178_000, "python")
+
+
+def test_families_put_the_base_first_and_add_it() -> None:
+    assert table2.families(("rnn-4-replicas", "mlp")) == [["mlp"], ["rnn", "rnn-4-replicas"]]
+
+
+def test_engines_are_checked() -> None:
+    assert (
+        engine_settings("python") == {"engine": "python"} and workload("mlp", quick=True).settings["engine"] == "auto"
+    )
+    with pytest.raises(ValueError, match="unknown engine 'warp'"):
+        engine_settings("warp")
+
+
+def test_engines_ran_reads_rows_and_curves_but_not_the_simulator() -> None:
+    results = {
+        "table2": {"engine": "auto", "rows": [{"backend": "threads", "engine": "native"},
+                                              {"backend": "simulated", "engine": "python"}]},
+        "fig6": {"curves": {"mlp": {"sync": {"mode": "sync", "engine": "native"}}}},
+        "fig5": {"settings": {"engine": "python"}},
+    }  # fmt: skip
+    assert engines_ran(results) == ["native"]
+    results["fig6"]["curves"]["mlp"]["amp"] = {"mode": "amp", "engine": "python"}  # type: ignore[index]
+    assert engines_ran(results) == ["native", "python"]
+
+
+def test_median_to_target_counts_misses_as_slowest() -> None:
+    runs = [{"e": 3}, {"e": None}, {"e": 5}]
+    assert table1.median_to_target(runs, "e") == 5.0
+    assert table1.median_to_target([{"e": 3}, {"e": None}], "e") is None  # half reached: no median
+    assert table1.median_to_target([{"e": 2}, {"e": 4}], "e") == 3.0
+
+
+def test_to_target_stops_at_the_target_and_reports_epochs_and_time() -> None:
+    w = workload("mlp")
+    w.target = Target("val_accuracy", 0.5, "50% validation accuracy")  # reached within a few epochs of digits
+    run = table1.to_target(w, 10, 0, workers=1, max_active_keys=2)
+    assert 1 <= run["epochs_to_target"] == len(run["curve"]) < 10  # stopped at the first epoch at the target
+    assert run["curve"][-1] >= 0.5 and all(a < 0.5 for a in run["curve"][:-1])
+    assert run["time_to_target_s"] > 0 and run["train_per_s"] > 0
+    below = Target("val_loss", 1e-9, "an unreachable loss", above=False)
+    w.target = below
+    missed = table1.to_target(w, 1, 0, workers=1)
+    assert missed["epochs_to_target"] is None and missed["time_to_target_s"] is None and len(missed["curve"]) == 1
