@@ -72,10 +72,10 @@ def throughput(workload: Any, engine: str, workers: int, max_active_keys: int, s
     from amp_notebook.runtime.train import TrainResult, train
 
     settings = {**workload.settings, "mode": "amp", "epochs": 1, "validate": False, "trace": False, "seed": seed,
-                "optimizer": workload.optimizer, "max_active_keys": max_active_keys}  # fmt: skip
+                "optimizer": workload.optimizer, "max_active_keys": max_active_keys, "engine": engine}  # fmt: skip
     with warnings.catch_warnings():  # more workers than heavy nodes leave some idle: a fact of that run
         warnings.simplefilter("ignore", UserWarning)
-        r = train(workload.graph, workload.data, workers=workers, engine=engine, **settings)
+        r = train(workload.graph, workload.data, workers=workers, **settings)  # the workload names the default
     assert isinstance(r, TrainResult) and r.engine == engine
     return r.train_instances_per_s
 
