@@ -81,6 +81,7 @@ class EpochStats:
             self.val_loss = s["val_loss"] / s["val_n"]
             if "val_correct" in s:
                 self.val_accuracy = s["val_correct"] / s["val_n"]
+        s.clear()  # a finished epoch keeps its figures, not its sums: history grows by ~0.4 kB an epoch, not ~1 kB
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}

@@ -13,7 +13,13 @@ message, so the keys of a bundle can be listed; each gradient a parameterized no
 * with a ``capacity``, sealed chunks that would let the table exceed ``capacity`` rows are **dropped**,
   oldest first, and their totals are added to the totals of dropped rows. Old rows are dropped whole,
   never decimated: what the table holds is every row of the most recent span (between
-  ``capacity - chunk_rows`` and ``capacity`` rows), so a Gantt of a recent window is exact.
+  ``capacity - chunk_rows`` and ``capacity`` rows), so a Gantt of a recent window is exact;
+* the staleness and member tables also **follow** the event table: once it has dropped rows, a sealed
+  chunk of theirs that ends before the oldest event row held is dropped too. A worker's buffer thus holds
+  one recent span in all three tables, and its memory stops growing when the event table is full. (The
+  other tables fill more slowly, a row per gradient or per bundled message against a row per handled
+  message or bundle, so on their own they went on growing long after the Gantt's rows were full; the
+  members of a dropped bundle row named a row no reader could find.)
 
 Totals never drop: busy seconds and rows per phase per worker, and each node's staleness histogram
 (count, sum, mean, max, percentiles), are the dropped chunks' totals + the sealed chunks' (computed once)
@@ -99,6 +105,7 @@ class Table:
         zero: Any,
         capacity: int | None,
         numbered: bool = False,
+        follows: Table | None = None,
     ) -> None:
         self.columns = columns
         self.last = columns[-1][0]  # the writer appends this column last
@@ -108,6 +115,7 @@ class Table:
         self.capacity = check_capacity(capacity)
         self.chunk_rows = chunk_rows_for(capacity)
         self.max_sealed = None if capacity is None else capacity // self.chunk_rows - 1
+        self.follows = follows  # a table (same writer) whose oldest row held bounds what this one keeps
         self.view = _View((), self._new_chunk(), 0, zero)
 
     def _new_chunk(self) -> dict[str, array]:
@@ -132,9 +140,23 @@ class Table:
             while len(kept) > self.max_sealed:
                 dropped = dropped + kept[0].totals
                 kept = kept[1:]
+        horizon = self.follows.horizon() if self.follows is not None else None
+        if horizon is not None:
+            while kept and kept[0].hi < horizon:
+                dropped = dropped + kept[0].totals
+                kept = kept[1:]
         current = self._new_chunk()
         self.view = _View(kept, current, view.current_first + n, dropped)  # one atomic publish
         return current
+
+    def horizon(self) -> float | None:
+        """Writer only: the earliest start of the rows held once some were dropped (None before: all held)."""
+        view = self.view
+        if view.sealed:
+            first = view.sealed[0]
+            return first.lo if first.first > 0 else None
+        starts = view.current[self.span[0]]
+        return starts[0] if view.current_first > 0 and len(view.current[self.last]) else None
 
     # ------------------------------------------------------------------ readers
     def _current_rows(self, view: _View) -> Columns:
@@ -207,8 +229,9 @@ class Table:
 
 
 class WorkerBuffer:
-    """One worker's trace: an event table and a staleness table, each holding at most ``capacity`` rows
-    (``None``: every row). The columns of the current chunks are attributes, for the writer's hot path."""
+    """One worker's trace: an event table, a staleness table and a bundle member table, each holding at most
+    ``capacity`` rows (``None``: every row), the latter two no row older than the event table's oldest (see
+    the module docstring). The columns of the current chunks are attributes, for the writer's hot path."""
 
     __slots__ = (
         "_event_chunk_rows", "_member_chunk_rows", "_staleness_chunk_rows", "depth", "end", "event_table", "key",
@@ -219,8 +242,9 @@ class WorkerBuffer:
     def __init__(self, capacity: int | None = DEFAULT_CAPACITY) -> None:
         self.event_table = Table(EVENT_COLUMNS, ("start", "end"), EventTotals.of, EventTotals(), capacity, True)
         self.staleness_table = Table(STALENESS_COLUMNS, ("time", "time"), StalenessTotals.of, StalenessTotals(),
-                                     capacity)  # fmt: skip
-        self.member_table = Table(MEMBER_COLUMNS, ("time", "time"), RowCount.of, RowCount(), capacity)
+                                     capacity, follows=self.event_table)  # fmt: skip
+        self.member_table = Table(MEMBER_COLUMNS, ("time", "time"), RowCount.of, RowCount(), capacity,
+                                  follows=self.event_table)  # fmt: skip
         self._event_chunk_rows = self.event_table.chunk_rows
         self._staleness_chunk_rows = self.staleness_table.chunk_rows
         self._member_chunk_rows = self.member_table.chunk_rows

@@ -1,0 +1,135 @@
+"""Measuring what a long run holds: resident memory, a robust growth rate, Python allocation sites that
+grow, and the per-key bookkeeping a session still holds.
+
+A run that trains for hours must hold no more at its end than after its warm-up (its trace buffers full,
+its caches warm): everything it keeps per key is freed when the key completes, and what it keeps over the
+whole run is a fixed-size aggregate. Four measures test that:
+
+* :func:`rss_mb`: the process's resident memory now, in MB (what the operating system charges the run);
+* :func:`robust_slope`: the Theil-Sen estimate of a growth rate, the median of the slopes between every
+  pair of samples. Resident memory jumps when the allocator takes or returns an arena and when a trace
+  buffer seals or drops a chunk; a least-squares fit follows those jumps, the median of pairwise slopes
+  does not (it tolerates up to ~29% of the samples being outliers);
+* :class:`AllocationSites`: ``tracemalloc`` snapshots taken over a run; :meth:`AllocationSites.growth`
+  diffs the first snapshot after the warm-up against the last one and lists the source lines whose live
+  allocations grew the most (the sites to read when the slope is not flat). Tracing every allocation slows
+  the run (about twice here), so it is off unless asked for;
+* :func:`bookkeeping`: the entries a session holds in its per-key structures (node caches, joins, forward
+  versions; the controller's and the session's tables of keys in flight; credits; keys skipped for
+  NaN/inf) and the trace rows its buffers hold. In flight these are bounded by ``max_active_keys``; after
+  a run they are all empty except the trace rows and the skipped keys.
+"""
+
+from __future__ import annotations
+
+import os
+import tracemalloc
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from amp_notebook.runtime.session import Session
+
+PER_KEY_CONTEXT_TABLES = ("cache", "joins", "fwd_version")
+
+
+def rss_mb() -> float:
+    """Resident memory of this process now, in MB (2**20 bytes). Linux reads ``/proc/self/statm``; elsewhere
+    the peak so far (``ru_maxrss``) is the closest figure the standard library has."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        import resource
+        import sys
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+        return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+
+
+def robust_slope(x: Any, y: Any) -> float:
+    """The Theil-Sen slope of ``y`` against ``x``: the median of ``(y[j] - y[i]) / (x[j] - x[i])`` over all
+    pairs with ``x[i] < x[j]``. 0.0 with fewer than two distinct ``x``."""
+    xs, ys = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if xs.shape != ys.shape or xs.ndim != 1:
+        raise ValueError(f"robust_slope: expected two 1-d sequences of one length, got shapes {xs.shape}, {ys.shape}")
+    i, j = np.triu_indices(len(xs), k=1)
+    dx = xs[j] - xs[i]
+    keep = dx != 0
+    if not keep.any():
+        return 0.0
+    return float(np.median((ys[j] - ys[i])[keep] / dx[keep]))
+
+
+@dataclass(frozen=True)
+class Site:
+    """A source line whose live allocations grew between two snapshots."""
+
+    where: str  # "path:line"
+    grew_bytes: int
+    grew_blocks: int
+    bytes_now: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"where": self.where, "grew_bytes": self.grew_bytes, "grew_blocks": self.grew_blocks,
+                "bytes_now": self.bytes_now}  # fmt: skip
+
+
+@dataclass
+class AllocationSites:
+    """``tracemalloc`` snapshots over a run: :meth:`start`, :meth:`take` at intervals (keeps only the
+    baseline, the first taken at or after ``baseline_s``, and the latest), :meth:`growth`, :meth:`stop`."""
+
+    frames: int = 1  # traceback depth kept per allocation (1: group by the allocating line)
+    baseline: tracemalloc.Snapshot | None = None
+    latest: tracemalloc.Snapshot | None = None
+    traced_mb: list[float] = field(default_factory=list)  # Python-traced memory at each take
+
+    def start(self) -> None:
+        tracemalloc.start(self.frames)
+
+    def take(self, at_baseline: bool) -> None:
+        """A snapshot; it becomes the baseline if ``at_baseline`` and there is none yet."""
+        snap = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
+        self.traced_mb.append(tracemalloc.get_traced_memory()[0] / 2**20)
+        if at_baseline and self.baseline is None:
+            self.baseline = snap
+        else:
+            self.latest = snap
+
+    def growth(self, limit: int = 10) -> list[Site]:
+        """The ``limit`` lines whose live allocations grew most from the baseline to the latest snapshot."""
+        if self.baseline is None or self.latest is None:
+            return []
+        stats = self.latest.compare_to(self.baseline, "lineno")
+        grown = [s for s in stats if s.size_diff > 0][:limit]
+        return [
+            Site(f"{s.traceback[0].filename}:{s.traceback[0].lineno}", s.size_diff, s.count_diff, s.size) for s in grown
+        ]
+
+    def stop(self) -> None:
+        tracemalloc.stop()
+
+
+def bookkeeping(session: Session) -> dict[str, int]:
+    """Entries held per key by ``session`` now (see the module docstring), and trace rows held per table."""
+    held = {f"node {name}": 0 for name in PER_KEY_CONTEXT_TABLES}
+    for ctx in session.contexts:
+        for name in PER_KEY_CONTEXT_TABLES:
+            held[f"node {name}"] += len(getattr(ctx, name))
+    controller = session.controller
+    held["controller keys"] = len(controller.keys)
+    held["controller active"] = len(controller.active)
+    held["session key_epoch"] = len(session.key_epoch)
+    held["credits keys"] = len(session.credits.keys)
+    held["credits flushes"] = len(session.credits.flushes)
+    held["skipped keys"] = len(session.numerics.skipped) if session.numerics is not None else 0
+    for table in ("event_table", "staleness_table", "member_table"):
+        held[f"trace {table.split('_')[0]} rows"] = sum(getattr(b, table).held() for b in session.buffers)
+    return held
+
+
+__all__ = ["AllocationSites", "Site", "bookkeeping", "robust_slope", "rss_mb"]
