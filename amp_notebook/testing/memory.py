@@ -22,6 +22,9 @@ whole run is a fixed-size aggregate. Four measures test that:
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 import os
 import tracemalloc
 from dataclasses import dataclass, field
@@ -48,6 +51,20 @@ def rss_mb() -> float:
 
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
         return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+
+
+def trim_heap() -> bool:
+    """Free cyclic garbage and hand the heap's free memory back to the operating system (glibc
+    ``malloc_trim``); False where there is no glibc. Resident memory then counts what the process can still
+    reach, not garbage awaiting a full collection or what its allocator keeps for reuse."""
+    gc.collect()
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim(0)
+    return True
 
 
 def robust_slope(x: Any, y: Any) -> float:
@@ -132,4 +149,4 @@ def bookkeeping(session: Session) -> dict[str, int]:
     return held
 
 
-__all__ = ["AllocationSites", "Site", "bookkeeping", "robust_slope", "rss_mb"]
+__all__ = ["AllocationSites", "Site", "bookkeeping", "robust_slope", "rss_mb", "trim_heap"]

@@ -11,12 +11,16 @@ a pause followed by a resume.
 
 What it reports. Resident memory every ``sample_s`` seconds with the keys done so far; after the warm-up
 (by default the first 5 minutes, or a third of a shorter soak: the trace buffers fill, the allocator and
-caches warm up), the growth rate as a robust (Theil-Sen) slope in MB per minute and in bytes per key
-(:mod:`amp_notebook.testing.memory`), and the growth from the warm-up's end to the end (medians of three
-samples each); when every worker's trace buffer first dropped rows (it is full from then on); the
-threads of the run still alive after it stopped; every error met (the run's, the dashboard's, a knob
-change's); what the session still holds per key after the run; and with ``--sites``, the source lines
-whose Python allocations grew most after the warm-up.
+caches warm up; with ``after_full_s``, that long after the trace buffers are full), the growth rate as a
+robust (Theil-Sen) slope in MB per minute and in bytes per key (:mod:`amp_notebook.testing.memory`), and
+the growth from the warm-up's end to the end (medians of three samples each), all over the samples taken
+while the run trained (not paused); when every worker's trace buffer first dropped rows (it is full from
+then on); the threads of the run still alive after it stopped; every error met (the run's, the
+dashboard's, a knob change's); what the session still holds per key after the run; and with ``sites``,
+the source lines whose Python allocations grew most after the warm-up (their baseline snapshot then counts
+in the resident memory too). With ``trim``, cyclic garbage is collected and the heap trimmed before each
+sample, so the figures count what the process can still reach: a test of what is kept per key, not of
+how the allocator reuses memory.
 
 Run it::
 
@@ -41,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from amp_notebook.runtime.config import RunConfig
-from amp_notebook.testing.memory import AllocationSites, bookkeeping, robust_slope, rss_mb
+from amp_notebook.testing.memory import AllocationSites, bookkeeping, robust_slope, rss_mb, trim_heap
 
 MODELS = ("rnn", "tree-lstm")
 KNOBS = (
@@ -79,7 +83,8 @@ class SoakReport:
     sample_s: float
     trace_capacity: int | None
     viewer: str  # "dashboard", or "feed" without the notebook extra
-    samples: list[list[float]] = field(default_factory=list)  # [seconds, resident MB, keys done]
+    trim: bool = False  # the heap was trimmed before each sample
+    samples: list[list[float]] = field(default_factory=list)  # [seconds, resident MB, keys done, 1 if paused]
     trace_full_s: float | None = None  # when every worker's trace buffer had dropped rows (full from then on)
     keys_done: int = 0
     epochs: int = 0
@@ -94,7 +99,9 @@ class SoakReport:
     max_slope_mb_per_min: float | None = MAX_SLOPE_MB_PER_MIN
 
     def _after_warmup(self) -> list[list[float]]:
-        return [s for s in self.samples if s[0] >= self.warmup_s]
+        """The samples after the warm-up taken while the run trained (a paused run drains its keys in flight
+        and holds less for a few seconds: a dip that tells nothing of growth)."""
+        return [s for s in self.samples if s[0] >= self.warmup_s and not s[3]]
 
     def summary(self) -> dict[str, Any]:
         after = self._after_warmup()
@@ -107,7 +114,7 @@ class SoakReport:
         elapsed = self.samples[-1][0] if self.samples else 0.0
         return {
             "model": self.model, "minutes": self.minutes, "warmup_s": self.warmup_s, "viewer": self.viewer,
-            "trace_capacity": self.trace_capacity, "trace_full_s": self.trace_full_s,
+            "trim": self.trim, "trace_capacity": self.trace_capacity, "trace_full_s": self.trace_full_s,
             "rss_first_mb": self.samples[0][1] if self.samples else None,
             "rss_at_warmup_mb": rss[0] if rss else None, "rss_last_mb": rss[-1] if rss else None,
             "growth_after_warmup_mb": growth,
@@ -194,6 +201,7 @@ def soak(
     rate_hz: float = 4.0,
     trace_capacity: int | None = DEFAULT_CAPACITY,
     after_full_s: float | None = None,
+    trim: bool = False,
     sites: bool = False,
     max_slope: float | None = MAX_SLOPE_MB_PER_MIN,
     seed: int = 0,
@@ -217,7 +225,7 @@ def soak(
     run = train(graph, data, background=True, trace_capacity=trace_capacity, **settings)
     session = run._session  # type: ignore[union-attr]
     viewer, kind = _viewer(run, rate_hz)
-    report = SoakReport(model, minutes, warmup_s, sample_s, trace_capacity, kind, max_slope_mb_per_min=max_slope)
+    report = SoakReport(model, minutes, warmup_s, sample_s, trace_capacity, kind, trim, max_slope_mb_per_min=max_slope)
     began = time.perf_counter()
     next_sample, next_knob, knob = began, began + knob_s, 0
     try:
@@ -238,7 +246,10 @@ def soak(
             if now >= next_sample:
                 next_sample += sample_s
                 keys = run.status["keys_done"]  # type: ignore[union-attr]
-                report.samples.append([round(elapsed, 2), round(rss_mb(), 2), keys])
+                if trim:
+                    trim_heap()
+                paused = int(run.state == "paused")  # type: ignore[union-attr]
+                report.samples.append([round(elapsed, 2), round(rss_mb(), 2), keys, paused])
                 if report.trace_full_s is None and _full(session):
                     report.trace_full_s = round(elapsed, 2)
                     if after_full_s is not None:
@@ -297,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace-capacity", type=int, default=DEFAULT_CAPACITY,
                         help="trace rows kept per worker (the run's default unless given)")  # fmt: skip
     parser.add_argument("--max-slope", type=float, default=MAX_SLOPE_MB_PER_MIN, help="MB/min after the warm-up")
+    parser.add_argument("--trim", action="store_true", help="trim the heap before each sample (glibc malloc_trim)")
     parser.add_argument("--sites", action="store_true", help="trace Python allocations (slower) and list growth")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
@@ -304,8 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     warmup = None if args.warmup_minutes is None else args.warmup_minutes * 60
     report = soak(
         args.model, args.minutes, sample_s=args.sample_s, warmup_s=warmup, knob_s=args.knob_s, rate_hz=args.rate_hz,
-        trace_capacity=args.trace_capacity, after_full_s=args.after_full_s, sites=args.sites, max_slope=args.max_slope,
-        seed=args.seed, echo=True,
+        trace_capacity=args.trace_capacity, after_full_s=args.after_full_s, trim=args.trim, sites=args.sites,
+        max_slope=args.max_slope, seed=args.seed, echo=True,
     )  # fmt: skip
     print(json.dumps(report.as_dict(), indent=None if args.json else 1, default=str))
     return 0 if report.ok else 1
