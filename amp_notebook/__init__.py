@@ -8,35 +8,69 @@ and a trace of every message.
     g = amp.models.rnn()
     data = amp.data.list_reduction_dataset(n_train=20_000, n_val=2_000)
     result = amp.train(g, data, mode="amp", max_active_keys=4, optimizer={"name": "adam", "lr": 2e-3})
+
+The names below load on first use (PEP 562 ``__getattr__``): ``import amp_notebook`` costs almost nothing,
+so the command line answers ``--help`` without loading numpy, the JSON Schema validators or the runtime.
 """
 
-from amp_notebook import data, models, trace
-from amp_notebook.compiler import CompileError, compile, nn
-from amp_notebook.errors import AmpError, SettingError
-from amp_notebook.interop import from_torch
-from amp_notebook.ir.graph import Graph, GraphError, Ref
-from amp_notebook.ir.interpret import Interpreter
-from amp_notebook.ir.message import State
-from amp_notebook.ir.serialize import GraphFileError, load_graph, load_params, save_graph, save_params
-from amp_notebook.ir.validate import ValidationError
-from amp_notebook.runtime.checkpoint import Checkpoint, load_checkpoint
-from amp_notebook.runtime.checkpoint_file import CheckpointError
-from amp_notebook.runtime.config import RunConfig
-from amp_notebook.runtime.costs import CostModel, NodeCost
-from amp_notebook.runtime.launch import simulate
-from amp_notebook.runtime.numerics import NonFiniteError
-from amp_notebook.runtime.run import Run
-from amp_notebook.runtime.train import TrainResult, resume, train
-from amp_notebook.runtime.watchdog import StuckRunError
-from amp_notebook.runtime.whatif import sweep, whatif
-from amp_notebook.runtime.worker import NodeError
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "AmpError", "Checkpoint", "CheckpointError", "CompileError", "CostModel", "Graph", "GraphError", "GraphFileError",
-    "Interpreter", "NodeCost", "NodeError", "NonFiniteError", "Ref", "Run", "RunConfig", "SettingError", "State",
-    "StuckRunError", "TrainResult", "ValidationError", "compile", "data", "from_torch", "load_checkpoint", "load_graph",
-    "load_params", "models", "nn", "resume", "save_graph", "save_params", "simulate", "sweep", "trace", "train",
-    "whatif",
-]  # fmt: skip
+# public name -> the module that defines it (a submodule of the package when the name is the module itself)
+_EXPORTS = {
+    "AmpError": "amp_notebook.errors",
+    "Checkpoint": "amp_notebook.runtime.checkpoint",
+    "CheckpointError": "amp_notebook.runtime.checkpoint_file",
+    "CompileError": "amp_notebook.compiler",
+    "CostModel": "amp_notebook.runtime.costs",
+    "Graph": "amp_notebook.ir.graph",
+    "GraphError": "amp_notebook.ir.graph",
+    "GraphFileError": "amp_notebook.ir.serialize",
+    "Interpreter": "amp_notebook.ir.interpret",
+    "NodeCost": "amp_notebook.runtime.costs",
+    "NodeError": "amp_notebook.runtime.worker",
+    "NonFiniteError": "amp_notebook.runtime.numerics",
+    "Ref": "amp_notebook.ir.graph",
+    "Run": "amp_notebook.runtime.run",
+    "RunConfig": "amp_notebook.runtime.config",
+    "SettingError": "amp_notebook.errors",
+    "State": "amp_notebook.ir.message",
+    "StuckRunError": "amp_notebook.runtime.watchdog",
+    "TrainResult": "amp_notebook.runtime.train",
+    "ValidationError": "amp_notebook.ir.validate",
+    "compile": "amp_notebook.compiler",
+    "from_torch": "amp_notebook.interop",
+    "load_checkpoint": "amp_notebook.runtime.checkpoint",
+    "load_graph": "amp_notebook.ir.serialize",
+    "load_params": "amp_notebook.ir.serialize",
+    "nn": "amp_notebook.compiler",
+    "resume": "amp_notebook.runtime.train",
+    "save_graph": "amp_notebook.ir.serialize",
+    "save_params": "amp_notebook.ir.serialize",
+    "simulate": "amp_notebook.runtime.launch",
+    "sweep": "amp_notebook.runtime.whatif",
+    "train": "amp_notebook.runtime.train",
+    "whatif": "amp_notebook.runtime.whatif",
+}
+_SUBMODULES = ("data", "models", "trace")
+
+__all__ = sorted([*_EXPORTS, *_SUBMODULES])
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        value: Any = importlib.import_module(f"amp_notebook.{name}")
+    elif name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    else:
+        raise AttributeError(f"module 'amp_notebook' has no attribute {name!r}")
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

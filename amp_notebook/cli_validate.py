@@ -11,8 +11,8 @@ the first step that finds problems, printing all of that step's problems:
    (``--inference`` drops the loss requirement)?
 
 Exit status: 0 when every file is a valid graph, 2 when any is not (or is missing, or unreadable), 1 on
-an internal error (a bug: the message says so). Bad input never prints a traceback. With ``--json`` the
-last stdout line is one JSON object: ``{"valid": bool, "files": [{"path", "valid", "step", "problems",
+an internal error (a bug: the message says so). Bad input never prints a traceback. With ``--json`` stdout
+holds one JSON object (the text goes to stderr): ``{"valid": bool, "files": [{"path", "valid", "step", "problems",
 "nodes", "edges"}]}``.
 """
 
@@ -36,15 +36,12 @@ STEP_NAMES = {
 }
 
 
-def add_validate_parser(sub: Any) -> None:
-    v = sub.add_parser(
-        "validate",
-        help="check graph JSON files and print every problem (exit 0 valid, 2 invalid)",
-        description="Check graph JSON files (what amp.save_graph writes) and print every problem found.",
+def add_validate_arguments(v: argparse.ArgumentParser) -> None:
+    v.add_argument(
+        "graphs", nargs="+", type=Path, metavar="GRAPH.json", help="graph files (what amp.save_graph writes)"
     )
-    v.add_argument("graphs", nargs="+", type=Path, metavar="GRAPH.json")
     v.add_argument("--inference", action="store_true", help="the graph need not have a loss (not for training)")
-    v.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    v.add_argument("--json", action="store_true", help="print one JSON object on stdout (the text goes to stderr)")
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -59,14 +56,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return INTERNAL
+    text = sys.stderr if args.json else sys.stdout  # with --json, stdout holds the JSON object alone
     for report in reports:
         if report["valid"]:
-            print(f"{report['path']}: valid graph ({report['nodes']} nodes, {report['edges']} edges)")
+            print(f"{report['path']}: valid graph ({report['nodes']} nodes, {report['edges']} edges)", file=text)
         else:
             n = len(report["problems"])
-            print(f"{report['path']}: invalid ({STEP_NAMES[report['step']]}), {n} problem{'s' if n != 1 else ''}:")
+            print(
+                f"{report['path']}: invalid ({STEP_NAMES[report['step']]}), {n} problem{'s' if n != 1 else ''}:",
+                file=text,
+            )
             for problem in report["problems"]:
-                print(f"  - {problem}")
+                print(f"  - {problem}", file=text)
     valid = all(r["valid"] for r in reports)
     if args.json:
         print(json.dumps({"valid": valid, "files": reports}))

@@ -26,12 +26,39 @@ class AmpError(Exception):
 
 
 class SettingError(AmpError, ValueError):
-    """A run setting (a ``train`` keyword, a :class:`~amp_notebook.runtime.config.RunConfig` field) given a
-    value it cannot take; ``setting`` names it, and the message says what it expected and what to pass."""
+    """A setting given a value it cannot take: a ``train`` keyword or
+    :class:`~amp_notebook.runtime.config.RunConfig` field, or a keyword of another public function (a dataset
+    or model builder, a benchmark, a widget). ``setting`` names it, and the message says what it expected and
+    what to pass."""
 
     def __init__(self, setting: str, message: str) -> None:
         self.setting = setting
         super().__init__(message)
 
 
-__all__ = ["AmpError", "SettingError"]
+class SettingTypeError(SettingError, TypeError):
+    """A setting given a value of a type it cannot take (a ``TypeError`` too, as before)."""
+
+
+class DataFormatError(AmpError, ValueError):
+    """Data that does not have the form its reader expects: a file's content (the message names the file and
+    line), or an instance, key or vocabulary built in Python (the message names it and its field)."""
+
+
+class DataTypeError(DataFormatError, TypeError):
+    """A field of an instance or key holding a value of the wrong type (a ``TypeError`` too, as before)."""
+
+
+class DataFileNotFoundError(DataFormatError, FileNotFoundError):
+    """A data file or directory that is not there; the message says what was looked for and where to get it."""
+
+
+class RunStateError(AmpError, RuntimeError):
+    """A request the run's state does not allow now: a checkpoint of a run still going, a change to a run that
+    has ended. The message says what state the run is in and what to do instead."""
+
+
+__all__ = [
+    "AmpError", "DataFileNotFoundError", "DataFormatError", "DataTypeError", "RunStateError", "SettingError",
+    "SettingTypeError",
+]  # fmt: skip

@@ -24,6 +24,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -91,15 +92,34 @@ def _runtime_threads() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if t.name.startswith(RUNTIME_THREAD_PREFIXES)}
 
 
+def native_threads() -> list[str]:
+    """The native engine's worker threads alive in this process, by name (``amp-native-<worker>``), read from
+    /proc: Python's ``threading`` does not list threads it did not start."""
+    names = []
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+        except OSError:  # the thread ended while we looked
+            continue
+        if name.startswith("amp-native"):
+            names.append(name)
+    return sorted(names)
+
+
 @pytest.fixture(autouse=True)
 def no_leaked_threads():
     before = _runtime_threads()
+    native_before = len(native_threads())
     yield
     deadline = time.monotonic() + LEAK_GRACE_S
     for t in _runtime_threads() - before:
         t.join(max(0.0, deadline - time.monotonic()))
     left = sorted(t.name for t in _runtime_threads() - before if t.is_alive())
     assert not left, f"the test left threads running: {left}; stop its runs (run.stop()) and close its dashboards"
+    while len(native_threads()) > native_before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    native_left = native_threads()
+    assert len(native_left) <= native_before, f"the test left native worker threads running: {native_left}"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

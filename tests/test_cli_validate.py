@@ -109,12 +109,13 @@ def test_invalid_input_prints_every_problem_and_exits_2(
 
 
 def test_schema_problems_are_all_listed(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
-    code, out = run_validate(str(files["schema.json"]), "--json", capsys=capsys)
-    report = json.loads(out.strip().splitlines()[-1])
+    code = main(["validate", str(files["schema.json"]), "--json"])
+    out, err = capsys.readouterr()
+    report = json.loads(out)  # stdout is the JSON object alone; the text went to stderr
     assert code == 2 and not report["valid"]
     (entry,) = report["files"]
     assert entry["step"] == "schema" and len(entry["problems"]) == 3
-    assert "3 problems:" in out
+    assert "3 problems:" in err
 
 
 def test_several_files_and_json_output(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:

@@ -73,7 +73,7 @@ def test_readme_starts_with_the_two_fresh_machine_commands() -> None:
     assert len(blocks) >= 2
     assert blocks[0] == "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/amp-notebook demo"
     assert blocks[1] == (
-        'python3 -m venv .venv && .venv/bin/pip install -e ".[dev,notebook]" && .venv/bin/python -m pytest'
+        'python3 -m venv .venv && .venv/bin/pip install -e ".[dev,notebook,docs]" && .venv/bin/python -m pytest'
     )
 
 

@@ -72,53 +72,92 @@ dash
 # %% [markdown]
 # ## Turn `max_active_keys` while it trains
 #
-# With few keys in flight the workers wait for each other; let more keys in and they overlap their work,
-# while gradients arrive computed with weights that have since been updated: their **staleness** (the
+# With few keys in flight the workers wait for each other; let more keys in and they can overlap their
+# work, while gradients arrive computed with weights that have since been updated: their **staleness** (the
 # node's version at backward minus its version at forward) grows. Watch the Gantt fill in and the
-# histograms spread as this cell runs; the numbers below are measured over a short window after each
-# change.
+# histograms spread as this cell runs.
 #
-# Staleness is not zero even with one key in flight here: this RNN's `step` node handles every time step
-# of a sequence, so it receives several gradients per key and, updating after each one, the later
-# gradients of a key were computed before the earlier ones were applied.
+# The cell measures each setting over short windows of the live run: three rounds, the settings
+# alternating (1, 8, then 8, 1, then 1, 8), because the load of a shared machine drifts; it prints every
+# round and the median. Staleness is not zero even with one key in flight here: this RNN's `step` node
+# handles every time step of a sequence, so it receives several gradients per key and, updating after each
+# one, the later gradients of a key were computed before the earlier ones were applied.
 
 
 # %%
-def measure(run: amp.Run, seconds: float = 2.0) -> dict[str, float]:
-    """Throughput and mean staleness over the next ``seconds`` of a live run (rows written meanwhile)."""
+def measure(run: amp.Run, seconds: float = 1.5) -> dict[str, float]:
+    """Training throughput, updates per second and mean staleness over the next ``seconds`` of a live run."""
     cursor = run.trace.since().cursor
     before = run.status
     time.sleep(seconds)
     after = run.status
     new = run.trace.since(cursor)
+    elapsed = after["elapsed_s"] - before["elapsed_s"]
     staleness = new.staleness["value"]
     return {
-        "instances/s": (after["train_instances_done"] - before["train_instances_done"])
-        / (after["elapsed_s"] - before["elapsed_s"]),
+        "instances/s": (after["train_instances_done"] - before["train_instances_done"]) / elapsed,
+        "updates/s": float(np.sum(new.events["phase"] == 2)) / elapsed,
         "mean staleness": float(np.mean(staleness)) if len(staleness) else 0.0,
     }
 
 
-rows = []
-for k in (1, 8):
-    run.set_max_active_keys(k)
-    time.sleep(0.3)  # let the pipeline fill (or drain) to the new limit
-    rows.append({"max_active_keys": k, **measure(run)})
-for r in rows:
-    print(f"max_active_keys={r['max_active_keys']:>2}: {r['instances/s']:8,.0f} instances/s, "
-          f"mean staleness {r['mean staleness']:.2f}")  # fmt: skip
+def interleaved(setter, values, rounds: int = 3) -> dict:
+    """Measure each value of a live knob in ``rounds`` rounds, alternating the order; value -> measurements."""
+    out = {v: [] for v in values}
+    for r in range(rounds):
+        for v in values if r % 2 == 0 else values[::-1]:
+            setter(v)
+            time.sleep(0.3)  # let the pipeline fill (or drain) to the new setting
+            out[v].append(measure(run))
+    return out
+
+
+def show(name: str, results: dict) -> None:
+    first = float(np.median([m["instances/s"] for m in next(iter(results.values()))]))
+    for v, ms in results.items():
+        rates = [m["instances/s"] for m in ms]
+        print(f"{name}={v:>2}: rounds {', '.join(f'{x:,.0f}' for x in rates)} instances/s, median "
+              f"{np.median(rates):,.0f} ({np.median(rates) / first:.2f}x); updates/s "
+              f"{np.median([m['updates/s'] for m in ms]):,.0f}; mean staleness "
+              f"{np.median([m['mean staleness'] for m in ms]):.2f}")
+
+
+by_keys = interleaved(run.set_max_active_keys, (1, 8))
+show("max_active_keys", by_keys)
 
 # %% [markdown]
-# Compare the two lines: staleness grows several-fold with the keys in flight. Throughput usually rises
-# too (tutorial 01 and `amp-notebook bench rnn-vs-torch` measure it over whole runs); over two seconds on
-# a shared two-core machine the difference can be small. `min_update_frequency` is the other knob: a node
-# that waits for more gradients updates less often, so each gradient is less stale, but the model learns
-# from older weights for longer. Try the slider in the dashboard, or:
+# Staleness grows several-fold with the keys in flight. What throughput can gain is bounded here: the two
+# workers are Python threads sharing one core (the GIL), so more keys in flight can only fill the time a
+# worker would otherwise wait for the other (tutorial 01 measures the same over whole runs). The rounds
+# show how much that was, and how much they scatter.
+#
+# `min_update_frequency` is the other knob: a node that waits for more gradients updates less often, so
+# each gradient is less stale, and every update skipped is an optimizer step not paid for: with 8 keys in
+# flight, compare an update after every gradient with an update after 20 (the same rounds):
 
 # %%
-run.set_min_update_frequency(None, 20)  # every parameterized node; or name one node
+run.set_max_active_keys(8)
+by_frequency = interleaved(lambda m: run.set_min_update_frequency(None, m), (1, 20))  # None: every node
+show("min_update_frequency", by_frequency)
 print(run.status["min_update_frequency"])
-print(measure(run, 1.5))
+
+# %% [markdown]
+# Fewer updates per second and less staleness, as the knob promises. On this runtime an optimizer step is
+# Python work on the same core as every message, so skipped updates can also show in throughput. Which of
+# the two knobs bought more throughput here? The medians, side by side:
+
+# %%
+def median_rate(results: dict, value: int) -> float:
+    return float(np.median([m["instances/s"] for m in results[value]]))
+
+
+print(f"8 keys in flight instead of 1: {median_rate(by_keys, 8) / median_rate(by_keys, 1):.2f}x the throughput; "
+      f"an update after 20 gradients instead of 1: "
+      f"{median_rate(by_frequency, 20) / median_rate(by_frequency, 1):.2f}x (medians of 3 rounds)")
+
+# %% [markdown]
+# What fewer updates cost is learning: fewer steps, from older weights; tutorials 02 and 06 show both
+# sides on the simulator, where every figure is exact. Try the sliders in the dashboard.
 
 # %% [markdown]
 # Pause holds new forward work (backward work in flight drains, so no gradient is lost) and resume goes on.
@@ -148,9 +187,11 @@ Dashboard.replay(path)
 # %% [markdown]
 # ## Synchronous vs asynchronous, one time axis
 #
-# Two short runs of the same graph and data: `sync` (one key at a time, update after each) and `amp`
-# (four keys in flight, local updates). Shown one above the other, sync's workers take turns while amp's
-# overlap: the paper's Fig. 1 (a) against (c), measured on this machine.
+# Two short runs of the same graph, data, optimizer and epoch, only the mode differs: `sync` (one key at a
+# time, every node updates after each) and `amp` (four keys in flight, local updates). Shown one above the
+# other on one time axis: the paper's Fig. 1 (a) against (c), measured on this machine. The sum of the two
+# workers' utilizations is how many workers were busy on average; work that overlaps raises it. Both runs
+# are short, so their throughputs are one round each, and noisy.
 
 # %%
 small = list_reduction_dataset(n_train=600, n_val=50, seed=1)
@@ -159,7 +200,8 @@ results = {
     for mode in ("sync", "amp")
 }
 for mode, r in results.items():
-    print(f"{mode:>4}: {r.train_instances_per_s:8,.0f} instances/s, staleness {r.staleness()}")
+    print(f"{mode:>4}: {r.train_instances_per_s:8,.0f} instances/s, workers busy on average "
+          f"{sum(r.utilization()):.2f}, mean staleness {r.staleness()['mean']:.2f}")
 Dashboard.compare(results["sync"], results["amp"], labels=("sync", "amp"))
 
 # %% [markdown]

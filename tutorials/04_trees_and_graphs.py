@@ -81,8 +81,10 @@ print("one loss per node:", len(reports), "==", key.fields["n_nodes"])
 # %% [markdown]
 # Train asynchronously: 2 workers, 4 trees in flight. `val_accuracy` counts every tree node; the root's
 # accuracy comes from `root_accuracy` (a numpy re-statement of the forward pass). In the paper the
-# embedding updates every 1000 gradients and the other nodes every 50 (the model's default); a short run
-# like this one learns faster with the run's frequency of 1.
+# embedding updates every 1000 gradients and the other nodes every 50 (the zoo model's default, which
+# `amp-notebook train --model tree-lstm` uses); the graph above was built with
+# `embed_update_frequency=None, update_frequency=None`, so here every node updates after each gradient
+# (the run's `min_update_frequency`, 1).
 
 # %%
 tree_result = amp.train(
@@ -102,20 +104,33 @@ print(f"{tree_result.train_instances_per_s:.0f} trees/s, staleness mean {stale['
 # many of the messages waiting for it (same port, same direction) and runs them as one call: one matrix
 # product over their stacked rows, split back so every message keeps its own state, cache entry, staleness
 # record and credit. The numbers are those of the messages one by one (to the rounding of a larger matrix
-# product). `order="largest_bundle"` lets each worker serve the node with the most messages waiting, so
-# bundles grow. Below, the same trees with and without bundling, side by side in the dashboard: a bundle is
-# one box, and hovering over it lists its keys.
+# product). `amp` runs bundle up to 16 messages by default; `max_bundle=1` turns bundling off.
+# `order="largest_bundle"` lets each worker serve the node with the most messages waiting, so bundles grow.
+#
+# Below, the same trees with bundling off and with bundles of up to 32, everything else equal: three
+# rounds each, interleaved, because thread timings on a shared machine drift (every round is printed),
+# then the last round's pair side by side in the dashboard: a bundle is one box, and hovering over it lists
+# its keys.
 
 # %%
+import numpy as np
+
 from amp_notebook.ui import Dashboard
 
-per_tree = {"workers": 2, "mode": "amp", "max_active_keys": 16, "optimizer": {"name": "adam", "lr": 0.02}, "epochs": 1}
-unbundled = amp.train(tree_graph, data, **per_tree)
-bundled = amp.train(tree_graph, data, max_bundle=32, order="largest_bundle", **per_tree)
-for label, r in (("max_bundle 1 ", unbundled), ("max_bundle 32", bundled)):
-    messages = r.trace.events()["messages"]
-    print(f"{label}: {r.train_instances_per_s:5.0f} trees/s, {messages.sum()} messages in {len(messages)} calls "
-          f"({messages.mean():.1f} per call), node accuracy {r.val_accuracy[-1]:.3f}")
+per_tree = {"workers": 2, "mode": "amp", "max_active_keys": 16, "optimizer": {"name": "adam", "lr": 0.02}, "epochs": 1,
+            "order": "largest_bundle"}  # fmt: skip
+settings = {"max_bundle 1 ": 1, "max_bundle 32": 32}
+runs = {label: [] for label in settings}
+for r in range(3):
+    for label in list(settings) if r % 2 == 0 else list(settings)[::-1]:
+        runs[label].append(amp.train(tree_graph, data, max_bundle=settings[label], **per_tree))
+for label, results in runs.items():
+    messages = results[-1].trace.events()["messages"]
+    rates = [x.train_instances_per_s for x in results]
+    print(f"{label}: rounds {', '.join(f'{x:.0f}' for x in rates)} trees/s (median {np.median(rates):.0f}); "
+          f"{messages.sum()} messages in {len(messages)} calls ({messages.mean():.1f} per call); node accuracy "
+          f"{', '.join(f'{x.val_accuracy[-1]:.3f}' for x in results)}")
+unbundled, bundled = runs["max_bundle 1 "][-1], runs["max_bundle 32"][-1]
 Dashboard.compare(unbundled, bundled, labels=("max_bundle 1", "max_bundle 32"))
 
 # %% [markdown]
@@ -188,15 +203,12 @@ print(f"{graph_result.train_instances_per_s:.0f} graphs/s, staleness mean {stale
 # %% [markdown]
 # ## Who worked when
 #
-# The Gantt chart of the worker threads (forward, backward, update slices). With several keys in flight,
-# both workers stay busy even though each tree or graph is a chain of small dependent steps.
+# The Gantt chart of the worker threads (forward, backward, update slices) of the GG-NN run, and how busy
+# each worker was: with several keys in flight, a worker can take another graph's message while one
+# graph's next step waits on the other worker.
 
 # %%
-try:
-    from amp_notebook.ui.report import gantt_figure
+from amp_notebook.ui.report import gantt_figure
 
-    fig = gantt_figure(graph_result.trace)
-    fig.show()
-except ImportError:  # plotly missing: a text summary instead
-    print("utilization per worker:", [f"{u:.0%}" for u in graph_result.utilization()])
+gantt_figure(graph_result.trace).show()
 print("utilization per worker:", [f"{u:.0%}" for u in graph_result.utilization()])

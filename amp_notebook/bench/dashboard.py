@@ -55,7 +55,7 @@ def run(repeats: int = 9, n_train: int = 60_000, quick: bool = False) -> dict[st
 
     def rate(with_dashboard: bool) -> float:
         r = train(g, data, workers=2, mode="amp", max_active_keys=4, validate=False, background=True,
-                  optimizer={"name": "adam", "lr": 1e-3})  # fmt: skip
+                  optimizer={"name": "adam", "lr": 1e-3}, max_bundle=1)  # fmt: skip
         dash = _Serializing(r, rate_hz=RATE_HZ) if with_dashboard else None
         result = r.wait()
         if dash is not None:

@@ -79,6 +79,7 @@ from amp_notebook.data.graphs import (
     ggsnn_dataset,
 )
 from amp_notebook.data.molecules import BOND_TYPES, ELEMENTS, molecule_graphs
+from amp_notebook.errors import SettingError
 
 HIDDEN, STEPS = 32, 4
 OPTIMIZER: dict[str, Any] = {"name": "adam", "lr": 3e-3}
@@ -129,7 +130,7 @@ def torch_optimizer(model: Any, spec: dict[str, Any]) -> tuple[Any, float]:
 
     settings = {k: v for k, v in spec.items() if k != "name"}
     if spec.get("name") != "adam" or settings.get("clip_norm") is not None:
-        raise ValueError(f"torch side: mirrors Adam without clip_norm only, got {spec!r}")
+        raise SettingError("optimizer", f"torch side: mirrors Adam without clip_norm only, got {spec!r}")
     ours = Adam(**settings)  # validates the settings as our runtime would
     opt = torch.optim.Adam(model.parameters(), lr=ours.lr, betas=(ours.beta1, ours.beta2), eps=ours.eps)
     return opt, ours.lr_decay
@@ -146,7 +147,7 @@ def task_spec(task: str) -> dict[str, Any]:
         return {"types": 4, "width": BABI15_FEATURE_WIDTH, "kind": "node_selection", "outputs": 1}
     if task == "molecules":
         return {"types": len(BOND_TYPES), "width": len(ELEMENTS), "kind": "regression", "outputs": 1}
-    raise ValueError(f"task: expected 'babi15' or 'molecules', got {task!r}")
+    raise SettingError("task", f"task: expected 'babi15' or 'molecules', got {task!r}")
 
 
 def make_graphs(task: str, n_train: int, n_val: int, seed: int, inflate_to: int) -> tuple[list[GraphInstance], ...]:

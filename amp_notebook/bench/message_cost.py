@@ -85,9 +85,11 @@ def run(quick: bool = False, repeats: int = 3, n_trees: int = 400, n_graphs: int
         for name, bundled in order if i % 2 == 0 else order[::-1]:
             graph, data, settings = cases[name]
             try:
-                figures = cost(graph, data, {**settings, **(bundling if bundled else {})})
-            except TypeError:  # a commit before bundling existed: no max_bundle, no order
-                continue
+                figures = cost(graph, data, {**settings, **(bundling if bundled else {"max_bundle": 1})})
+            except TypeError:  # a commit before bundling existed: no max_bundle, no order (and no bundles)
+                if bundled:
+                    continue
+                figures = cost(graph, data, settings)
             runs[f"{name}{'_bundled' if bundled else ''}"].append(figures)
     result: dict[str, Any] = {}
     rows: list[tuple[str, Any]] = []

@@ -25,13 +25,13 @@ def run(repeats: int = 7, n_train: int = 10_000, quick: bool = False) -> dict[st
     rnn_graph, mlp_graph = rnn(), mlp(input_width=64, hidden=784)
 
     def rnn_rate(policy: str) -> float:
-        r = train(rnn_graph, lists, workers=2, mode="amp", max_active_keys=4, min_update_frequency=10,
+        r = train(rnn_graph, lists, workers=2, mode="amp", max_active_keys=4, min_update_frequency=10, max_bundle=1,
                   validate=False, optimizer={"name": "adam", "lr": 1e-3}, on_nonfinite=policy)  # fmt: skip
         return r.train_instances_per_s
 
     def mlp_rate(policy: str) -> float:
         r = train(mlp_graph, digits, workers=2, mode="amp", max_active_keys=4, epochs=3 if quick else 10,
-                  validate=False, optimizer={"name": "sgd", "lr": 0.05}, on_nonfinite=policy)  # fmt: skip
+                  validate=False, optimizer={"name": "sgd", "lr": 0.05}, on_nonfinite=policy, max_bundle=1)  # fmt: skip
         return r.train_instances_per_s
 
     med = interleaved_medians(

@@ -31,7 +31,9 @@ def run(repeats: int = 5, keys: int = 2000, workers: int = 2, quick: bool = Fals
     data = constant_dataset(keys, 1)
 
     def once() -> float:
-        r = train(g, data, workers=workers, mode="amp", max_active_keys=16, validate=False, dtype="float64")
+        # max_bundle 1: one message per call, so this is the cost of a message (bench bundling measures bundles)
+        settings = {"mode": "amp", "max_active_keys": 16, "validate": False, "dtype": "float64", "max_bundle": 1}
+        r = train(g, data, workers=workers, **settings)
         return r.wall_s / len(r.trace.events()["end"]) * 1e6
 
     us, values = median_of(repeats, once)

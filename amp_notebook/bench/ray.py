@@ -81,7 +81,7 @@ def run(repeats: int = 3, quick: bool = False) -> dict[str, Any]:
     def us_per_message(backend: str) -> float:
         data = constant_dataset(chain_keys[backend], 1)
         r = timed(backend, graph=g, dataset=data, workers=2, mode="amp", max_active_keys=16, validate=False,
-                  dtype="float64")  # fmt: skip
+                  dtype="float64", max_bundle=1)  # fmt: skip  # one message per call: the cost of a hop
         return r.wall_s / len(r.trace.events()["end"]) * 1e6
 
     hop = interleaved_medians(repeats, {b: (lambda b=b: us_per_message(b)) for b in ("threads", "ray")})

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from amp_notebook.errors import SettingError
+
 BENCHMARKS: dict[str, str] = {
     "overhead": "amp_notebook.bench.overhead",
     "speedup": "amp_notebook.bench.speedup",
@@ -24,6 +26,6 @@ BENCHMARKS: dict[str, str] = {
 
 def run_benchmark(name: str, quick: bool = False) -> dict[str, Any]:
     if name not in BENCHMARKS:
-        raise ValueError(f"unknown benchmark {name!r}; choose one of {sorted(BENCHMARKS)}")
+        raise SettingError("benchmark", f"unknown benchmark {name!r}; choose one of {sorted(BENCHMARKS)}")
     module = importlib.import_module(BENCHMARKS[name])
     return module.run(quick=quick)

@@ -23,7 +23,8 @@ from amp_notebook.runtime.train import train
 
 HIDDEN, EMBED, VOCAB, CLASSES = 128, 64, 14, 10
 SETTINGS: dict[str, Any] = {"mode": "amp", "workers": 2, "max_active_keys": 4, "min_update_frequency": 10,
-                            "optimizer": {"name": "adam", "lr": 3e-3, "clip_norm": 5.0, "lr_decay": 0.85}}  # fmt: skip
+                            "optimizer": {"name": "adam", "lr": 3e-3, "clip_norm": 5.0, "lr_decay": 0.85},
+                            "max_bundle": 1}  # fmt: skip  # as the README's figures were measured
 
 
 def ours(data: Any, target: float, max_epochs: int, seed: int) -> dict[str, Any]:

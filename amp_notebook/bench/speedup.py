@@ -74,7 +74,7 @@ def run(repeats: int = 7, copies: int = 4, quick: bool = False) -> dict[str, Any
     def rate(mode: str, placement: str, priority: str) -> float:
         r = train(
             g, data, workers=2, mode=mode, max_active_keys=4, validate=False, optimizer={"name": "sgd", "lr": 0.05},
-            placement=placement, priority=priority,
+            placement=placement, priority=priority, max_bundle=1,  # asynchrony alone (bench bundling: bundles)
         )  # fmt: skip
         assert isinstance(r, TrainResult)
         if r.auto_placement is not None:

@@ -28,14 +28,14 @@ def run(repeats: int = 7, n_train: int = 10_000, quick: bool = False) -> dict[st
 
     def rate(tracing: bool) -> float:
         r = train(g, data, workers=2, mode="amp", max_active_keys=4, validate=False, trace=tracing,
-                  optimizer={"name": "adam", "lr": 1e-3})  # fmt: skip
+                  optimizer={"name": "adam", "lr": 1e-3}, max_bundle=1)  # fmt: skip
         return r.train_instances_per_s
 
     chain_graph, chain_data = chain(), constant_dataset(300 if quick else 2000, 1)
 
     def chain_run(tracing: bool) -> Any:
         return train(chain_graph, chain_data, workers=2, mode="amp", max_active_keys=16, validate=False,
-                     dtype="float64", trace=tracing)  # fmt: skip
+                     dtype="float64", trace=tracing, max_bundle=1)  # fmt: skip
 
     # messages handled per run, counted once from a traced run (update rows are not messages)
     phases = chain_run(True).trace.events()["phase"]

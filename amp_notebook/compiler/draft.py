@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from amp_notebook.ir import ops as O
+from amp_notebook.ir.analysis import upstream
 from amp_notebook.ir.graph import Edge, Graph, GraphError, Node, Ref
 from amp_notebook.ir.ops.base import Op, OpError
 
@@ -113,14 +114,7 @@ class DraftGraph(Graph):
             self.info[(node.name, port)] = (widths.get(port), dtype, frozenset(fields))
 
     def rename(self, old: str, new: str) -> None:
-        if new in self.nodes:
-            raise GraphError(f"rename {old!r}: the name {new!r} is taken")
-        self.nodes = {(new if k == old else k): v for k, v in self.nodes.items()}
-        self.nodes[new].name = new
-        self.edges = [
-            Edge(new if e.src == old else e.src, e.src_port, new if e.dst == old else e.dst, e.dst_port)
-            for e in self.edges
-        ]
+        super().rename(old, new)
         self.info = {((new if n == old else n), p): v for (n, p), v in self.info.items()}
 
     def fresh(self, stem: str, taken: Mapping[str, Any] | None = None) -> str:
@@ -143,17 +137,7 @@ def finalize(draft: DraftGraph) -> Graph:
 
 def live_nodes(graph: Graph) -> set[str]:
     """Nodes from which a training loss can be reached (the losses included)."""
-    producers: dict[str, list[str]] = {}
-    for e in graph.edges:
-        producers.setdefault(e.dst, []).append(e.src)
-    live = {name for name, node in graph.nodes.items() if node.kind in O.TRAINING_LOSSES}
-    todo = list(live)
-    while todo:
-        for src in producers.get(todo.pop(), ()):
-            if src not in live:
-                live.add(src)
-                todo.append(src)
-    return live
+    return upstream(graph, [name for name, node in graph.nodes.items() if node.kind in O.TRAINING_LOSSES])
 
 
 def _share(draft: DraftGraph, parameter: str, sites: list[str]) -> None:

@@ -58,6 +58,8 @@ POS = "pos"
 
 @dataclass
 class Recursion:
+    """The recursive ``def node(t)`` being translated: its tree input, and what its calls on the children gave."""
+
     function: LocalFunction
     tree: TreeInput
     children: Tensor | None = None  # the Collect's output: [result of the left child; of the right child]

@@ -44,10 +44,6 @@ def is_constant(value: Any, depth: int = 0) -> bool:
     return False
 
 
-def describe_type(value: Any) -> str:
-    return type(value).__name__
-
-
 @dataclass
 class Source:
     """A model function's source, parsed, with where it lives and how to look up the names it reads."""

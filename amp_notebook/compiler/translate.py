@@ -83,6 +83,12 @@ class Return(Exception):  # noqa: N818 - control flow of the translator, not an 
 
 
 class Translator(Expressions):
+    """The translation of one model function into a draft graph: one walk over its AST (module docstring).
+
+    Owns the draft graph being built, the scope (a compile-time value for every Python name), the loops and
+    the recursion being translated, and the state fields taken so far. It never runs the user's code: it reads
+    the source only, and the names the function reads are looked up as values, never called."""
+
     def __init__(self, source: Source) -> None:
         self.source = source
         self.g = DraftGraph(source.name)

@@ -24,6 +24,8 @@ from amp_notebook.ir.graph import Ref
 
 @dataclass(frozen=True)
 class Tensor:
+    """A payload stream at compile time: the output port that carries it, its width, dtype and state fields."""
+
     ref: Ref
     width: int | None
     dtype: str  # "float" or "int"
@@ -89,11 +91,15 @@ class ChildResult:
 
 @dataclass(frozen=True)
 class Loss:
+    """What a loss call gave at compile time: the name of the loss node (a loss has no outputs)."""
+
     name: str
 
 
 @dataclass(frozen=True)
 class Undefined:
+    """A name with no value here (assigned on one side of an ``if`` only, say); ``reason`` says why."""
+
     reason: str
 
 
@@ -103,22 +109,6 @@ class LocalFunction:
 
     node: ast.FunctionDef
     scope: Any  # the Scope the def ran in: its free names are read there when it is called
-
-
-@dataclass(frozen=True)
-class Unrolled:
-    """``nn.unroll(...)``: the constants a compile-time loop walks."""
-
-    items: tuple[Any, ...]
-
-
-@dataclass(frozen=True)
-class RangeLoop:
-    """``range(start, stop, step)`` in a ``for`` header whose bounds are state values: a loop in the graph."""
-
-    start: Any
-    stop: Any
-    step: int
 
 
 @dataclass(frozen=True)

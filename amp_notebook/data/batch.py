@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from amp_notebook.errors import DataFormatError, DataTypeError, SettingError
+
 
 @dataclass(frozen=True)
 class Batch:
@@ -26,15 +28,23 @@ class Batch:
 
     def __post_init__(self) -> None:
         if self.size <= 0:
-            raise ValueError(f"Batch.size: expected a positive instance count, got {self.size}")
+            raise DataFormatError(f"Batch.size: expected a positive instance count, got {self.size}")
         for name, value in self.fields.items():
             if name == "key":
-                raise ValueError("Batch.fields: 'key' is reserved for the key id the controller assigns")
+                raise DataFormatError(
+                    "Batch.fields: 'key' is reserved for the key id the controller assigns; name the field otherwise"
+                )
             if not isinstance(value, (int, np.integer)):
-                raise TypeError(
+                raise DataTypeError(
                     f"Batch.fields[{name!r}]: expected an int (state fields are small hashable values), "
                     f"got {type(value).__name__}"
                 )
+
+
+def check_count(name: str, value: object, minimum: int) -> None:
+    """Refuse a count argument of a data builder (``n_train``, ``bucket_size``, ...) that is no int >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise SettingError(name, f"{name}: expected an integer >= {minimum}, got {value!r}")
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from amp_notebook.data.batch import Batch, Dataset
+from amp_notebook.data.batch import Batch, Dataset, check_count
+from amp_notebook.errors import DataFormatError, SettingError
 
 DIGITS_WIDTH = 64
 DIGITS_MAX_PIXEL = 16.0
@@ -12,10 +13,9 @@ DIGITS_MAX_PIXEL = 16.0
 
 def batches_from_arrays(x: np.ndarray, target: np.ndarray, batch_size: int) -> list[Batch]:
     """Cut `x` (N, D) and `target` (N,) into keys of `batch_size` instances (the last may be smaller)."""
-    if batch_size <= 0:
-        raise ValueError(f"batch_size: expected a positive integer, got {batch_size}")
+    check_count("batch_size", batch_size, 1)
     if x.shape[0] != target.shape[0]:
-        raise ValueError(
+        raise DataFormatError(
             f"x/target: expected the same number of instances, got {x.shape[0]} inputs and {target.shape[0]} targets"
         )
     out: list[Batch] = []
@@ -33,7 +33,7 @@ def load_digits_dataset(batch_size: int = 100, val_fraction: float = 0.2, seed: 
     split.
     """
     if not 0.0 <= val_fraction < 1.0:
-        raise ValueError(f"val_fraction: expected a value in [0, 1), got {val_fraction}")
+        raise SettingError("val_fraction", f"val_fraction: expected a value in [0, 1), got {val_fraction}")
     from sklearn.datasets import load_digits
 
     bunch = load_digits()

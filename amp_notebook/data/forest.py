@@ -22,7 +22,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from amp_notebook.data.batch import Batch, Dataset
+from amp_notebook.data.batch import Batch, Dataset, check_count
+from amp_notebook.errors import SettingError
 
 
 def _heights(positions: np.ndarray, is_leaf: np.ndarray) -> np.ndarray:
@@ -39,7 +40,7 @@ def forest_batch(trees: Sequence[Batch]) -> Batch:
     """Several tree keys (as ``tree_batch`` builds them: ``positions`` in post-order, ``is_leaf``,
     ``leaf_words``, ``labels``) as ONE key in the layout of the module docstring; size = number of trees."""
     if not trees:
-        raise ValueError("forest_batch: expected at least one tree, got none")
+        raise SettingError("trees", "forest_batch: expected at least one tree, got none")
     words: list[np.ndarray] = []
     branch_lines: list[tuple[int, int, int, int]] = []
     leaf_count = sum(int(t.inputs["is_leaf"].sum()) for t in trees)
@@ -89,9 +90,8 @@ def forest_dataset(trees: Dataset, trees_per_key: int, val_trees_per_key: int | 
     (default: the same; validation runs forward only, so its bucket size changes no update); same meta,
     plus ``trees_per_key``."""
     val_size = trees_per_key if val_trees_per_key is None else val_trees_per_key
-    for what, value in (("trees_per_key", trees_per_key), ("val_trees_per_key", val_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{what}: expected an int >= 1, got {value!r}")
+    check_count("trees_per_key", trees_per_key, 1)
+    check_count("val_trees_per_key", val_size, 1)
 
     def buckets(keys: list[Batch], size: int) -> list[Batch]:
         return [forest_batch(keys[i : i + size]) for i in range(0, len(keys), size)]

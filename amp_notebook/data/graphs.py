@@ -32,7 +32,8 @@ from typing import Literal
 
 import numpy as np
 
-from amp_notebook.data.batch import Batch, Dataset
+from amp_notebook.data.batch import Batch, Dataset, check_count
+from amp_notebook.errors import DataFormatError, SettingError
 
 Task = Literal["classification", "regression", "node_selection"]
 TASKS: tuple[str, ...] = ("classification", "regression", "node_selection")
@@ -69,38 +70,39 @@ class GraphInstance:
         index: int | None = None,
         split: str | None = None,
     ) -> None:
-        """Raise `ValueError` (naming the instance `index`) unless shapes, edges and target are consistent."""
+        """Raise `DataFormatError` (a `ValueError`, naming the instance `index`) unless shapes, edges and target
+        are consistent."""
         where = "graph instance" + (f" {index}" if index is not None else "") + (f" ({split})" if split else "")
         n = self.num_nodes
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n <= 0:
-            raise ValueError(
+            raise DataFormatError(
                 f"{where}: empty graph: expected num_nodes >= 1, found {n!r}; drop the instance or add its nodes"
             )
         feats = self.node_features
         if feats.ndim != 2 or feats.shape[0] != n:
-            raise ValueError(f"{where}: expected node_features of shape ({n}, F), found {feats.shape}")
+            raise DataFormatError(f"{where}: expected node_features of shape ({n}, F), found {feats.shape}")
         if not np.all(np.isfinite(feats)):
-            raise ValueError(f"{where}: expected finite node_features, found NaN or inf")
+            raise DataFormatError(f"{where}: expected finite node_features, found NaN or inf")
         if self.edges.ndim != 2 or self.edges.shape[1] != 2 or not np.issubdtype(self.edges.dtype, np.integer):
-            raise ValueError(
+            raise DataFormatError(
                 f"{where}: expected integer edges of shape (E, 2), found {self.edges.dtype} {self.edges.shape}"
             )
         if self.edge_types.shape != (self.edges.shape[0],) or not np.issubdtype(self.edge_types.dtype, np.integer):
-            raise ValueError(
+            raise DataFormatError(
                 f"{where}: expected integer edge_types of shape ({self.edges.shape[0]},) (one per edge), "
                 f"found {self.edge_types.dtype} {self.edge_types.shape}"
             )
         bad = np.flatnonzero(np.any((self.edges < 0) | (self.edges >= n), axis=1))
         if bad.size:
             e = int(bad[0])
-            raise ValueError(
+            raise DataFormatError(
                 f"{where}: edge {e} = {self.edges[e].tolist()} has an endpoint out of range: expected node "
                 f"indices in 0..{n - 1}; fix the edge list or num_nodes"
             )
         bad = np.flatnonzero((self.edge_types < 0) | (self.edge_types >= n_edge_types))
         if bad.size:
             e = int(bad[0])
-            raise ValueError(
+            raise DataFormatError(
                 f"{where}: edge {e} has unknown edge type {int(self.edge_types[e])}: expected 0..{n_edge_types - 1} "
                 f"(n_edge_types={n_edge_types}); raise n_edge_types or fix the edge types"
             )
@@ -111,24 +113,26 @@ class GraphInstance:
         is_int = isinstance(t, (int, np.integer)) and not isinstance(t, bool)
         if task == "regression":
             if not isinstance(t, (int, float, np.integer, np.floating)) or not np.isfinite(t):
-                raise ValueError(f"{where}: expected a finite float regression target, found {t!r}")
+                raise DataFormatError(f"{where}: expected a finite float regression target, found {t!r}")
         elif task == "classification":
             if num_classes is None:
-                raise ValueError(f"{where}: task 'classification' needs num_classes to check the label")
+                raise SettingError(
+                    "num_classes", f"{where}: task 'classification' needs num_classes to check the label"
+                )
             if not is_int or not 0 <= t < num_classes:
-                raise ValueError(
+                raise DataFormatError(
                     f"{where}: label out of range: expected a class id in 0..{num_classes - 1}, found {t!r}"
                 )
         elif task == "node_selection":
             if not is_int or not 0 <= t < n:
-                raise ValueError(
+                raise DataFormatError(
                     f"{where}: label out of range: expected a target node index in 0..{n - 1}, found {t!r}"
                 )
         else:
-            raise ValueError(f"task: expected one of {TASKS}, got {task!r}")
+            raise SettingError("task", f"task: expected one of {TASKS}, got {task!r}")
         q = self.question
         if q is not None and (isinstance(q, bool) or not isinstance(q, (int, np.integer)) or not 0 <= q < n):
-            raise ValueError(f"{where}: expected the question node index in 0..{n - 1}, found {q!r}")
+            raise DataFormatError(f"{where}: expected the question node index in 0..{n - 1}, found {q!r}")
 
 
 def graph_batch(instance: GraphInstance, task: str) -> Batch:
@@ -167,9 +171,9 @@ def ggsnn_bucket(instances: Sequence[GraphInstance], n_edge_types: int, steps: i
     index plus `offset_k`), or (K, 1) float64 for regression. Size K; fields `n_nodes`, `n_edges` (totals).
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps: expected an int >= 1 (propagation steps), got {steps!r}")
+        raise SettingError("steps", f"steps: expected an int >= 1 (propagation steps), got {steps!r}")
     if not instances:
-        raise ValueError("ggsnn_bucket: expected at least one graph, got none")
+        raise SettingError("instances", "ggsnn_bucket: expected at least one graph, got none")
     sizes = [g.num_nodes for g in instances]
     offsets = np.cumsum([0, *sizes[:-1]])
     edges = np.concatenate([g.edges.astype(np.int64) + off for g, off in zip(instances, offsets, strict=True)])
@@ -209,9 +213,9 @@ def ggsnn_dataset(
     """As `graph_dataset` (same checks and meta, plus `steps`), with keys built by `ggsnn_bucket`: consecutive
     runs of `graphs_per_key` graphs (the last key may hold fewer); validation keys of `val_graphs_per_key`
     (default: the same; validation runs forward only, so its bucket size changes no update)."""
-    _check_count("graphs_per_key", graphs_per_key, 1)
+    check_count("graphs_per_key", graphs_per_key, 1)
     val_size = graphs_per_key if val_graphs_per_key is None else val_graphs_per_key
-    _check_count("val_graphs_per_key", val_size, 1)
+    check_count("val_graphs_per_key", val_size, 1)
     checked = graph_dataset(
         instances, n_edge_types, task, val_instances=val_instances, num_classes=num_classes, name=name
     )
@@ -243,23 +247,25 @@ def graph_dataset(
     none may have a question node. Meta: `n_edge_types`, `feature_width`, `task`, `num_classes`.
     """
     if task not in TASKS:
-        raise ValueError(f"task: expected one of {TASKS}, got {task!r}")
+        raise SettingError("task", f"task: expected one of {TASKS}, got {task!r}")
     if task == "classification" and num_classes is None:
-        raise ValueError("num_classes: required for task='classification' (labels are checked against it)")
+        raise SettingError(
+            "num_classes", "num_classes: required for task='classification' (labels are checked against it)"
+        )
     if not instances:
-        raise ValueError("instances: expected at least one training graph, got none")
+        raise SettingError("instances", "instances: expected at least one training graph, got none")
     width = instances[0].node_features.shape[1] if instances[0].node_features.ndim == 2 else -1
     has_question = instances[0].question is not None
     for split, group in (("train", instances), ("val", val_instances)):
         for i, inst in enumerate(group):
             inst.validate(n_edge_types, task, num_classes, index=i, split=split)
             if inst.feature_width != width:
-                raise ValueError(
+                raise DataFormatError(
                     f"graph instance {i} ({split}): expected node_features width {width} (that of training "
                     f"instance 0), found {inst.feature_width}; use one feature encoding for the whole dataset"
                 )
             if (inst.question is not None) != has_question:
-                raise ValueError(
+                raise DataFormatError(
                     f"graph instance {i} ({split}): expected {'a' if has_question else 'no'} question node "
                     "(as training instance 0), found the opposite; give all instances a question or none"
                 )
@@ -270,11 +276,6 @@ def graph_dataset(
         num_classes=num_classes if task == "classification" else None,
         meta={"n_edge_types": n_edge_types, "feature_width": width, "task": task, "num_classes": num_classes},
     )
-
-
-def _check_count(name: str, value: int, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name}: expected an integer >= {minimum}, got {value!r}")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -299,10 +300,10 @@ def babi15_answer(facts: Sequence[Fact], who: str) -> str:
     """The answer to "What is `who` afraid of?", checking that exactly one chain of facts gives it."""
     kinds = [obj for subj, rel, obj in facts if subj == who and rel == "is_a"]
     if len(kinds) != 1:
-        raise ValueError(f"babi15: expected exactly one 'is_a' fact about {who!r}, found {kinds}")
+        raise DataFormatError(f"babi15: expected exactly one 'is_a' fact about {who!r}, found {kinds}")
     fears = [obj for subj, rel, obj in facts if subj == kinds[0] and rel == "afraid_of"]
     if len(fears) != 1:
-        raise ValueError(f"babi15: expected exactly one 'afraid_of' fact about {kinds[0]!r}, found {fears}")
+        raise DataFormatError(f"babi15: expected exactly one 'afraid_of' fact about {kinds[0]!r}, found {fears}")
     return fears[0]
 
 
@@ -367,9 +368,9 @@ def babi15_graphs(n: int, seed: int = 0, inflate_to: int = 54, task: Task = "nod
     (width `BABI15_FEATURE_WIDTH`): question marker, is-individual, is-type, one-hot type name. Edge types:
     `BABI15_EDGE_TYPES`. Meta: node names, facts (subject, relation, object), question text and answer.
     """
-    _check_count("n", n, 0)
-    _check_count("inflate_to", inflate_to, 3)
+    check_count("n", n, 0)
+    check_count("inflate_to", inflate_to, 3)
     if task not in ("node_selection", "classification"):
-        raise ValueError(f"task: expected 'node_selection' or 'classification', got {task!r}")
+        raise SettingError("task", f"task: expected 'node_selection' or 'classification', got {task!r}")
     rng = np.random.default_rng(seed)
     return [_babi15_instance(rng, inflate_to, task) for _ in range(n)]

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from amp_notebook.data.batch import Batch, Dataset
+from amp_notebook.data.batch import Batch, Dataset, check_count
+from amp_notebook.errors import DataFormatError
 
 NUM_OPS = 4
 DIGIT_OFFSET = NUM_OPS
@@ -35,11 +36,6 @@ class _Instances:
     tokens: np.ndarray
     lengths: np.ndarray
     labels: np.ndarray
-
-
-def _check(name: str, value: int, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name}: expected an integer >= {minimum}, got {value!r}")
 
 
 def _labels(ops: np.ndarray, digits: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -75,7 +71,7 @@ def label_sequences(sequences: Sequence[np.ndarray]) -> np.ndarray:
             or np.any(seq[1:] < DIGIT_OFFSET)
             or np.any(seq[1:] >= VOCAB_SIZE)
         ):
-            raise ValueError(
+            raise DataFormatError(
                 f"sequences[{i}]: expected a 1-D sequence [op in 0..{NUM_OPS - 1}, then >= 1 digit tokens in "
                 f"{DIGIT_OFFSET}..{VOCAB_SIZE - 1}], got {seq.tolist()}"
             )
@@ -101,8 +97,8 @@ def _generate(n: int, max_len: int, rng: np.random.Generator) -> _Instances:
 
 def generate_list_reduction(n: int, max_len: int = 10, seed: int = 0) -> tuple[list[np.ndarray], np.ndarray]:
     """`n` random instances: token sequences (int64, lengths 2..max_len) and int64 labels (n,)."""
-    _check("n", n, 0)
-    _check("max_len", max_len, 2)
+    check_count("n", n, 0)
+    check_count("max_len", max_len, 2)
     inst = _generate(n, max_len, np.random.default_rng(seed))
     sequences = [row[:length] for row, length in zip(inst.tokens, inst.lengths.tolist(), strict=True)]
     return sequences, inst.labels
@@ -139,10 +135,10 @@ def list_reduction_dataset(
     `length`. Train and validation come from independent streams derived from `seed`; key order is shuffled
     (also from `seed`) so that consecutive keys have mixed lengths.
     """
-    _check("n_train", n_train, 1)
-    _check("n_val", n_val, 0)
-    _check("bucket_size", bucket_size, 1)
-    _check("max_len", max_len, 2)
+    check_count("n_train", n_train, 1)
+    check_count("n_val", n_val, 0)
+    check_count("bucket_size", bucket_size, 1)
+    check_count("max_len", max_len, 2)
     train_seq, val_seq, order_seq = np.random.SeedSequence(seed).spawn(3)
     order_rng = np.random.default_rng(order_seq)
     train = _generate(n_train, max_len, np.random.default_rng(train_seq))

@@ -9,6 +9,7 @@ import numpy as np
 
 from amp_notebook.data.batch import Dataset
 from amp_notebook.data.digits import batches_from_arrays
+from amp_notebook.errors import DataFileNotFoundError, DataFormatError, SettingError
 
 # IDX type byte -> big-endian numpy dtype.
 IDX_DTYPES: dict[int, np.dtype] = {
@@ -34,7 +35,7 @@ def _read_bytes(path: Path) -> bytes:
         try:
             return gzip.decompress(path.read_bytes())
         except (OSError, EOFError) as exc:
-            raise ValueError(
+            raise DataFormatError(
                 f"{path}: expected a gzip-compressed IDX file, but decompression failed ({exc}); "
                 "re-download the file or pass the uncompressed version"
             ) from exc
@@ -50,18 +51,20 @@ def read_idx(path: str | Path) -> np.ndarray:
     path = Path(path)
     raw = _read_bytes(path)
     if len(raw) < 4:
-        raise ValueError(f"{path}: truncated IDX file: expected at least a 4-byte magic number, found {len(raw)} bytes")
+        raise DataFormatError(
+            f"{path}: truncated IDX file: expected at least a 4-byte magic number, found {len(raw)} bytes"
+        )
     zero, type_code, ndim = int.from_bytes(raw[0:2], "big"), raw[2], raw[3]
     if zero != 0 or type_code not in IDX_DTYPES:
         known = ", ".join(f"0x{c:02X}" for c in IDX_DTYPES)
-        raise ValueError(
+        raise DataFormatError(
             f"{path}: bad IDX magic number 0x{int.from_bytes(raw[0:4], 'big'):08X}: expected 0x0000TTNN "
             f"with type byte TT in {{{known}}} (e.g. 0x00000803 for images, 0x00000801 for labels); "
             "is this really an IDX file (and not, say, an HTML error page)?"
         )
     header_len = 4 + 4 * ndim
     if len(raw) < header_len:
-        raise ValueError(
+        raise DataFormatError(
             f"{path}: truncated IDX header: expected {header_len} bytes for {ndim} dimensions, found {len(raw)} bytes"
         )
     shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
@@ -70,7 +73,7 @@ def read_idx(path: str | Path) -> np.ndarray:
     found = len(raw) - header_len
     if found != expected:
         kind = "truncated IDX data" if found < expected else "IDX size mismatch"
-        raise ValueError(
+        raise DataFormatError(
             f"{path}: {kind}: header declares shape {shape} of {dtype.name} ({expected} data bytes), "
             f"found {found} data bytes; the file is incomplete or corrupt, re-download it"
         )
@@ -84,7 +87,7 @@ def _find(directory: Path, stem: str) -> Path:
         if candidate.is_file():
             return candidate
     looked = ", ".join(str(c) for c in candidates)
-    raise FileNotFoundError(
+    raise DataFileNotFoundError(
         f"MNIST file {stem!r} not found: looked for {looked}; download the four MNIST IDX files "
         f"({', '.join(MNIST_FILES.values())}, plain or .gz) into {directory}"
     )
@@ -96,11 +99,11 @@ def _load_split(
     images_path, labels_path = _find(directory, images_stem), _find(directory, labels_stem)
     images, labels = read_idx(images_path), read_idx(labels_path)
     if images.ndim != 3 or images.shape[1:] != (28, 28):
-        raise ValueError(f"{images_path}: expected images of shape (N, 28, 28), found {images.shape}")
+        raise DataFormatError(f"{images_path}: expected images of shape (N, 28, 28), found {images.shape}")
     if labels.ndim != 1:
-        raise ValueError(f"{labels_path}: expected labels of shape (N,), found {labels.shape}")
+        raise DataFormatError(f"{labels_path}: expected labels of shape (N,), found {labels.shape}")
     if images.shape[0] != labels.shape[0]:
-        raise ValueError(
+        raise DataFormatError(
             f"{images_path} / {labels_path}: expected as many labels as images, found {images.shape[0]} "
             f"images and {labels.shape[0]} labels"
         )
@@ -120,7 +123,7 @@ def load_mnist_dataset(
     the validation split, in file order.
     """
     if limit is not None and limit <= 0:
-        raise ValueError(f"limit: expected a positive integer or None, got {limit}")
+        raise SettingError("limit", f"limit: expected a positive integer or None, got {limit}")
     directory = Path(directory)
     x_train, y_train = _load_split(directory, MNIST_FILES["train_images"], MNIST_FILES["train_labels"], limit)
     x_val, y_val = _load_split(directory, MNIST_FILES["test_images"], MNIST_FILES["test_labels"], limit)

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from amp_notebook.data.graphs import GraphInstance, _check_count
+from amp_notebook.data.batch import check_count
+from amp_notebook.data.graphs import GraphInstance
 
 ELEMENTS: tuple[str, ...] = ("H", "C", "N", "O", "F")
 VALENCE: dict[str, int] = {"H": 1, "C": 4, "N": 3, "O": 2, "F": 1}
@@ -149,8 +150,8 @@ def molecule_graphs(n: int, seed: int = 0, max_heavy_atoms: int = 9, min_heavy_a
     directed edges. Target: `molecule_target`. Meta: elements, bonds (i, j, order) with i < j, formula, ring
     count. Deterministic given `seed`.
     """
-    _check_count("n", n, 0)
-    _check_count("min_heavy_atoms", min_heavy_atoms, 1)
-    _check_count("max_heavy_atoms", max_heavy_atoms, min_heavy_atoms)
+    check_count("n", n, 0)
+    check_count("min_heavy_atoms", min_heavy_atoms, 1)
+    check_count("max_heavy_atoms", max_heavy_atoms, min_heavy_atoms)
     rng = np.random.default_rng(seed)
     return [_random_molecule(rng, min_heavy_atoms, max_heavy_atoms) for _ in range(n)]

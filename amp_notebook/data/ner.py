@@ -41,8 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
-from amp_notebook.data.batch import Batch, Dataset
-from amp_notebook.errors import AmpError
+from amp_notebook.data.batch import Batch, Dataset, check_count
+from amp_notebook.errors import DataFileNotFoundError, DataFormatError, SettingError
 
 PAD_CHAR = "<*>"  # brackets every rare word's characters (DyNet's benchmark); char id 0
 UNK_CHAR = "<unk>"  # a character never seen in training; char id 1
@@ -50,7 +50,7 @@ FREQUENT_THRESHOLD = 5  # a word is frequent when seen MORE than this many times
 TAG_PATTERN = re.compile(r"O|[BIES]-\S+")
 
 
-class ConllFormatError(AmpError, ValueError):
+class ConllFormatError(DataFormatError):
     """A malformed CoNLL-style file; the message names the file and the line (1-based)."""
 
     def __init__(self, source: str, line: int, message: str) -> None:
@@ -68,7 +68,7 @@ class Sentence:
 
     def __post_init__(self) -> None:
         if not self.tokens or len(self.tokens) != len(self.tags):
-            raise ValueError(
+            raise DataFormatError(
                 f"Sentence: expected one tag per token and at least one token, got {len(self.tokens)} tokens and "
                 f"{len(self.tags)} tags"
             )
@@ -91,16 +91,16 @@ class NerVocab:
 
     def __post_init__(self) -> None:
         if self.chars[:2] != (PAD_CHAR, UNK_CHAR):
-            raise ValueError(f"NerVocab.chars: expected {PAD_CHAR!r} and {UNK_CHAR!r} first, got {self.chars[:2]}")
+            raise DataFormatError(f"NerVocab.chars: expected {PAD_CHAR!r} and {UNK_CHAR!r} first, got {self.chars[:2]}")
         if not self.words:
-            raise ValueError(
+            raise DataFormatError(
                 f"NerVocab.words: no word occurs more than {self.threshold} times in the training sentences; lower "
                 "the threshold or give more training data"
             )
         for name, items in (("word", self.words), ("char", self.chars), ("tag", self.tags)):
             index = {item: i for i, item in enumerate(items)}
             if len(index) != len(items):
-                raise ValueError(f"NerVocab.{name}s: expected distinct entries, found duplicates")
+                raise DataFormatError(f"NerVocab.{name}s: expected distinct entries, found duplicates")
             object.__setattr__(self, f"{name}_index", index)
 
     @staticmethod
@@ -130,10 +130,12 @@ class NerVocab:
 def sentence_batch(sentences: Sequence[Sentence], vocab: NerVocab) -> Batch:
     """One key: a bucket of sentences of equal length (one sentence is the paper's layout); module doc."""
     if not sentences:
-        raise ValueError("sentence_batch: expected at least one sentence")
+        raise SettingError("sentences", "sentence_batch: expected at least one sentence")
     n, bucket = len(sentences[0]), len(sentences)
     if any(len(s) != n for s in sentences):
-        raise ValueError(f"sentence_batch: a bucket holds sentences of equal length, got {[len(s) for s in sentences]}")
+        raise DataFormatError(
+            f"sentence_batch: a bucket holds sentences of equal length, got {[len(s) for s in sentences]}"
+        )
     rows: list[tuple[int, int]] = []
     tags = np.empty(n * bucket, dtype=np.int64)
     for t in range(n):
@@ -142,7 +144,7 @@ def sentence_batch(sentences: Sequence[Sentence], vocab: NerVocab) -> Batch:
             rows.extend((w, i) for i in vocab.word_ids(sentence.tokens[t]))
             tag = sentence.tags[t]
             if tag not in vocab.tag_index:
-                raise ValueError(
+                raise DataFormatError(
                     f"sentence_batch: tag {tag!r} (word {t} {sentence.tokens[t]!r}) is not among the training tags "
                     f"{list(vocab.tags)}; add a training sentence with it or map it to one of them"
                 )
@@ -153,8 +155,7 @@ def sentence_batch(sentences: Sequence[Sentence], vocab: NerVocab) -> Batch:
 
 def bucket_sentences(sentences: Sequence[Sentence], per_key: int) -> list[list[Sentence]]:
     """Sentences grouped by length into buckets of at most ``per_key``, in order of first appearance."""
-    if isinstance(per_key, bool) or not isinstance(per_key, int) or per_key < 1:
-        raise ValueError(f"per_key: expected an int >= 1, got {per_key!r}")
+    check_count("per_key", per_key, 1)
     by_length: dict[int, list[Sentence]] = {}
     for s in sentences:
         by_length.setdefault(len(s), []).append(s)
@@ -182,7 +183,7 @@ def ner_dataset(
     (``val_majority_fraction``, the accuracy of always answering ``O``) and the vocabulary itself.
     """
     if not train:
-        raise ValueError("ner_dataset: expected at least one training sentence")
+        raise SettingError("train", "ner_dataset: expected at least one training sentence")
     vocab = vocab or NerVocab.from_sentences(train, threshold)
     train_keys = [sentence_batch(b, vocab) for b in bucket_sentences(train, per_key)]
     val_keys = [sentence_batch(b, vocab) for b in bucket_sentences(val, per_key)]
@@ -213,7 +214,7 @@ def read_conll(path: str | Path, check_tags: bool = True) -> list[Sentence]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise FileNotFoundError(
+        raise DataFileNotFoundError(
             f"{source}: no such file (expected a CoNLL-style file: one 'token tag' per line)"
         ) from None
     except UnicodeDecodeError as exc:
@@ -271,14 +272,20 @@ def load_conll(
     train = read_conll(path, check_tags)
     if val_path is None:
         if not 0.0 <= val_fraction < 1.0:
-            raise ValueError(f"load_conll val_fraction: expected a fraction in [0, 1), got {val_fraction!r}")
+            raise SettingError(
+                "val_fraction", f"load_conll val_fraction: expected a fraction in [0, 1), got {val_fraction!r}"
+            )
         order = np.random.default_rng(seed).permutation(len(train))
         n_val = round(val_fraction * len(train))
         held = set(order[:n_val].tolist())
         val = [s for i, s in enumerate(train) if i in held]
         train = [s for i, s in enumerate(train) if i not in held]
         if not train:
-            raise ValueError(f"{path}: {len(held)} sentence(s) held out for validation leave none to train on")
+            raise SettingError(
+                "val_fraction",
+                f"{path}: {len(held)} sentence(s) held out for validation leave none to train on; lower "
+                "val_fraction or pass val_path",
+            )
     else:
         val = read_conll(val_path, check_tags)
         known = {tag for s in train for tag in s.tags}

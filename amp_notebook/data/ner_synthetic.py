@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from amp_notebook.data.batch import check_count
 from amp_notebook.data.ner import Sentence
 
 ZIPF_EXPONENT = 1.1
@@ -142,9 +143,8 @@ def _sentence(rng: np.random.Generator, lexicon: _Lexicon) -> Sentence:
 
 def synthetic_ner_sentences(n_train: int, n_val: int, seed: int = 0) -> tuple[list[Sentence], list[Sentence]]:
     """``n_train`` training and ``n_val`` validation sentences of one made-up language (module doc)."""
-    for name, value, least in (("n_train", n_train, 1), ("n_val", n_val, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ValueError(f"synthetic_ner_sentences {name}: expected an int >= {least}, got {value!r}")
+    check_count("n_train", n_train, 1)
+    check_count("n_val", n_val, 0)
     rng = np.random.default_rng(seed)
     lexicon = _Lexicon(rng)
     train = [_sentence(rng, lexicon) for _ in range(n_train)]

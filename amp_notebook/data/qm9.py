@@ -10,8 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-from amp_notebook.data.graphs import GraphInstance, _check_count
+from amp_notebook.data.batch import check_count
+from amp_notebook.data.graphs import GraphInstance
 from amp_notebook.data.molecules import _formula, _one_hot_elements, _undirected
+from amp_notebook.errors import DataFileNotFoundError, DataFormatError, SettingError
 
 QM9_PROPERTIES: tuple[str, ...] = (
     "A", "B", "C", "mu", "alpha", "homo", "lumo", "gap", "r2", "zpve", "U0", "U", "H", "G", "Cv",
@@ -63,7 +65,7 @@ def _looks_like_atom(fields: list[str]) -> bool:
 
 def _line(lines: list[str], number: int, path: Path, what: str, na: int) -> list[str]:
     if number > len(lines):
-        raise ValueError(
+        raise DataFormatError(
             f"{path}, line {number}: expected {what}, found end of file; the file is truncated or the atom count "
             f"{na} on line 1 is too large"
         )
@@ -72,25 +74,25 @@ def _line(lines: list[str], number: int, path: Path, what: str, na: int) -> list
 
 def _atom(fields: list[str], path: Path, number: int, atom: int, na: int) -> tuple[str, list[float]]:
     if fields and all(_is_float(f) for f in fields):
-        raise ValueError(
+        raise DataFormatError(
             f"{path}, line {number}: wrong atom count: line 1 declares {na} atoms but only {atom} atom lines "
             "follow (this line looks like the frequencies line); set line 1 to the number of atom lines"
         )
     if len(fields) != 5:
-        raise ValueError(
+        raise DataFormatError(
             f"{path}, line {number}: malformed coordinate line for atom {atom + 1} of {na}: expected 5 fields "
             f"'element x y z mulliken_charge', found {len(fields)}: {' '.join(fields)!r}"
         )
     element = fields[0]
     if element not in COVALENT_RADII:
-        raise ValueError(
+        raise DataFormatError(
             f"{path}, line {number}: unknown element {element!r}: expected one of {', '.join(COVALENT_RADII)} "
             "(the elements of QM9); extend COVALENT_RADII to read other molecules"
         )
     try:
         values = [_float(f) for f in fields[1:]]
     except ValueError:
-        raise ValueError(
+        raise DataFormatError(
             f"{path}, line {number}: malformed coordinate line for atom {atom + 1} of {na}: expected numbers for "
             f"x y z and the charge, found {' '.join(fields[1:])!r}"
         ) from None
@@ -102,19 +104,19 @@ def _properties(fields: list[str], path: Path) -> tuple[int, dict[str, float]]:
     if fields and not _is_float(fields[0]):
         k = 1  # the "gdb" tag
     if len(fields) <= k or not fields[k].isdigit():
-        raise ValueError(
+        raise DataFormatError(
             f"{path}, line 2: expected 'gdb <id>' followed by {len(QM9_PROPERTIES)} properties, found "
             f"{' '.join(fields[:3])!r}"
         )
     gdb_id, values = int(fields[k]), fields[k + 1 :]
     if len(values) < len(QM9_PROPERTIES):
         missing = ", ".join(QM9_PROPERTIES[len(values) :])
-        raise ValueError(
+        raise DataFormatError(
             f"{path}, line 2: missing property: expected {len(QM9_PROPERTIES)} values "
             f"({' '.join(QM9_PROPERTIES)}) after the id, found {len(values)} (missing {missing})"
         )
     if len(values) > len(QM9_PROPERTIES):
-        raise ValueError(
+        raise DataFormatError(
             f"{path}, line 2: expected {len(QM9_PROPERTIES)} properties ({' '.join(QM9_PROPERTIES)}) after the "
             f"id, found {len(values)}"
         )
@@ -123,7 +125,7 @@ def _properties(fields: list[str], path: Path) -> tuple[int, dict[str, float]]:
         try:
             props[name] = _float(token)
         except ValueError:
-            raise ValueError(f"{path}, line 2: property {name}: expected a number, found {token!r}") from None
+            raise DataFormatError(f"{path}, line 2: property {name}: expected a number, found {token!r}") from None
     return gdb_id, props
 
 
@@ -139,7 +141,7 @@ def load_qm9_xyz(path: str | Path) -> QM9Molecule:
     lines = path.read_text(encoding="utf-8").splitlines()
     first = lines[0].strip() if lines else ""
     if not first.isdigit() or int(first) == 0:
-        raise ValueError(f"{path}, line 1: wrong atom count: expected a positive integer, found {first!r}")
+        raise DataFormatError(f"{path}, line 1: wrong atom count: expected a positive integer, found {first!r}")
     na = int(first)
     gdb_id, props = _properties(_line(lines, 2, path, "the 'gdb <id>' property line", na), path)
     elements: list[str] = []
@@ -152,14 +154,14 @@ def load_qm9_xyz(path: str | Path) -> QM9Molecule:
     number = na + 3
     freq_fields = _line(lines, number, path, "the harmonic frequencies line", na)
     if _looks_like_atom(freq_fields):
-        raise ValueError(
+        raise DataFormatError(
             f"{path}, line {number}: wrong atom count: line 1 declares {na} atoms but this line is another atom "
             "line; set line 1 to the number of atom lines"
         )
     try:
         frequencies = np.array([_float(f) for f in freq_fields], dtype=np.float64)
     except ValueError:
-        raise ValueError(
+        raise DataFormatError(
             f"{path}, line {number}: expected the harmonic frequencies (numbers), found {' '.join(freq_fields)!r}"
         ) from None
     smiles = tuple(_line(lines, na + 4, path, "the SMILES line", na))
@@ -181,8 +183,9 @@ def load_qm9_xyz(path: str | Path) -> QM9Molecule:
 def qm9_graph(molecule: QM9Molecule, target: str = "U0", tolerance: float = BOND_TOLERANCE) -> GraphInstance:
     """A molecule as a graph: one-hot element features, inferred bonds as edges of type 0 (order unknown)."""
     if target not in molecule.properties:
-        raise ValueError(
-            f"{molecule.path}: target {target!r}: expected one of the QM9 properties {', '.join(QM9_PROPERTIES)}"
+        raise SettingError(
+            "target",
+            f"{molecule.path}: target {target!r}: expected one of the QM9 properties {', '.join(QM9_PROPERTIES)}",
         )
     bonds = [(i, j, 1) for i, j in molecule.bonds(tolerance)]
     edges, types = _undirected(bonds)
@@ -211,15 +214,17 @@ def load_qm9_directory(directory: str | Path, target: str = "U0", limit: int | N
     radii (`COVALENT_RADII`); all bonds have edge type 0, so use `n_edge_types=1` in `graph_dataset`.
     """
     if limit is not None:
-        _check_count("limit", limit, 1)
+        check_count("limit", limit, 1)
     if target not in QM9_PROPERTIES:
-        raise ValueError(f"target: expected one of the QM9 properties {', '.join(QM9_PROPERTIES)}, got {target!r}")
+        raise SettingError(
+            "target", f"target: expected one of the QM9 properties {', '.join(QM9_PROPERTIES)}, got {target!r}"
+        )
     directory = Path(directory)
     if not directory.is_dir():
-        raise FileNotFoundError(f"{directory}: expected a directory of QM9 .xyz files, found no such directory")
+        raise DataFileNotFoundError(f"{directory}: expected a directory of QM9 .xyz files, found no such directory")
     paths = sorted(directory.glob("*.xyz"))[:limit]
     if not paths:
-        raise FileNotFoundError(
+        raise DataFileNotFoundError(
             f"{directory}: expected QM9 .xyz files (dsgdb9nsd_*.xyz from the QM9 archive), found none"
         )
     return [qm9_graph(load_qm9_xyz(p), target) for p in paths]

@@ -13,7 +13,7 @@ from enum import Enum
 
 import numpy as np
 
-from amp_notebook.data.batch import Dataset
+from amp_notebook.data.batch import Dataset, check_count
 from amp_notebook.data.trees import NEUTRAL, Tree, trees_dataset
 
 SENTIMENT_WORDS: dict[str, int] = {
@@ -119,11 +119,6 @@ def _synthetic(n: int, rng: np.random.Generator, min_leaves: int, max_leaves: in
     return [_label(_phrase(int(size), rng))[0] for size in sizes]
 
 
-def _check_count(name: str, value: int, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name}: expected an integer >= {minimum}, got {value!r}")
-
-
 def synthetic_sentiment_trees(n: int, seed: int = 0, min_leaves: int = 3, max_leaves: int = 12) -> list[Tree]:
     """`n` random sentiment trees with compositional labels (deterministic given `seed`).
 
@@ -151,9 +146,9 @@ def synthetic_sentiment_trees(n: int, seed: int = 0, min_leaves: int = 3, max_le
     every node is `2 + score`: 0 very negative .. 4 very positive; operators and "but" alone are neutral.
     Because node scores are clipped, a node's label determines the score its parent composes with.
     """
-    _check_count("n", n, 0)
-    _check_count("min_leaves", min_leaves, 1)
-    _check_count("max_leaves", max_leaves, min_leaves)
+    check_count("n", n, 0)
+    check_count("min_leaves", min_leaves, 1)
+    check_count("max_leaves", max_leaves, min_leaves)
     return _synthetic(n, np.random.default_rng(seed), min_leaves, max_leaves)
 
 
@@ -164,8 +159,8 @@ def sentiment_tree_dataset(n_train: int = 2000, n_val: int = 500, seed: int = 0)
     post-order, with `size = 1` and fields `n_nodes`, `n_leaves`. Train and validation come from independent
     streams derived from `seed`.
     """
-    _check_count("n_train", n_train, 1)
-    _check_count("n_val", n_val, 0)
+    check_count("n_train", n_train, 1)
+    check_count("n_val", n_val, 0)
     train_seq, val_seq = np.random.SeedSequence(seed).spawn(2)
     train = _synthetic(n_train, np.random.default_rng(train_seq), 3, 12)
     val = _synthetic(n_val, np.random.default_rng(val_seq), 3, 12)

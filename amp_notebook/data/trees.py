@@ -40,7 +40,7 @@ from typing import TypedDict
 import numpy as np
 
 from amp_notebook.data.batch import Batch, Dataset
-from amp_notebook.errors import AmpError
+from amp_notebook.errors import DataFormatError, DataTypeError, SettingError
 
 NUM_CLASSES = 5
 NEUTRAL = 2
@@ -62,18 +62,18 @@ class Tree:
 
     def __post_init__(self) -> None:
         if isinstance(self.label, bool) or not isinstance(self.label, (int, np.integer)):
-            raise TypeError(f"Tree.label: expected an int in 0..{NUM_CLASSES - 1}, got {self.label!r}")
+            raise DataTypeError(f"Tree.label: expected an int in 0..{NUM_CLASSES - 1}, got {self.label!r}")
         if not 0 <= self.label < NUM_CLASSES:
-            raise ValueError(f"Tree.label: expected a sentiment label in 0..{NUM_CLASSES - 1}, got {self.label}")
+            raise DataFormatError(f"Tree.label: expected a sentiment label in 0..{NUM_CLASSES - 1}, got {self.label}")
         is_leaf = self.word is not None
         has_children = self.left is not None or self.right is not None
         if is_leaf == has_children or (has_children and (self.left is None or self.right is None)):
-            raise ValueError(
+            raise DataFormatError(
                 "Tree: expected either a leaf (word set, no children) or a branch (left and right set, no word), "
                 f"got word={self.word!r}, left={'set' if self.left else None}, right={'set' if self.right else None}"
             )
         if self.word is not None and (not self.word or re.search(r"[\s()]", self.word)):
-            raise ValueError(
+            raise DataFormatError(
                 f"Tree.word: expected a non-empty token without whitespace or parentheses (write '(' as -LRB- "
                 f"and ')' as -RRB-, as SST does), got {self.word!r}"
             )
@@ -116,7 +116,7 @@ class Tree:
 _TOKEN = re.compile(r"\(|\)|[^\s()]+")
 
 
-class TreeFormatError(AmpError, ValueError):
+class TreeFormatError(DataFormatError):
     """A malformed PTB tree; the message names the source, line and column (1-based)."""
 
     def __init__(self, source: str, line: int, column: int, message: str) -> None:
@@ -285,7 +285,9 @@ def load_sst_file(path: str | Path) -> list[Tree]:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: expected UTF-8 text (one PTB tree per line), but decoding failed ({exc})") from exc
+        raise DataFormatError(
+            f"{path}: expected UTF-8 text (one PTB tree per line), but decoding failed ({exc})"
+        ) from exc
     return [
         parse_ptb_tree(line, source=str(path), line=number)
         for number, line in enumerate(text.splitlines(), start=1)
@@ -306,11 +308,11 @@ class Vocab:
 
     def __post_init__(self) -> None:
         if not self.words or self.words[0] != UNK:
-            raise ValueError(f"Vocab.words: expected {UNK!r} first (id 0), got {self.words[:1]}")
+            raise DataFormatError(f"Vocab.words: expected {UNK!r} first (id 0), got {self.words[:1]}")
         index = {word: i for i, word in enumerate(self.words)}
         if len(index) != len(self.words):
             duplicates = sorted(w for w, c in Counter(self.words).items() if c > 1)
-            raise ValueError(f"Vocab.words: expected distinct words, found duplicates {duplicates[:10]}")
+            raise DataFormatError(f"Vocab.words: expected distinct words, found duplicates {duplicates[:10]}")
         object.__setattr__(self, "index", index)
 
     @staticmethod
@@ -357,7 +359,7 @@ def tree_arrays(tree: Tree, vocab: Vocab) -> TreeArrays:
     while stack:
         node, pos, depth, expanded = stack.pop()
         if depth > MAX_DEPTH:
-            raise ValueError(
+            raise DataFormatError(
                 f"tree_arrays: tree depth exceeds {MAX_DEPTH}: heap positions 2**depth would overflow int64; "
                 "rebalance or drop this tree"
             )
@@ -411,7 +413,7 @@ def trees_dataset(
 ) -> Dataset:
     """One key per tree (the paper trains the Tree-LSTM without batching); vocab built from `train` if None."""
     if not train:
-        raise ValueError("trees_dataset: expected at least one training tree, got none")
+        raise SettingError("train", "trees_dataset: expected at least one training tree, got none")
     vocab = Vocab.from_trees(train) if vocab is None else vocab
     return Dataset(
         name=name,

@@ -22,7 +22,7 @@ import math
 import re
 from typing import Any
 
-from amp_notebook.ir.graph import Graph, Node
+from amp_notebook.ir.graph import Graph, GraphError, Node
 
 _RESERVED = {"g", "O", "Ref", "Graph"}
 # builder methods that take their inputs as *args, so the port count is implied
@@ -171,12 +171,12 @@ def _literal(value: Any) -> str:
         return repr(value)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise ValueError(f"codegen: cannot write the non-finite number {value!r}")
+            raise GraphError(f"codegen: cannot write the non-finite number {value!r}")
         return repr(value)
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_literal(v) for v in value) + "]"
     if isinstance(value, dict):
         if not all(isinstance(k, str) for k in value):
-            raise ValueError(f"codegen: dict keys must be strings, got {list(value)!r}")
+            raise GraphError(f"codegen: dict keys must be strings, got {list(value)!r}")
         return "{" + ", ".join(f"{_literal(k)}: {_literal(v)}" for k, v in value.items()) + "}"
-    raise ValueError(f"codegen: cannot write {type(value).__name__} {value!r} as data")
+    raise GraphError(f"codegen: cannot write {type(value).__name__} {value!r} as data")

@@ -19,12 +19,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import networkx as nx
 import numpy as np
 
 from amp_notebook.errors import AmpError
+from amp_notebook.ir import analysis
 from amp_notebook.ir import ops as O
-from amp_notebook.ir.ops.base import Op, OpError, Width
+from amp_notebook.ir.ops.base import Op, Width
 
 
 class GraphError(AmpError, ValueError):
@@ -44,6 +44,8 @@ class Ref:
 
 @dataclass(frozen=True)
 class Edge:
+    """A connection from output ``src_port`` of node ``src`` to input ``dst_port`` of node ``dst``."""
+
     src: str
     src_port: str
     dst: str
@@ -172,31 +174,80 @@ class Graph:
     def outgoing(self, name: str) -> dict[str, Edge]:
         return {e.src_port: e for e in self.edges if e.src == name}
 
-    def to_networkx(self) -> nx.MultiDiGraph:
-        """A networkx view for analysis and layout: node attrs ``kind``, edge attrs ``src_port``/``dst_port``."""
-        view = nx.MultiDiGraph(name=self.name)
-        for node in self.nodes.values():
-            view.add_node(node.name, kind=node.kind)
-        for e in self.edges:
-            view.add_edge(e.src, e.dst, src_port=e.src_port, dst_port=e.dst_port)
-        return view
-
     def topological_order(self) -> list[str]:
-        """Node names in topological order of the graph without its loop back-edges (edges into a Phi
-        that close a cycle); insertion order breaks ties, and an invalid graph falls back to it."""
-        view = nx.DiGraph()
-        view.add_nodes_from(self.nodes)
-        view.add_edges_from((e.src, e.dst) for e in self.edges)
-        back = set()
-        for e in self.edges:
-            if self.nodes[e.dst].kind == "phi" and nx.has_path(view, e.dst, e.src):
-                back.add((e.src, e.dst))
-        view.remove_edges_from(back)
-        index = {name: i for i, name in enumerate(self.nodes)}
-        try:
-            return list(nx.lexicographical_topological_sort(view, key=index.__getitem__))
-        except nx.NetworkXUnfeasible:
-            return list(self.nodes)
+        """Node names in topological order of the graph without its loop back-edges, insertion order breaking
+        ties (:func:`amp_notebook.ir.analysis.topological_order`, which says how loops are found)."""
+        return analysis.topological_order(self)
+
+    # ---------------------------------------------------------------- edits
+    def rename(self, old: str, new: str) -> None:
+        """Rename node ``old`` to ``new``, keeping its place in the insertion order, its edges and its replica
+        group."""
+        if old not in self.nodes:
+            raise GraphError(f"rename {old!r}: there is no node {old!r}")
+        if new == old:
+            return
+        if not isinstance(new, str) or not new:
+            raise GraphError(f"rename {old!r}: expected a non-empty name, got {new!r}")
+        if new in self.nodes:
+            raise GraphError(f"rename {old!r}: the name {new!r} is used by {self.nodes[new].describe()}; pick another")
+        self.nodes = {(new if k == old else k): v for k, v in self.nodes.items()}
+        self.nodes[new].name = new
+        self.edges = [
+            Edge(new if e.src == old else e.src, e.src_port, new if e.dst == old else e.dst, e.dst_port)
+            for e in self.edges
+        ]
+        self.replica_groups = [[new if n == old else n for n in group] for group in self.replica_groups]
+
+    def replace_op(self, name: str, op: Op) -> list[Edge]:
+        """Give node ``name`` a new op (its attributes stay); edges on ports the new op lacks are removed and
+        returned."""
+        if name not in self.nodes:
+            raise GraphError(f"replace_op: there is no node {name!r}")
+        if not isinstance(op, Op):
+            raise GraphError(f"replace_op {name!r}: expected an Op instance, got {type(op).__name__}")
+        ins, outs = set(op.input_ports()), set(op.output_ports())
+
+        def vanishes(e: Edge) -> bool:
+            return (e.dst == name and e.dst_port not in ins) or (e.src == name and e.src_port not in outs)
+
+        dropped = [e for e in self.edges if vanishes(e)]
+        self.edges = [e for e in self.edges if not vanishes(e)]
+        self.nodes[name].op = op
+        return dropped
+
+    def assign_worker(self, name: str, worker: int | None) -> None:
+        """Pin node ``name`` to ``worker`` (an int >= 0), or unpin it with None so placement chooses."""
+        self._set_attr(name, "worker", worker)
+
+    def set_min_update_frequency(self, name: str, value: int | None) -> None:
+        """Node ``name`` updates after ``value`` gradients (an int >= 1), or None for the run's setting."""
+        self._set_attr(name, "min_update_frequency", value)
+
+    def set_optimizer(self, name: str, spec: Mapping[str, Any] | None) -> None:
+        """Node ``name``'s own optimizer (a spec such as ``{"name": "adam", "lr": 2e-3}``), or None for the
+        run's."""
+        self._set_attr(name, "optimizer", None if spec is None else dict(spec) if isinstance(spec, Mapping) else spec)
+
+    def tie_replicas(self, names: Sequence[str]) -> None:
+        """Make ``names`` (parameterized nodes of one kind, in no other group) a replica group: their parameters
+        start equal and the runtime averages them."""
+        names = list(names)
+        missing = [n for n in names if n not in self.nodes]
+        if missing or len(names) < 2:
+            raise GraphError(f"tie_replicas: expected two or more node names of this graph, got {names}")
+        grouped = [n for n in names for g in self.replica_groups if n in g]
+        if grouped:
+            raise GraphError(f"tie_replicas: {self.nodes[grouped[0]].describe()} is in a replica group already")
+        self.replica_groups.append(names)
+
+    def replace_contents(self, other: Graph) -> None:
+        """Make this graph hold ``other``'s name, nodes, edges and replica groups, keeping this object (so that
+        references to it see the new content)."""
+        if other is self:
+            return
+        self.name, self.nodes, self.edges = other.name, other.nodes, other.edges
+        self.replica_groups = other.replica_groups
 
     def parameterized(self) -> list[str]:
         return [n.name for n in self.nodes.values() if n.kind in O.PARAMETERIZED]
@@ -237,6 +288,17 @@ class Graph:
             name = f"{kind}_{i}"
             if name not in self.nodes:
                 return name
+
+    def _set_attr(self, name: str, attr: str, value: Any) -> None:
+        """Set a node attribute the runtime reads, checked as the validator checks it."""
+        from amp_notebook.ir.validate import attribute_problem
+
+        if name not in self.nodes:
+            raise GraphError(f"{attr}: there is no node {name!r}")
+        problem = attribute_problem(self.nodes[name], attr, value)
+        if problem is not None:
+            raise GraphError(problem)
+        setattr(self.nodes[name], attr, value)
 
     def _add(self, op: Op, inputs: Sequence[Ref | None], name: str | None, attrs: dict[str, Any]) -> Node:
         return self.add_node(op, inputs, name=name, **attrs)
@@ -373,7 +435,8 @@ class Graph:
             made.append([n for n in self.nodes if n not in before and self.nodes[n].kind in O.PARAMETERIZED])
         if len({len(m) for m in made}) != 1:
             raise GraphError("replicate: every copy built by body must create the same parameterized nodes")
-        self.replica_groups.extend([list(group) for group in zip(*made, strict=True)])
+        for group in zip(*made, strict=True):
+            self.tie_replicas(group)
         return self.phi(*outs, name=f"{name}_merge")
 
     # ------------------------------------------- structures known from the data: trees and graphs
@@ -450,7 +513,3 @@ class Graph:
     def mean_rows(self, x: Ref, name: str | None = None) -> Ref:
         """Readout: (N, ...) -> (1, ...) by averaging rows."""
         return self._single(O.MeanRows(), [x], name, {})
-
-
-def op_error(node: Node, exc: OpError) -> GraphError:
-    return GraphError(f"{node.describe()}: {exc}")

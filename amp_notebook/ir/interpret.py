@@ -29,7 +29,7 @@ from amp_notebook.ir.analysis import carries_gradient, requires_grad
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.message import BWD, FWD, State
 from amp_notebook.ir.ops import LOSS_PORT, NodeContext
-from amp_notebook.optim import Optimizer, average_parameters, end_epoch, make_optimizer
+from amp_notebook.optim import DEFAULT_OPTIMIZER, Optimizer, average_parameters, end_epoch, make_optimizer
 
 
 class InvariantError(AmpError, AssertionError):
@@ -40,13 +40,20 @@ Route = dict[tuple[str, str], tuple[str, str]]
 
 
 class Interpreter:
+    """The reference executor of one graph: runs one key at a time to completion, forward then backward.
+
+    Owns its copy of the graph's parameters, each node's context (caches, gradients, optimizer state) and a
+    FIFO worklist of messages. It routes by node name straight from the graph's edges and checks the IR's
+    invariants as it goes (module docstring). It never touches threads, placement, priorities, credits or the
+    runtime's compiled plan, so that it can be the oracle every backend is tested against."""
+
     def __init__(
         self,
         graph: Graph,
         params: dict[str, dict[str, np.ndarray]] | None = None,
         seed: int = 0,
         dtype: Any = np.float64,
-        optimizer: Optimizer | dict[str, Any] | str = "sgd",
+        optimizer: Optimizer | dict[str, Any] | str = DEFAULT_OPTIMIZER,
     ) -> None:
         graph.validate()
         self.graph = graph

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from amp_notebook.errors import AmpError
+
 FWD = 0
 BWD = 1
 UPDATE = 2
@@ -20,9 +22,13 @@ StateValue = int | float | str | bool | tuple
 _PLAIN = frozenset({int, float, str, bool, tuple})  # exact types checked first: the common, fast case
 
 
+class StateFieldError(AmpError, TypeError):
+    """A state field given a value that is not small and hashable (a ``TypeError`` too, as before)."""
+
+
 def _check_value(name: str, value: object) -> None:
     if type(value) not in _PLAIN and not isinstance(value, (int, float, str, bool, tuple)):
-        raise TypeError(
+        raise StateFieldError(
             f"State field {name!r}: expected a small hashable value (int, float, str, bool or tuple), "
             f"got {type(value).__name__}; payload data belongs in the message payload, not the state"
         )

@@ -19,20 +19,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any
 
 from amp_notebook.errors import AmpError
 from amp_notebook.ir import ops as O
+from amp_notebook.ir.analysis import cycle_without_phi, loops
 from amp_notebook.ir.ops.base import OpError, Width
 
 if TYPE_CHECKING:
-    from amp_notebook.ir.graph import Graph
+    from amp_notebook.ir.graph import Graph, Node
 
 
 @dataclass(frozen=True)
 class Problem:
+    """One thing wrong with a graph: the node and port it concerns (None when none) and a message with the fix."""
+
     node: str | None
     port: str | None
     message: str
@@ -109,16 +110,12 @@ def _check_ports(graph: Graph) -> list[Problem]:
 
 
 def _check_cycles(graph: Graph) -> list[Problem]:
+    """Every cycle passes through a Phi, and every loop through a state-updating op; the loops are those of
+    :mod:`amp_notebook.ir.analysis`, which the topological order and the builder's canvas use too."""
     problems = []
-    view = nx.DiGraph()
-    view.add_nodes_from(graph.nodes)
-    view.add_edges_from((e.src, e.dst) for e in graph.edges)
-    without_phi_inputs = view.copy()
-    without_phi_inputs.remove_edges_from([(e.src, e.dst) for e in graph.edges if graph.nodes[e.dst].kind == "phi"])
-    try:
-        cycle = nx.find_cycle(without_phi_inputs)
-        names = " -> ".join(src for src, _ in cycle)
-        first = cycle[0][0]
+    cycle = cycle_without_phi(graph)
+    if cycle is not None:
+        names, first = " -> ".join(cycle), cycle[0]
         problems.append(
             Problem(
                 first, None,
@@ -126,11 +123,7 @@ def _check_cycles(graph: Graph) -> list[Problem]:
                 "and connect the back-edge to the Phi",
             )
         )  # fmt: skip
-    except nx.NetworkXNoCycle:
-        pass
-    for component in nx.strongly_connected_components(view):
-        if len(component) < 2 and not any(view.has_edge(n, n) for n in component):
-            continue
+    for component in loops(graph):
         if not any(graph.nodes[n].kind in O.STATE_UPDATING for n in component):
             name = sorted(component)[0]
             problems.append(
@@ -180,25 +173,35 @@ def infer_widths(graph: Graph, strict: bool) -> tuple[dict[tuple[str, str], Widt
     return widths, list(errors.values())
 
 
-def _check_attrs(graph: Graph) -> list[Problem]:
-    from amp_notebook.optim import OptimizerError, make_optimizer
+NODE_ATTRIBUTES = {"min_update_frequency": 1, "worker": 0, "optimizer": None}  # int attributes: the least value
 
-    problems = []
-    for node in graph.nodes.values():
-        muf = node.min_update_frequency
-        if muf is not None and (isinstance(muf, bool) or not isinstance(muf, int) or muf < 1):
-            problems.append(
-                Problem(node.name, None, f"{node.describe()} min_update_frequency: expected an int >= 1, got {muf!r}")
-            )
-        w = node.worker
-        if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 0):
-            problems.append(Problem(node.name, None, f"{node.describe()} worker: expected an int >= 0, got {w!r}"))
-        if node.optimizer is not None:
-            try:
-                make_optimizer(node.optimizer)
-            except OptimizerError as exc:
-                problems.append(Problem(node.name, None, f"{node.describe()} optimizer: {exc}"))
-    return problems
+
+def attribute_problem(node: Node, attr: str, value: Any) -> str | None:
+    """What is wrong with ``value`` as ``node``'s ``attr`` (``min_update_frequency``, ``worker`` or
+    ``optimizer``; None means the run's choice), or None when it is fine."""
+    if value is None:
+        return None
+    if attr == "optimizer":
+        from amp_notebook.optim import OptimizerError, make_optimizer
+
+        try:
+            make_optimizer(value)
+        except OptimizerError as exc:
+            return f"{node.describe()} optimizer: {exc}"
+        return None
+    least = NODE_ATTRIBUTES[attr]
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        return f"{node.describe()} {attr}: expected an int >= {least}, or None for the run's choice, got {value!r}"
+    return None
+
+
+def _check_attrs(graph: Graph) -> list[Problem]:
+    return [
+        Problem(node.name, None, problem)
+        for node in graph.nodes.values()
+        for attr in NODE_ATTRIBUTES
+        if (problem := attribute_problem(node, attr, getattr(node, attr))) is not None
+    ]
 
 
 MAX_NODE_PARAMETERS = 2**28  # 1 GiB of float32 in one node: an embedding of 1M words x 256 fits

@@ -52,7 +52,6 @@ from collections.abc import Mapping
 from amp_notebook.ir.cells import lstm_loop
 from amp_notebook.ir.graph import Graph, GraphError, Ref
 
-DYNET_SIZES = {"word_dim": 128, "char_dim": 20, "hidden": 50, "mlp_hidden": 32}
 # Gradients a node holds before it updates (amp mode), about one sentence's worth: a recurrent Linear gets one
 # gradient per step (the character ones about 40 per sentence, the word ones one per word), the word
 # embedding one per frequent word, the character input layers one per rare word, the rest one per sentence.

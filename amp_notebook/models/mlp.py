@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from amp_notebook.errors import SettingError
 from amp_notebook.ir.graph import Graph
 
 
 def mlp(input_width: int = 64, hidden: int = 784, classes: int = 10, layers: int = 4) -> Graph:
     """``layers`` Linear layers (``layers - 1`` hidden of width ``hidden`` with ReLU) on input ``x``."""
     if layers < 1:
-        raise ValueError(f"mlp layers: expected at least 1, got {layers}")
+        raise SettingError("layers", f"mlp layers: expected at least 1 (the output layer), got {layers}")
     g = Graph("mlp")
     h = g.input("x", width=input_width)
     for i in range(layers - 1):

@@ -29,10 +29,9 @@ EXPERIMENTS: dict[str, str] = {
 }
 
 
-def add_parser(sub: Any) -> None:
-    """Register ``reproduce`` on the CLI's subparsers."""
-    r = sub.add_parser("reproduce", help="rerun the paper's Table 2, Figs. 5-6 and appendix C; HTML + JSON report")
-    r.add_argument("experiment", choices=(*EXPERIMENTS, "all"))
+def add_arguments(r: argparse.ArgumentParser) -> None:
+    """The options of ``amp-notebook reproduce`` (the CLI names the command and its help)."""
+    r.add_argument("experiment", choices=(*EXPERIMENTS, "all"), help="which experiment, or all: %(choices)s")
     r.add_argument("--quick", action="store_true", help="a small, fast version (smoke test; figures not meaningful)")
     r.add_argument("--out", type=Path, default=Path("amp_reproduce"), help="directory for NAME.html and NAME.json")
     r.add_argument("--json", action="store_true", help="print the result as one JSON object on the last stdout line")
@@ -77,4 +76,4 @@ def command(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["EXPERIMENTS", "add_parser", "command", "run_experiments"]
+__all__ = ["EXPERIMENTS", "add_arguments", "command", "run_experiments"]

@@ -50,6 +50,7 @@ import numpy as np
 from amp_notebook.data.batch import Dataset
 from amp_notebook.ir import ops as O
 from amp_notebook.ir.graph import Graph
+from amp_notebook.optim import DEFAULT_OPTIMIZER
 from amp_notebook.runtime.config import RunConfig
 from amp_notebook.runtime.costs import CostModel, NodeCost
 from amp_notebook.runtime.launch import backend_for, build_session, result_of, simulate
@@ -111,7 +112,7 @@ def measure_costs(
     dataset: Dataset,
     *,
     measure_keys: int = 16,
-    optimizer: Any = "sgd",
+    optimizer: Any = DEFAULT_OPTIMIZER,
     params: dict[str, dict[str, np.ndarray]] | None = None,
     dtype: str = "float32",
     seed: int = 0,

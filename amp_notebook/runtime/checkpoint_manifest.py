@@ -56,6 +56,9 @@ class Position:
 
 @dataclass(frozen=True)
 class DataFingerprint:
+    """Which dataset a checkpoint trained on: its name, the sizes of its keys and a digest of their payloads, so that
+    resuming on other data is refused."""
+
     name: str
     train_sizes: np.ndarray
     val_sizes: np.ndarray

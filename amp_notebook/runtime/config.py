@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from amp_notebook.errors import SettingError
-from amp_notebook.optim import OPTIMIZERS, Optimizer, make_optimizer
+from amp_notebook.optim import DEFAULT_OPTIMIZER, OPTIMIZERS, Optimizer, make_optimizer
 from amp_notebook.runtime.controller import MODES
 from amp_notebook.runtime.inbox import ORDERS, PRIORITIES
 from amp_notebook.runtime.numerics import ON_NONFINITE
@@ -50,6 +50,7 @@ from amp_notebook.runtime.placement import STRATEGIES
 from amp_notebook.trace.buffers import DEFAULT_CAPACITY
 
 BACKENDS = ("threads", "simulated", "ray")
+ENGINES = ("auto", "native", "python")  # the threads backend's worker loops (amp_notebook.engine.choice)
 DTYPES = ("float16", "float32", "float64")
 AUTO = "auto"  # placement chosen by simulating candidates (amp_notebook.runtime.autoplace)
 _META = "amp_notebook.setting"
@@ -173,6 +174,21 @@ def _words(tp: Any, s: Setting) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
+# Waiting messages a node may run as one call in an amp run on threads or Ray unless told otherwise (see
+# default_max_bundle). Bundled results are those of the messages one by one to the rounding of a larger matrix
+# product, and a node that updates locally takes no more gradients than its next update needs.
+DEFAULT_MAX_BUNDLE = 16
+
+
+def default_max_bundle(mode: str, backend: str) -> int:
+    """``max_bundle`` when a run names none (None): :data:`DEFAULT_MAX_BUNDLE` for ``amp`` runs on threads or
+    Ray, whose schedule (and so the rounding of their sums) varies from run to run anyway; 1 for ``sync`` and
+    ``pipeline`` runs, which repeat bit for bit unbundled (a bundle's row count, which the timing decides,
+    changes a matrix product's rounding), and for the simulator, whose schedules are exact and bundling
+    would change them."""
+    return DEFAULT_MAX_BUNDLE if mode == "amp" and backend != "simulated" else 1
+
+
 def setting(
     default: Any,
     doc: str,
@@ -220,7 +236,12 @@ def _placement(value: Any) -> Any:
 @dataclass(frozen=True, kw_only=True)
 class RunConfig:
     """Every setting of a run, validated when made; see the module docstring. ``RunConfig.settings()``
-    lists the declarations, ``replace(**changes)`` makes a changed copy (validated again)."""
+    lists the declarations, ``replace(**changes)`` makes a changed copy (validated again).
+
+    Owns the values a run starts from, and nothing else: it is frozen, so a live knob changed while a run
+    goes (``Run.set_max_active_keys``, ...) changes the run, never its config. It never holds the objects of
+    one call (the graph, the data, parameters, callbacks, a checkpoint, a cost model) and never runs
+    anything: ``train``, ``simulate``, checkpoints, Ray and the dashboard read it."""
 
     workers: int = setting(2, "the workers (threads, simulated devices or Ray actors) nodes are placed on",
                            minimum=1)
@@ -235,16 +256,17 @@ class RunConfig:
     dtype: str = setting("float32", "the float type of parameters and payloads", choices=DTYPES,
                          normalize=_dtype_name)
     optimizer: str | dict[str, Any] | Optimizer = setting(  # noqa: RUF009 (a field(); its default is immutable)
-        "sgd", "the optimizer of nodes that name none themselves", normalize=_optimizer_spec,
+        DEFAULT_OPTIMIZER, "the optimizer of nodes that name none themselves", normalize=_optimizer_spec,
         expected=f"an optimizer name {tuple(OPTIMIZERS)}, a dict {{'name': ..., setting: value}} or an Optimizer")
     placement: str | dict[str, int] = setting(  # noqa: RUF009 (a field(); its default is immutable)
         "round_robin", "a placement strategy, 'auto' (simulate candidates, keep the fastest) or "
         "{node name: worker} overrides", choices=(*STRATEGIES, AUTO), minimum=0, normalize=_placement)
     priority: str = setting("backward_first", "the inbox order across directions", choices=PRIORITIES)
     order: str = setting("oldest_key", "the inbox order within a direction", choices=ORDERS)
-    max_bundle: int | dict[str, int] = setting(  # noqa: RUF009 (a field(); its default is immutable)
-        1, "the waiting messages a node runs as one call (1: none), for every node or {node name: int}",
-        minimum=1, live=True, normalize=_copy_dict)
+    max_bundle: int | dict[str, int] | None = setting(  # noqa: RUF009 (a field(); its default is immutable)
+        None, "the waiting messages a node runs as one call (1: none), for every node or {node name: int}",
+        minimum=1, live=True, normalize=_copy_dict,
+        none=f"{DEFAULT_MAX_BUNDLE} for amp runs on threads or Ray, 1 for sync, pipeline and the simulator")
     trace: bool = setting(True, "whether every handled message is traced")
     trace_capacity: int | None = setting(DEFAULT_CAPACITY, "the trace rows kept per worker (the most recent)",
                                          minimum=1, none="keep every row")
@@ -256,6 +278,9 @@ class RunConfig:
                                 "skip the key, or ignore it", choices=ON_NONFINITE)
     backend: str = setting("threads", "where the workers run: threads here, simulated hardware in virtual "
                            "time, or Ray actors", choices=BACKENDS, resumed=False)
+    engine: str = setting("auto", "what runs the threads backend's workers: native loops without the GIL, the "
+                          "Python engine, or auto (native when it is built and runs the graph)", choices=ENGINES,
+                          resumed=False)
     address: str | None = setting(None, "the Ray cluster's 'host:port' (backend 'ray')", resumed=False,
                                   none="start a local Ray")
     checkpoint_every: int = setting(1, "the epochs between checkpoints (train(..., checkpoint=path))", minimum=1,
@@ -391,6 +416,6 @@ def _schema(tp: Any, s: Setting) -> dict[str, Any]:
 
 
 __all__ = [
-    "AUTO", "BACKENDS", "DTYPES", "RunConfig", "Setting", "UnknownSettingError", "json_schema", "setting",
+    "AUTO", "BACKENDS", "DTYPES", "ENGINES", "RunConfig", "Setting", "UnknownSettingError", "json_schema", "setting",
     "type_members",
 ]  # fmt: skip

@@ -37,12 +37,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from amp_notebook.data.batch import Batch, Dataset
+from amp_notebook.errors import DataFormatError, SettingError
 
 MODES = ("amp", "sync", "pipeline")
 
 
 @dataclass(frozen=True)
 class KeyInfo:
+    """One admitted key: its number, its epoch, whether it trains (or only validates) and its payloads."""
+
     key: int
     epoch: int
     train: bool
@@ -51,28 +54,42 @@ class KeyInfo:
 
 @dataclass(frozen=True)
 class Admit:
+    """Action: inject this key into the graph."""
+
     info: KeyInfo
 
 
 @dataclass(frozen=True)
 class Flush:
+    """Action: every parameterized node updates now (sync and pipeline modes); answer with ``on_flush_complete``."""
+
     flush_id: int
 
 
 @dataclass(frozen=True)
 class EpochEnd:
+    """Action: every key of this epoch has completed (and its flush, if any)."""
+
     epoch: int
 
 
 @dataclass(frozen=True)
 class Finish:
-    pass
+    """Action: the run is over (its last epoch ended, or it was stopped)."""
 
 
 Action = Admit | Flush | EpochEnd | Finish
 
 
 class Controller:
+    """Admission, flushes and epochs for one run (the module docstring says how).
+
+    Owns the run's key schedule: the epoch, the keys admitted and in flight, the keys not yet admitted, the
+    flush in progress, the shuffling RNG, and the live ``max_active_keys``, pause and stop. Events come in as
+    method calls (``on_key_complete``, ``on_flush_complete``, ``on_epoch_end``) and actions go out as return
+    values. It never touches messages, workers, threads, parameters or the clock: whoever runs it (a backend's
+    session, the reference trainer) carries its actions out, and detects completion by credit counting."""
+
     def __init__(
         self,
         dataset: Dataset,
@@ -84,11 +101,11 @@ class Controller:
         validate: bool = True,
     ) -> None:
         if mode not in MODES:
-            raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+            raise SettingError("mode", f"mode: expected one of {MODES}, got {mode!r}")
         if epochs < 1:
-            raise ValueError(f"epochs: expected at least 1, got {epochs}")
+            raise SettingError("epochs", f"epochs: expected at least 1, got {epochs}")
         if not dataset.train:
-            raise ValueError(f"dataset {dataset.name!r} has no training keys")
+            raise DataFormatError(f"dataset {dataset.name!r} has no training keys; give it at least one")
         self.dataset = dataset
         self.mode = mode
         self.max_active_keys = self._check_keys(max_active_keys)
@@ -115,7 +132,7 @@ class Controller:
     @staticmethod
     def _check_keys(k: int) -> int:
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"max_active_keys: expected an int >= 1, got {k!r}")
+            raise SettingError("max_active_keys", f"max_active_keys: expected an int >= 1, got {k!r}")
         return k
 
     # ----------------------------------------------------------------- events
@@ -130,7 +147,10 @@ class Controller:
         if self.epoch != -1 or self.keys:
             raise ValueError("restore: the controller has started already; restore a fresh one")
         if pending and not 0 <= epoch < self.epochs:
-            raise ValueError(f"restore: epoch {epoch} is in progress but this run has epochs={self.epochs}")
+            raise SettingError(
+                "epochs",
+                f"restore: epoch {epoch} is in progress but this run has epochs={self.epochs}; resume with more epochs",
+            )
         self.epoch = epoch
         self.pending = [k for k in pending if k.train or self.validate][::-1]  # popped from the end
         self.next_key = next_key

@@ -1,8 +1,9 @@
 """Settings to a running session: what ``train``, :func:`simulate` and ``autoplace`` share.
 
 :func:`build_session` turns a graph, data and a :class:`~amp_notebook.runtime.config.RunConfig` into a
-:class:`~amp_notebook.runtime.session.Session` (put at a checkpoint's state when one is given);
-:func:`backend_for` picks the backend ``config.backend`` names; :func:`result_of` reads a
+:class:`~amp_notebook.runtime.session.Session` (put at a checkpoint's state when one is given, its engine
+chosen by ``config.engine``: :mod:`amp_notebook.engine.choice`);
+:func:`backend_for` picks the backend ``config.backend`` names (for threads, the engine's); :func:`result_of` reads a
 :class:`~amp_notebook.runtime.result.TrainResult` off a session and its backend. The public ``train`` adds
 what belongs to one call (placement ``"auto"``, saving checkpoints, a background run); :func:`simulate`
 and the placement search use these pieces directly, so nothing here calls ``train``.
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from amp_notebook.data.batch import Dataset
+from amp_notebook.engine.choice import choose_engine
 from amp_notebook.errors import SettingError
 from amp_notebook.ir.graph import Graph
 from amp_notebook.optim import Optimizer, make_optimizer
@@ -54,7 +56,8 @@ def build_session(
         if problems:
             raise CheckpointError("resume", problems)
     optimizer = make_optimizer(config.optimizer)
-    session = Session(graph, dataset, config, optimizer, params)
+    engine = choose_engine(graph, dataset, config)
+    session = Session(graph, dataset, config, optimizer, params, engine=engine)
     if start is not None:
         restore(session, start)
     return session, optimizer
@@ -71,6 +74,10 @@ def backend_for(session: Session, costs: CostModel | None = None) -> Any:
         from amp_notebook.runtime.backends.ray import RayBackend
 
         return RayBackend(session, address=session.config.address)
+    if session.engine.native:
+        from amp_notebook.engine.backend import NativeBackend
+
+        return NativeBackend(session)
     from amp_notebook.runtime.backends.threads import ThreadedBackend
 
     return ThreadedBackend(session)
@@ -93,6 +100,8 @@ def result_of(session: Session, runner: Any, optimizer: Optimizer, auto: AutoPla
         session=session,
         nonfinite_skipped=session.nonfinite_skipped,
         auto_placement=auto,
+        engine=session.engine.name,
+        python_nodes=session.engine.python_nodes if session.engine.native else tuple(session.plan.names),
     )
 
 

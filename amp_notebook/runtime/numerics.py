@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from amp_notebook.errors import SettingError
 from amp_notebook.ir.message import State
 from amp_notebook.runtime.worker import NodeError
 
@@ -85,7 +86,7 @@ class Guard:
 
     def __init__(self, mode: str, plan: Plan, dataset: Dataset) -> None:
         if mode not in ("raise", "skip"):
-            raise ValueError(f"on_nonfinite: expected one of {ON_NONFINITE}, got {mode!r}")
+            raise SettingError("on_nonfinite", f"on_nonfinite: expected one of {ON_NONFINITE}, got {mode!r}")
         self.skip = mode == "skip"
         self.plan = plan
         self.dataset = dataset

@@ -25,6 +25,8 @@ from amp_notebook.ir.graph import Graph
 
 
 class PlacementError(AmpError, ValueError):
+    """A placement that cannot be made: an override naming a node or worker that does not exist."""
+
     pass
 
 

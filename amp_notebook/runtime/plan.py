@@ -13,7 +13,7 @@ from amp_notebook.ir import ops as O
 from amp_notebook.ir.analysis import carries_gradient, requires_grad
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.ops.base import Op
-from amp_notebook.optim import Optimizer, average_parameters, end_epoch, make_optimizer
+from amp_notebook.optim import DEFAULT_OPTIMIZER, Optimizer, average_parameters, end_epoch, make_optimizer
 
 
 @dataclass
@@ -65,7 +65,7 @@ def compile_plan(
             grad_out[s].add(e.src_port)
     is_loss = [graph.nodes[n].kind in O.LOSSES for n in names]
     receives = [bool(grad_out[i]) or (is_loss[i] and bool(grad_in[i])) for i in range(len(names))]
-    default_opt = optimizer or make_optimizer("sgd")
+    default_opt = optimizer or make_optimizer(DEFAULT_OPTIMIZER)
     parameterized = [graph.nodes[n].kind in O.PARAMETERIZED for n in names]
     optimizers: list[Optimizer | None] = []
     mufs: list[int] = []

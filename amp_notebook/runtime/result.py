@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from amp_notebook.errors import RunStateError
 from amp_notebook.ir.serialize import save_params
 from amp_notebook.runtime.checkpoint import Checkpoint, capture
 from amp_notebook.runtime.config import RunConfig
@@ -33,6 +34,12 @@ if TYPE_CHECKING:
 
 @dataclass
 class TrainResult:
+    """What a finished run leaves: its settings, per-epoch history, trace, final parameters and placement.
+
+    Owns plain data, computed once the run has ended, plus the finished session (to checkpoint the run) and
+    backend figures. It never runs anything: metrics are read from the trace when asked, and the report is
+    drawn by the UI through :meth:`report`, the runtime's one reach into it (module docstring)."""
+
     config: RunConfig
     optimizer: dict[str, Any]
     history: list[EpochStats]
@@ -46,6 +53,8 @@ class TrainResult:
     session: Session | None = field(default=None, repr=False)  # the finished run's state, for checkpoints
     nonfinite_skipped: int = 0  # keys skipped for NaN/inf (on_nonfinite="skip"), over all epochs
     auto_placement: AutoPlacement | None = None  # placement="auto": the choice and what it was judged by
+    engine: str = "python"  # what ran the workers: "native" worker loops or the Python engine
+    python_nodes: tuple[str, ...] = ()  # nodes whose op ran in Python (every node on the Python engine)
 
     @property
     def val_accuracy(self) -> list[float | None]:
@@ -90,6 +99,8 @@ class TrainResult:
             "placement": self.placement,
             "placement_strategy": self.placement_strategy,
             "nonfinite_skipped": self.nonfinite_skipped,
+            "engine_used": self.engine,
+            "python_nodes": list(self.python_nodes),
             **({"autoplace": {**self.auto_placement.summary(), "measured_per_s": self.train_instances_per_s}}
                if self.auto_placement else {}),
             **({"virtual": True, "bandwidth_bits_per_s": self.backend_stats.get("bandwidth_bits_per_s", 0.0)}
@@ -103,7 +114,7 @@ class TrainResult:
         """The finished run's state: resume it with ``train(..., resume=...)`` or ``resume(...)``."""
         session = self.session
         if session is None or not session.controller.finished:
-            raise RuntimeError(
+            raise RunStateError(
                 "checkpoint: this result is a view of a run still going; save a running run with run.save(path)"
             )
         return capture(session, meta)

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from amp_notebook.runtime import blas
 from amp_notebook.runtime.controller import Action, Controller
+from amp_notebook.runtime.done_flag import DoneFlag
 from amp_notebook.runtime.watchdog import StuckRunError
 from amp_notebook.trace.trace import Trace
 
@@ -206,11 +207,13 @@ class Run:
     def error(self) -> BaseException | None:
         return self._driver.error
 
-    def done(self) -> bool:
+    @property
+    def done(self) -> DoneFlag:
+        """Whether the run has ended (finished, stopped or failed); reads as a bool."""
         if self._driver.done.is_set():
             blas.settle()
-            return True
-        return False
+            return DoneFlag(True)
+        return DoneFlag(False)
 
     # ------------------------------------------------------------------ control
     def pause(self) -> None:

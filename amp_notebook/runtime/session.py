@@ -17,19 +17,19 @@ from typing import Any, Protocol
 import numpy as np
 
 from amp_notebook.data.batch import Batch, Dataset
+from amp_notebook.engine.choice import PYTHON, EngineChoice
 from amp_notebook.errors import AmpError
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.message import FWD, UPDATE, Message, State
 from amp_notebook.ir.ops import NodeContext
 from amp_notebook.optim import Optimizer, make_optimizer
-from amp_notebook.runtime.config import RunConfig
+from amp_notebook.runtime.config import RunConfig, default_max_bundle
 from amp_notebook.runtime.controller import Action, Controller, Handlers, KeyInfo, carry_out
 from amp_notebook.runtime.credits import Credits
 from amp_notebook.runtime.numerics import Guard
 from amp_notebook.runtime.placement import place
 from amp_notebook.runtime.plan import Plan, average_replicas, compile_plan, end_epoch_optimizers
 from amp_notebook.runtime.worker import Worker
-from amp_notebook.trace.buffers import WorkerBuffer
 
 RECENT_DECAY = 0.95  # weight of the past in the moving averages of the training loss and accuracy
 
@@ -96,9 +96,11 @@ class Session:
         optimizer: Optimizer | None = None,
         params: dict[str, dict[str, np.ndarray]] | None = None,
         clock: Callable[[], float] | None = None,
+        engine: EngineChoice = PYTHON,
     ) -> None:
         graph.validate(require_loss=True)
         self.graph = graph
+        self.engine = engine  # what runs the workers of a threaded run (engine/choice.py); its trace buffers
         self.dataset = dataset
         self.config = config
         self.dtype = np.dtype(config.dtype)  # config: validated when it was made
@@ -107,7 +109,10 @@ class Session:
         self.plan: Plan = compile_plan(graph, placement, config.workers, config.min_update_frequency, optimizer)
         self.optimizer_spec = optimizer.spec()  # as given, before any lr_decay
         check_dataset(self.plan, dataset)
-        self.plan.max_bundle[:] = resolve_max_bundle(self.plan, config.max_bundle)
+        max_bundle = (
+            config.max_bundle if config.max_bundle is not None else default_max_bundle(config.mode, config.backend)
+        )
+        self.plan.max_bundle[:] = resolve_max_bundle(self.plan, max_bundle)
         initial = params if params is not None else graph.init_params(config.seed, self.dtype)
         self.contexts: list[NodeContext] = []
         for i, name in enumerate(self.plan.names):
@@ -124,7 +129,7 @@ class Session:
         self.controller = Controller(
             dataset, config.mode, config.max_active_keys, config.epochs, config.seed, config.shuffle, config.validate
         )
-        self.buffers = [WorkerBuffer(config.trace_capacity) for _ in range(config.workers)]
+        self.buffers = [engine.trace_buffer(config.trace_capacity) for _ in range(config.workers)]
         self.workers = [
             Worker(
                 w, self.plan,

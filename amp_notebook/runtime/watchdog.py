@@ -59,6 +59,9 @@ class HeldState:
 
 @dataclass(frozen=True)
 class Diagnosis:
+    """Why a run is stuck, from its state when the watchdog fired: keys and flushes still in flight, queue depths, what
+    each worker is doing and which nodes hold state."""
+
     reason: str
     conclusion: str
     keys_in_flight: dict[int, int]  # key -> messages of it that still exist (credit count)

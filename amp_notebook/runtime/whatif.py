@@ -36,7 +36,9 @@ from typing import Any
 import numpy as np
 
 from amp_notebook.data.batch import Batch, Dataset
+from amp_notebook.errors import SettingError
 from amp_notebook.ir.graph import Graph
+from amp_notebook.optim import DEFAULT_OPTIMIZER
 from amp_notebook.runtime.costs import CostModel
 from amp_notebook.runtime.launch import simulate
 from amp_notebook.runtime.result import TrainResult
@@ -83,7 +85,7 @@ def whatif(
     max_active_keys: int = 4,
     min_update_frequency: int = 1,
     epochs: int = 1,
-    optimizer: Any = "sgd",
+    optimizer: Any = DEFAULT_OPTIMIZER,
     seed: int = 0,
     validate: bool = False,
     placement: dict[str, int] | None = None,
@@ -155,7 +157,10 @@ def sweep(
         kwargs["params"] = graph.init_params(seed, np.dtype("float32"))
     ks, ms = list(max_active_keys), list(min_update_frequency)
     if not ks or not ms:
-        raise ValueError(f"sweep: expected non-empty grids, got max_active_keys={ks}, min_update_frequency={ms}")
+        raise SettingError(
+            "max_active_keys" if not ks else "min_update_frequency",
+            f"sweep: expected non-empty grids, got max_active_keys={ks}, min_update_frequency={ms}",
+        )
     return [whatif(graph, data, max_active_keys=k, min_update_frequency=m, **kwargs) for k in ks for m in ms]
 
 

@@ -169,7 +169,7 @@ class Worker:
         train = first.train and self._receives[node]
         ctx.train = train
         states = [m.state for m in bundle]
-        emitted = op.forward_bundle(ctx, first.port, [m.payload for m in bundle], states)
+        emitted = self._call_bundle(op.forward_bundle, ctx, bundle)
         if train and self._parameterized[node]:
             version, fwd_version = ctx.version, ctx.fwd_version
             for s in states:
@@ -180,11 +180,25 @@ class Worker:
         first = bundle[0]
         node = first.node
         ctx = self.contexts[node]
-        emitted = self._ops[node].backward_bundle(ctx, first.port, [m.payload for m in bundle],
-                                                  [m.state for m in bundle])  # fmt: skip
+        emitted = self._call_bundle(self._ops[node].backward_bundle, ctx, bundle)
         if self._parameterized[node]:  # after the op, which saw n_grads before these gradients
             self._count_gradients(node, ctx, bundle)
         return self._route_back(node, emitted)
+
+    def _call_bundle(self, call: Callable[..., Any], ctx: NodeContext, bundle: list[Message]) -> Any:
+        """``op.forward_bundle`` or ``op.backward_bundle`` on the bundle. An op that runs once per message
+        anyway (``bundling == "per_message"``: control flow, routing, joins) is called message by message,
+        so that an error names the state of the message that raised it."""
+        first = bundle[0]
+        if self._ops[first.node].bundling != "per_message":
+            return call(ctx, first.port, [m.payload for m in bundle], [m.state for m in bundle])
+        emitted = []
+        for m in bundle:
+            try:
+                emitted += call(ctx, m.port, [m.payload], [m.state])
+            except Exception as exc:
+                raise self._error(m, exc) from exc
+        return emitted
 
     def _route_forward(
         self, node: int, ctx: NodeContext, emitted: list[tuple[str, Any, State]], key_trains: bool, train: bool
@@ -243,11 +257,13 @@ class Worker:
         except NodeError:
             raise
         except Exception as exc:
-            node = msg.node
-            raise NodeError(
-                self.plan.names[node], type(self._ops[node]).__name__, DIRECTION_NAMES[msg.direction], msg.port,
-                msg.state, exc,
-            ) from exc  # fmt: skip
+            raise self._error(msg, exc) from exc
+
+    def _error(self, msg: Message, exc: Exception) -> NodeError:
+        """The NodeError for ``exc`` raised while handling ``msg``: its node, direction, port and state."""
+        node = msg.node
+        kind, direction = type(self._ops[node]).__name__, DIRECTION_NAMES[msg.direction]
+        return NodeError(self.plan.names[node], kind, direction, msg.port, msg.state, exc)
 
     def _forward(self, msg: Message) -> list[Message]:
         node = msg.node

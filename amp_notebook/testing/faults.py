@@ -1,6 +1,6 @@
 """Fault injection for the runtime: one fault per run, and what reached the caller.
 
-The promise under test (issue 11): whatever goes wrong inside a run, the caller gets an error (never a
+The promise under test: whatever goes wrong inside a run, the caller gets an error (never a
 hang) soon, every thread of the run ends, and the error says what happened. Each case trains a small model
 (the MLP on digits, or the list-reduction RNN with its loop through Phi and Cond) on the threaded backend,
 with one fault that fires once, at the k-th matching event:
@@ -85,6 +85,9 @@ class Fault:
 
 @dataclass
 class Outcome:
+    """What one injected fault did: whether it fired, what reached the caller and how soon, and whether the run hung or
+    leaked a thread."""
+
     setup: str
     fault: str
     fired: bool
@@ -303,6 +306,8 @@ def _as_expected(fault: Fault, error: BaseException) -> bool:
 
 @dataclass
 class CampaignReport:
+    """Every outcome of a fault campaign and how long it took; ``summary()`` counts them."""
+
     outcomes: list[Outcome]
     seconds: float
 

@@ -1,6 +1,6 @@
 """Fuzzers for untrusted input: random mutations of graph JSON and random builder intents.
 
-The promise under test (issue 11): bad input gets an :class:`~amp_notebook.errors.AmpError` subclass, a
+The promise under test: bad input gets an :class:`~amp_notebook.errors.AmpError` subclass, a
 message, and nothing else. Anything else escaping (a ``TypeError`` from deep inside, ``RecursionError``,
 ``MemoryError``) is a bug, as is a refused builder intent that changed the graph, its positions, the undo
 history or the revision, and as is a code payload that ran.

@@ -1,7 +1,7 @@
 """Fuzzing checkpoints: random mutations of real checkpoint files may produce only documented errors, and never
 run anything they carry.
 
-The promise under test (issue 11): :func:`~amp_notebook.runtime.checkpoint.load_checkpoint` either returns a
+The promise under test: :func:`~amp_notebook.runtime.checkpoint.load_checkpoint` either returns a
 checkpoint or raises :class:`~amp_notebook.runtime.checkpoint_file.CheckpointError`; a checkpoint that loads
 either resumes or is refused with an :class:`~amp_notebook.errors.AmpError` listing what does not fit.
 Nothing else may escape (a ``KeyError``, ``TypeError``, ``MemoryError`` or ``RecursionError`` would be a
@@ -62,6 +62,8 @@ from amp_notebook.testing.mutations import code_payloads, corrupt_text, mutate_d
 # ------------------------------------------------------------------------------------------- the seeds
 @dataclass(frozen=True)
 class Seed:
+    """A real checkpoint file to mutate, with the graph, data and settings it resumes with."""
+
     name: str
     data: bytes
     graph: Graph

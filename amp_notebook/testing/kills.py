@@ -1,6 +1,6 @@
 """Kill a process while it saves a checkpoint, again and again: the previous checkpoint must stay loadable.
 
-The promise under test (issue 11): a checkpoint is written to a temporary file, flushed, ``fsync``-ed and
+The promise under test: a checkpoint is written to a temporary file, flushed, ``fsync``-ed and
 renamed over the old one, so a process that dies at any instant leaves either the old checkpoint or the new
 one, whole. Each round forks a child that saves the same checkpoint to the same path over and over, each
 save with a new ``generation`` in its ``meta``, telling the parent through a pipe when a save begins
@@ -35,6 +35,8 @@ from amp_notebook.runtime.checkpoint_file import CheckpointError
 
 @dataclass
 class KillReport:
+    """What a kill campaign found: kills, how many landed while saving, and whether the file stayed loadable."""
+
     kills: int = 0
     while_saving: int = 0  # killed between the start and the return of a save
     loadable: int = 0

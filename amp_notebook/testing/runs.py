@@ -34,6 +34,8 @@ WATCHDOG_S = 1.0  # the drop and vanish faults are found by the watchdog: keep t
 
 @dataclass(frozen=True)
 class Setup:
+    """A small training run to break: the model (mlp or rnn) and the mode."""
+
     model: str  # mlp | rnn
     mode: str
 

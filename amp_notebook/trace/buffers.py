@@ -44,6 +44,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from amp_notebook.errors import SettingError
 from amp_notebook.trace.totals import EventTotals, RowCount, StalenessTotals
 
 PHASE_FWD, PHASE_BWD, PHASE_UPDATE = 0, 1, 2
@@ -62,8 +63,9 @@ Columns = dict[str, np.ndarray]
 
 def check_capacity(capacity: int | None) -> int | None:
     if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1):
-        raise ValueError(
-            f"trace_capacity: expected an int >= 1 (rows kept per worker) or None (keep every row), got {capacity!r}"
+        raise SettingError(
+            "trace_capacity",
+            f"trace_capacity: expected an int >= 1 (rows kept per worker) or None (keep every row), got {capacity!r}",
         )
     return capacity
 

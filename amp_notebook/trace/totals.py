@@ -27,6 +27,9 @@ N_PHASES = 3
 
 @dataclass(frozen=True)
 class EventTotals:
+    """Counts over event rows: rows, busy seconds, rows per phase, messages (one worker's whole run in
+    ``Trace.event_totals``, exact however few rows its buffer keeps)."""
+
     rows: int = 0
     busy_s: float = 0.0
     phase_rows: tuple[int, ...] = (0,) * N_PHASES

@@ -24,6 +24,12 @@ from amp_notebook.trace.window import Cursor, Increment, _merge, _with_worker, s
 
 
 class Trace:
+    """A read-only view of a run's trace: the per-worker buffers, the node names and the time origin.
+
+    Owns nothing it writes: the workers append to their own buffers, and every method here reads them (live or
+    after the run) into numpy columns with times in seconds since the run started. It never locks or changes
+    the buffers, and never knows about the graph beyond the node names."""
+
     def __init__(self, buffers: Sequence[WorkerBuffer], node_names: Sequence[str], origin: float = 0.0) -> None:
         self.buffers = list(buffers)
         self.node_names = list(node_names)

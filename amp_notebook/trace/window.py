@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from amp_notebook.errors import SettingError
 from amp_notebook.trace.buffers import Columns
 
 if TYPE_CHECKING:
@@ -72,7 +73,9 @@ def _with_worker(cols: Columns, w: int, length_column: str) -> Columns:
 def window(trace: Trace, start_s: float, end_s: float) -> Columns:
     """Event rows overlapping ``[start_s, end_s)``, as numpy columns sorted by start (seconds since start)."""
     if not end_s >= start_s:
-        raise ValueError(f"window: expected start_s <= end_s, got start_s={start_s}, end_s={end_s}; swap them")
+        raise SettingError(
+            "end_s", f"window: expected start_s <= end_s, got start_s={start_s}, end_s={end_s}; swap them"
+        )
     lo, hi = start_s + trace.origin, end_s + trace.origin
     parts = [_with_worker(buf.event_table.window(lo, hi), w, "end") for w, buf in enumerate(trace.buffers)]
     return _merge(parts, trace.origin, ("start", "end"), "start")
@@ -83,9 +86,10 @@ def since(trace: Trace, cursor: Cursor | None = None) -> Increment:
     if cursor is None:
         cursor = Cursor.start(trace.workers)
     if len(cursor.events) != trace.workers or len(cursor.staleness) != trace.workers:
-        raise ValueError(
+        raise SettingError(
+            "cursor",
             f"since: the cursor is for {len(cursor.events)} workers but the trace has {trace.workers}; "
-            "pass a cursor returned by this trace's since(), or None to start over"
+            "pass a cursor returned by this trace's since(), or None to start over",
         )
     events, stale, members = [], [], []
     next_events, next_stale, next_members = [], [], []

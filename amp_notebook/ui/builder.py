@@ -32,8 +32,9 @@ from amp_notebook.errors import AmpError
 from amp_notebook.ir.codegen import graph_to_python
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.serialize import graph_from_dict, graph_to_dict, parse_graph_json
+from amp_notebook.models import zoo as model_zoo
 from amp_notebook.ui import builder_schema as S
-from amp_notebook.ui.builder_model import ZOO_MODELS, BuilderError, BuilderModel
+from amp_notebook.ui.builder_model import BuilderError, BuilderModel
 from amp_notebook.ui.messages import refusal
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ class GraphBuilder(anywidget.AnyWidget):
 
     view = t.Dict().tag(sync=True)
     palette = t.List().tag(sync=True)
-    zoo = t.List().tag(sync=True)
+    zoo = t.List().tag(sync=True)  # the model zoo's menu: [{"name", "description"}] in the registry's order
     notice = t.Dict().tag(sync=True)  # the last refusal or message: {"seq", "level", "text"}; {} after a load
     # the last export asked for from the canvas, {"seq", "format", "text"}: its text follows the graph's
     # edits; {} after a load
@@ -73,9 +74,10 @@ class GraphBuilder(anywidget.AnyWidget):
         self._generation = self.model.generation  # of the graph the notice and the export are about
         self.model.on_change = self._sync
         self.palette = S.palette()
-        self.zoo = list(ZOO_MODELS)
-        self.train_data: Dataset | None = None
-        self.train_options: dict[str, Any] = {"mode": "amp", "max_active_keys": 4, "epochs": 1}
+        self.zoo = [{"name": entry.name, "description": entry.description} for entry in model_zoo.ENTRIES]
+        self.train_data: Dataset | None = None  # what Train trains on (a loaded zoo model brings its own)
+        self.train_options: dict[str, Any] = {}  # amp.train keywords for Train, over a zoo model's settings
+        self._zoo_data: dict[str, Dataset] = {}  # zoo name -> its small dataset, made on the first Train
         self.run: Run | None = None
         self.dashboard: Dashboard | None = None  # the live dashboard of the last run started here
         self._seq = 0
@@ -144,7 +146,8 @@ class GraphBuilder(anywidget.AnyWidget):
         self._do(self.model.load, graph)
 
     def load_model(self, name: str) -> None:
-        """Load a model-zoo graph: one of ``ZOO_MODELS`` (mlp, rnn, rnn_x2, tree_lstm, ggsnn, ...)."""
+        """Load a model-zoo graph: one of ``ZOO_MODELS`` (mlp, rnn, rnn-x2, tree-lstm, ggsnn, ...,
+        bilstm-tagger; ``tree_lstm`` spellings too); Train then brings its data and settings (:meth:`train`)."""
         self._do(self.model.load_model, name)
 
     def auto_layout(self, direction: str | None = None) -> None:
@@ -196,29 +199,46 @@ class GraphBuilder(anywidget.AnyWidget):
 
             return python_form(self.graph)
         if form != "builder":
-            raise ValueError(f"to_python form: expected 'builder' or 'source', got {form!r}")
+            raise BuilderError(f"to_python form: expected 'builder' or 'source', got {form!r}")
         return graph_to_python(self.graph)
 
     # ------------------------------------------------------------- training
     def train(self, data: Dataset | None = None, **options: Any) -> Run:
-        """Start a background run of (a copy of) the graph on ``data`` (default :attr:`train_data`) and open
-        the live dashboard beside the canvas. ``options`` go to :func:`amp_notebook.train`."""
+        """Start a background run of (a copy of) the graph and open the live dashboard beside the canvas.
+
+        The data: ``data``, else :attr:`train_data`, else, for a graph loaded from the model zoo
+        (:meth:`load_model`, edits since included), that model's small dataset (seed 0, the one its graph
+        was sized for). The settings, each over the one before: a zoo model's recommended settings,
+        :attr:`train_options`, the builder's ``workers``, then ``options`` (keywords of
+        :func:`amp_notebook.train`)."""
         return self._do(self._start_run, data, options)
 
     def _start_run(self, data: Dataset | None, options: dict[str, Any]) -> Run:
         from amp_notebook.runtime.train import train
 
         data = data if data is not None else self.train_data
-        if data is None:
-            raise BuilderError("no training data: set builder.train_data = <a Dataset> (or call builder.train(data))")
+        entry = model_zoo.get(self.model.zoo_model) if self.model.zoo_model is not None else None
+        if data is None and entry is None:
+            raise BuilderError(
+                "no training data: set builder.train_data = <a Dataset> (or call builder.train(data)), or load "
+                "a zoo model, which brings its own"
+            )
         problems = self.problems()
         if problems:
             raise BuilderError(f"cannot train yet, {len(problems)} problem(s):\n  - " + "\n  - ".join(problems))
-        if self.run is not None and not self.run.done():
+        if self.run is not None and not self.run.done:
             self.run.stop(wait=False)
         graph = graph_from_dict(graph_to_dict(self.graph))  # later edits must not reach the running graph
-        settings = {**self.train_options, "workers": self.workers, **options, "background": True}
+        zoo_data = data is None
+        if data is None and entry is not None:
+            if entry.name not in self._zoo_data:
+                self._zoo_data[entry.name] = entry.dataset("small")
+            data = self._zoo_data[entry.name]
+        recommended = entry.settings.train_kwargs() if entry is not None else {}
+        settings = {**recommended, **self.train_options, "workers": self.workers, **options, "background": True}
         run = train(graph, data, **settings)
+        if entry is not None:
+            self._notify("info", _zoo_run_text(entry.name, graph, data if zoo_data else None, settings))
         self.run = run
         self._show_dashboard(run)
         threading.Thread(target=self._watch, args=(run,), daemon=True, name="builder-run-status").start()
@@ -296,6 +316,26 @@ class GraphBuilder(anywidget.AnyWidget):
                 f"run {s['state']}: epoch {s['epoch'] + 1}/{s['epochs']}, {s['keys_done']} keys done{loss}"
                 + (f" ({s['error']})" if s["error"] else "")
             )
-            if run.done() or self.run is not run:
+            if run.done or self.run is not run:
                 return
             threading.Event().wait(STATUS_PERIOD_S)
+
+
+def _zoo_run_text(name: str, graph: Graph, data: Dataset | None, settings: dict[str, Any]) -> str:
+    """What a Train of zoo model ``name`` trains on (``data``: the zoo's dataset; None: the user's) and with."""
+    said = []
+    optimizer = settings.get("optimizer")
+    if isinstance(optimizer, dict):
+        extra = [f"{k}={v}" for k, v in optimizer.items() if k != "name"]
+        said.append(f"optimizer {' '.join([str(optimizer.get('name', '?')), *extra])}")
+    elif optimizer is not None:
+        said.append(f"optimizer {optimizer}")
+    said += [f"{key} {settings[key]}" for key in ("epochs", "max_active_keys") if key in settings]
+    own = sorted({n.min_update_frequency for n in graph.nodes.values() if n.min_update_frequency is not None})
+    frequency = f"min_update_frequency {settings.get('min_update_frequency', 1)}"
+    said.append(frequency + (f" (nodes' own: {', '.join(map(str, own))})" if own else ""))
+    on = "" if data is None else (
+        f" on its small dataset ({data.name}: {data.train_instances:,} training instances, "
+        f"{data.val_instances:,} validation)"
+    )  # fmt: skip
+    return f"training the zoo's {name}{on}; {', '.join(said)}"

@@ -13,6 +13,10 @@ rebuilds the graph from the snapshot *in place*, so a ``Graph`` object the user 
 graph. A snapshot of a 200-node graph is a few hundred small dicts: cheaper and far simpler than inverse
 operations for every intent.
 
+A graph loaded from the model zoo (:meth:`BuilderModel.load_model`) keeps the zoo's name beside it
+(:attr:`BuilderModel.zoo_model`, in the undo snapshots too), so the widget's Train brings that model's data
+and recommended settings (amp_notebook/models/zoo.py); any other load forgets it.
+
 Positions are the canvas coordinates of nodes, kept beside the graph (not in it). A node without one
 (a loaded model, nodes made by Python code) is laid out by the browser, which reports the positions back
 with a ``layout`` message that is not an undo step. With them comes the layout's ``direction``: ``"TB"``
@@ -38,9 +42,10 @@ from typing import Any, ClassVar
 from amp_notebook.errors import AmpError
 from amp_notebook.ir import cells as C
 from amp_notebook.ir import ops as O
-from amp_notebook.ir.graph import Edge, Graph, Ref
+from amp_notebook.ir.graph import Graph, Ref
 from amp_notebook.ir.serialize import graph_from_dict, graph_to_dict, rebuild_graph
 from amp_notebook.ir.validate import check, infer_widths
+from amp_notebook.models import zoo
 from amp_notebook.ui import builder_schema as S
 from amp_notebook.ui.builder_replicas import set_replicas
 from amp_notebook.ui.builder_schema import BuilderError
@@ -50,26 +55,12 @@ __all__ = ["ZOO_MODELS", "BuilderError", "BuilderModel"]
 
 
 Position = tuple[float, float]
-Snapshot = tuple[dict[str, Any], dict[str, Position], str | None]  # graph JSON, positions, direction
+Snapshot = tuple[dict[str, Any], dict[str, Position], str | None, str | None]  # graph, positions, direction, zoo
 UNDO_LIMIT = 200
 DIRECTIONS = ("TB", "LR")
 
 
-def _zoo() -> dict[str, Callable[[], Graph]]:
-    from amp_notebook import models
-
-    return {
-        "mlp": lambda: models.mlp(input_width=64, hidden=128),
-        "rnn": models.rnn,
-        "rnn_x2": lambda: models.rnn(replicas=2),
-        "tree_lstm": lambda: models.tree_lstm(vocab_size=100),
-        "ggsnn": lambda: models.ggsnn(n_edge_types=2, feature_width=8, classes=4),
-        "ggsnn_node_selection": lambda: models.ggsnn(n_edge_types=2, feature_width=8, task="node_selection"),
-        "ggsnn_regression": lambda: models.ggsnn(n_edge_types=2, feature_width=8, task="regression"),
-    }
-
-
-ZOO_MODELS = ("mlp", "rnn", "rnn_x2", "tree_lstm", "ggsnn", "ggsnn_node_selection", "ggsnn_regression")
+ZOO_MODELS = zoo.NAMES  # the model zoo's registry (amp_notebook/models/zoo.py): the CLI's names
 ATTRS = ("name", "min_update_frequency", "optimizer", "worker", "replicas")
 
 
@@ -80,6 +71,9 @@ class BuilderModel:
         self.graph = graph if graph is not None else Graph("graph")
         self.positions: dict[str, Position] = {}
         self.direction: str | None = None  # of the layout the positions came from (module docstring)
+        # the zoo model the graph was loaded as (its registry name), so Train can bring its data and settings;
+        # None after any other load. Kept through edits (a retuned zoo RNN still trains on list reduction)
+        self.zoo_model: str | None = None
         self.workers = workers
         self.revision = 0
         self.generation = 0  # bumped by every load: which graph this is, for what belongs to the last one
@@ -206,12 +200,7 @@ class BuilderModel:
         config = {**n.op.config(), field: S.coerce(types[field], value, where)}
         op = S.make_op(n.kind, config, n.describe())
         with self._edit():
-            n.op = op
-            ins, outs = set(op.input_ports()), set(op.output_ports())
-            self.graph.edges = [
-                e for e in self.graph.edges
-                if not ((e.dst == node and e.dst_port not in ins) or (e.src == node and e.src_port not in outs))
-            ]  # fmt: skip
+            self.graph.replace_op(node, op)
 
     def undo(self) -> None:
         if not self._undo:
@@ -226,7 +215,20 @@ class BuilderModel:
         self._restore(self._redo.pop())
 
     def load(self, graph: Graph | dict[str, Any]) -> None:
-        """Replace the graph (a Graph, or its JSON dict: data only, never code); one undo step."""
+        """Replace the graph (a Graph, or its JSON dict: data only, never code); one undo step. The graph is
+        no zoo model's any more (:attr:`zoo_model` is None), whatever it holds."""
+        self._load(graph, None)
+
+    def load_model(self, model: str) -> None:
+        """Load a zoo model's graph (``zoo.get(model).graph()``: sized for its small dataset) and remember its
+        name (:attr:`zoo_model`, the registry's spelling; the ``_`` spelling is accepted); one undo step."""
+        try:
+            entry = zoo.get(model)
+        except zoo.ZooError as exc:
+            raise BuilderError(str(exc)) from None
+        self._load(entry.graph(), entry.name)
+
+    def _load(self, graph: Graph | dict[str, Any], zoo_model: str | None) -> None:
         if not isinstance(graph, (Graph, dict)):
             raise BuilderError(f"load: expected a Graph or its JSON dict, got {type(graph).__name__}")
         self.generation += 1  # before the view is drawn; put back if the load is refused
@@ -237,15 +239,10 @@ class BuilderModel:
                 self.graph.compiled_from = new.compiled_from  # amp.compile's record (to_python(form="source"))
                 self.positions.clear()
                 self.direction = None
+                self.zoo_model = zoo_model
         except BaseException:
             self.generation -= 1
             raise
-
-    def load_model(self, model: str) -> None:
-        zoo = _zoo()
-        if model not in zoo:
-            raise BuilderError(f"unknown model {model!r}; the model zoo has {sorted(zoo)}")
-        self.load(zoo[model]())
 
     def auto_layout(self, direction: str | None = None) -> None:
         """Forget every position so the browser lays the graph out again (one undo step): ``"TB"`` top to
@@ -260,13 +257,13 @@ class BuilderModel:
         from amp_notebook.runtime.placement import place
 
         with self._edit():
-            for node in self.graph.nodes.values():
-                node.worker = None
+            for name in self.graph.nodes:
+                self.graph.assign_worker(name, None)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 placed = place(self.graph, self.workers, strategy=strategy)
             for name, w in placed.items():
-                self.graph.nodes[name].worker = w
+                self.graph.assign_worker(name, w)
         return placed
 
     def pin(self, nodes: list[str] | tuple[str, ...], worker: Any) -> None:
@@ -286,7 +283,7 @@ class BuilderModel:
             )
         with self._edit():
             for name in nodes:
-                self.graph.nodes[name].worker = w
+                self.graph.assign_worker(name, w)
 
     def set_workers(self, workers: Any) -> None:
         workers = S.coerce(S.INT, workers, "workers")
@@ -352,10 +349,10 @@ class BuilderModel:
             self.on_change()
 
     def _snapshot(self) -> Snapshot:
-        return copy.deepcopy(graph_to_dict(self.graph)), dict(self.positions), self.direction
+        return copy.deepcopy(graph_to_dict(self.graph)), dict(self.positions), self.direction, self.zoo_model
 
     def _restore(self, snapshot: Snapshot, notify: bool = True) -> None:
-        data, positions, direction = snapshot
+        data, positions, direction, self.zoo_model = snapshot
         self._replace_graph(rebuild_graph(copy.deepcopy(data)))  # our own snapshot: no schema check
         self.positions = dict(positions)
         self.direction = direction
@@ -364,10 +361,7 @@ class BuilderModel:
 
     def _replace_graph(self, new: Graph) -> None:
         """Make ``self.graph`` hold ``new``'s content, keeping the object (so users' references stay live)."""
-        if new is self.graph:
-            return
-        self.graph.name, self.graph.nodes, self.graph.edges = new.name, new.nodes, new.edges
-        self.graph.replica_groups = new.replica_groups
+        self.graph.replace_contents(new)
 
     def _require_nodes(self, names: Any, what: str) -> None:
         missing = [n for n in names if n not in self.graph.nodes]
@@ -390,9 +384,12 @@ class BuilderModel:
             low = 1 if attr == "min_update_frequency" else 0
             if v is not None and v < low:
                 raise BuilderError(f"{where}: expected an int >= {low} (or empty for the run's default), got {v}")
-            setattr(n, attr, v)
+            if attr == "worker":
+                self.graph.assign_worker(node, v)
+            else:
+                self.graph.set_min_update_frequency(node, v)
         elif attr == "optimizer":
-            n.optimizer = _optimizer(value, where)
+            self.graph.set_optimizer(node, _optimizer(value, where))
         elif attr == "replicas":
             set_replicas(self.graph, node, S.coerce(S.INT, value, where))
         else:
@@ -403,16 +400,7 @@ class BuilderModel:
             return
         if not new or not new.replace("_", "a").isalnum():
             raise BuilderError(f"rename {old!r}: expected a name of letters, digits and '_', got {new!r}")
-        if new in self.graph.nodes:
-            raise BuilderError(f"rename {old!r}: the name {new!r} is used by {self.graph.nodes[new].describe()}")
-        g = self.graph
-        g.nodes = {(new if k == old else k): v for k, v in g.nodes.items()}
-        g.nodes[new].name = new
-        g.edges = [
-            Edge(new if e.src == old else e.src, e.src_port, new if e.dst == old else e.dst, e.dst_port)
-            for e in g.edges
-        ]
-        g.replica_groups = [[new if n == old else n for n in group] for group in g.replica_groups]
+        self.graph.rename(old, new)
         if old in self.positions:
             self.positions[new] = self.positions.pop(old)
 

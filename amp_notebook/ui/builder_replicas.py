@@ -54,7 +54,7 @@ def _expand(graph: Graph, name: str, replicas: int) -> None:
     incoming, outgoing = graph.incoming(name).get("in"), graph.outgoing(name).get("out")
     for e in (incoming, outgoing):
         if e is not None:
-            graph.edges.remove(e)
+            graph.disconnect(e.dst, e.dst_port)
     predicate = "key % 2 == 0" if replicas == 2 else f"key % {replicas}"
     route = graph.add_node(O.Cond(predicate, replicas), [Ref(incoming.src, incoming.src_port)] if incoming else [],
                            name=f"{name}_route")  # fmt: skip
@@ -73,7 +73,7 @@ def _expand(graph: Graph, name: str, replicas: int) -> None:
         graph.connect(Ref(merge.name), outgoing.dst, outgoing.dst_port)
     for n in (route.name, merge.name, *copies):
         graph.nodes[n].meta["replica_of"] = name
-    graph.replica_groups.append(copies)
+    graph.tie_replicas(copies)
 
 
 def _collapse(graph: Graph, name: str) -> None:
@@ -83,11 +83,9 @@ def _collapse(graph: Graph, name: str) -> None:
     group = next(g for g in graph.replica_groups if name in g)
     for n in [route, merge, *group]:
         if n != name and n in graph.nodes and graph.nodes[n].meta.get("replica_of") == name:
-            graph.remove_node(n)
-    graph.replica_groups = [g for g in graph.replica_groups if name not in g]
-    for e in list(graph.edges):
-        if name in (e.src, e.dst):
-            graph.edges.remove(e)
+            graph.remove_node(n)  # which leaves ``name`` alone in its replica group, so the group goes
+    for e in [*graph.incoming(name).values(), *graph.outgoing(name).values()]:
+        graph.disconnect(e.dst, e.dst_port)
     graph.nodes[name].meta.pop("replica_of", None)
     if into is not None:
         graph.connect(Ref(into.src, into.src_port), name, "in")

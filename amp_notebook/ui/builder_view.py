@@ -6,13 +6,9 @@ the layout direction, and the problems that concern no node. Effective worker: a
 ``worker``, else what the placement heuristic (amp_notebook/runtime/placement.py) would choose for the
 current worker count.
 
-Loop back-edges (:func:`loop_back_edges`) are the edges the canvas leaves out of its layered layout and
-draws routed around the side, so that the rest reads in one direction (the paper's Fig. 2). A loop is
-closed by a Phi that merges the loop's entry (from outside the cycle) with the back-edge (from inside):
-within each strongly connected component, the edges into a Phi that also has an input from outside that
-component are back-edges. Removing them and repeating finds the loops nested inside. A Phi whose inputs
-all come from inside the cycle only merges branches (the replicas' Phi inside the RNN's loop), so its
-edges stay in the layout.
+Loop back-edges (:func:`amp_notebook.ir.analysis.loop_back_edges`, the answer the validator and the
+topological order use too) are the edges the canvas leaves out of its layered layout and draws routed
+around the side, so that the rest reads in one direction (the paper's Fig. 2).
 """
 
 from __future__ import annotations
@@ -20,38 +16,13 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING, Any
 
-import networkx as nx
-
 from amp_notebook.ir import ops as O
+from amp_notebook.ir.analysis import loop_back_edges
 from amp_notebook.ui import builder_schema as S
 from amp_notebook.ui.builder_replicas import replicas_of
 
 if TYPE_CHECKING:
-    from amp_notebook.ir.graph import Edge, Graph
     from amp_notebook.ui.builder_model import BuilderModel
-
-
-def loop_back_edges(graph: Graph) -> set[Edge]:
-    """The edges that close loops: into a Phi, from inside a cycle through it, where that Phi also has an
-    input from outside the cycle (see the module docstring)."""
-    back: set[Edge] = set()
-    while True:
-        view = nx.DiGraph()
-        view.add_nodes_from(graph.nodes)
-        view.add_edges_from((e.src, e.dst) for e in graph.edges if e not in back)
-        found: set[Edge] = set()
-        for component in nx.strongly_connected_components(view):
-            if len(component) < 2:
-                continue
-            for name in component:
-                if graph.nodes[name].kind != "phi":
-                    continue
-                ins = [e for e in graph.edges if e.dst == name and e not in back]
-                if any(e.src not in component for e in ins):
-                    found.update(e for e in ins if e.src in component)
-        if not found:
-            return back
-        back |= found
 
 
 def effective_workers(model: BuilderModel) -> dict[str, int | None]:
@@ -142,6 +113,7 @@ def build_view(model: BuilderModel) -> dict[str, Any]:
         "name": graph.name,
         "revision": model.revision,
         "generation": model.generation,
+        "zoo_model": model.zoo_model,
         "nodes": nodes,
         "edges": edges,
         "direction": model.direction,

@@ -34,7 +34,7 @@ from typing import Any
 import anywidget
 import traitlets
 
-from amp_notebook.errors import AmpError
+from amp_notebook.errors import AmpError, SettingError, SettingTypeError
 from amp_notebook.ir.graph import Graph
 from amp_notebook.runtime.config import RunConfig, Setting
 from amp_notebook.runtime.run import Run
@@ -101,9 +101,11 @@ class Dashboard(anywidget.AnyWidget):
         **kwargs: Any,
     ) -> None:
         if not 0.5 <= rate_hz <= 30:
-            raise ValueError(f"Dashboard: rate_hz should be between 0.5 and 30 updates per second, got {rate_hz}")
+            raise SettingError(
+                "rate_hz", f"Dashboard: rate_hz should be between 0.5 and 30 updates per second, got {rate_hz}"
+            )
         if max_boxes < 1000:
-            raise ValueError(f"Dashboard: max_boxes should be at least 1000, got {max_boxes}")
+            raise SettingError("max_boxes", f"Dashboard: max_boxes should be at least 1000, got {max_boxes}")
         super().__init__(rate_hz=rate_hz, window_s=window_s, max_boxes=max_boxes, **kwargs)
         self.history_s = history_s
         self.export_path = export_path
@@ -120,9 +122,10 @@ class Dashboard(anywidget.AnyWidget):
         self.on_msg(self._on_msg)
         if run is not None:
             if not isinstance(run, Run):
-                raise TypeError(
+                raise SettingTypeError(
+                    "run",
                     f"Dashboard(run): expected a Run from train(..., background=True), got {type(run).__name__}; "
-                    "for a finished result or a saved trace use Dashboard.replay(...)"
+                    "for a finished result or a saved trace use Dashboard.replay(...)",
                 )
             plan = run.plan
             self.runs = [self._describe(run.trace, "run", plan.parameterized, plan.graph)]
@@ -336,14 +339,15 @@ def _as_trace(source: Any) -> tuple[Trace, list[dict[str, Any]] | None, str | No
     if isinstance(source, str | Path):
         return load_trace(source), None, Path(source).stem
     if isinstance(source, Run):
-        if not source.done():
-            raise ValueError("Dashboard.replay: this run is still going; show it live with Dashboard(run)")
+        if not source.done:
+            raise SettingError("source", "Dashboard.replay: this run is still going; show it live with Dashboard(run)")
         source = source.wait()
     if isinstance(source, TrainResult):
         return source.trace, [e.as_dict() for e in source.history], source.config.mode
-    raise TypeError(
+    raise SettingTypeError(
+        "source",
         f"Dashboard.replay: expected a TrainResult, a finished Run, a Trace or a path to a trace file, "
-        f"got {type(source).__name__}"
+        f"got {type(source).__name__}",
     )
 
 

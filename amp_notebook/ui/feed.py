@@ -51,6 +51,8 @@ HISTORY_S = 60.0  # a view opened while a run goes gets this many seconds of its
 
 @dataclass
 class Frame:
+    """One message to the dashboard's front end: JSON content and the binary column buffers beside it."""
+
     content: dict[str, Any]
     buffers: list[bytes] = field(default_factory=list)
 
@@ -149,7 +151,7 @@ class LiveFeed:
         self._hist: dict[int, dict[int, int]] = {}
 
     def poll(self, kind: str = "rows") -> Frame:
-        ended = self.run.done()
+        ended = bool(self.run.done)
         inc = self.trace.since(self.cursor)
         self.cursor = inc.cursor
         self._follow_totals(inc.events, inc.staleness, inc.missed_events + inc.missed_staleness)
@@ -181,7 +183,7 @@ class LiveFeed:
         content, buffers = pack(events, {k: v[keep] for k, v in stale.items()}, members=_members_of(self.trace, events))
         self.epochs_sent = 0
         content.update(type="reset", meta=self.meta())
-        content["meta"]["finished"] = self.run.done()
+        content["meta"]["finished"] = bool(self.run.done)
         content["meta"]["keys_in_flight"] = keys_in_flight_series(events) if events else []
         return Frame(content, buffers)
 

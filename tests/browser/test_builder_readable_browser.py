@@ -20,16 +20,17 @@ from tests.browser.conftest import WAIT_MS, open_and_run, write_notebook
 
 pytestmark = pytest.mark.browser
 
-MODELS = {"rnn": "rnn", "mlp": "mlp", "tree_lstm": "tree_lstm", "ggsnn": "ggsnn_classification"}  # zoo name: graph name
-TOO_LONG = {"ggsnn"}
+# zoo name: graph name
+MODELS = {"rnn": "rnn", "mlp": "mlp", "tree-lstm": "tree_lstm", "ggsnn-classification": "ggsnn_classification"}
+TOO_LONG = {"ggsnn-classification"}
 READABLE_PX = 10.0
 CANVAS_MAX_H = 780  # widgets/src/builder/fit.js
 
 CELL = """
 from amp_notebook.ui import GraphBuilder
-b_{name} = GraphBuilder()
-b_{name}.load_model("{name}")
-b_{name}
+b_{graph} = GraphBuilder()
+b_{graph}.load_model("{name}")
+b_{graph}
 """
 
 # On-screen sizes of what a builder draws: font size times the scale its element is drawn at (the
@@ -58,7 +59,7 @@ MEASURE = """(root) => {
 
 
 def test_zoo_graphs_open_readable(lab: Any, page: Any, tmp_path: Path) -> None:
-    nb = write_notebook(lab.root / "builder_readable.ipynb", [CELL.format(name=m) for m in MODELS])
+    nb = write_notebook(lab.root / "builder_readable.ipynb", [CELL.format(name=m, graph=g) for m, g in MODELS.items()])
     open_and_run(page, lab, nb)
     report: dict[str, Any] = {}
     for name, graph in MODELS.items():
@@ -102,5 +103,5 @@ def test_zoo_graphs_open_readable(lab: Any, page: Any, tmp_path: Path) -> None:
         assert r["fits"] == "1" and r["all_nodes_inside"] and r["minimap"] == 0, (name, r)
         # the canvas fits the graph: no more than a band of padding around it (or the minimum height)
         assert r["canvas_px"][1] <= max(420, r["graph_height_px"] + 60), (name, r)
-    assert report["rnn"]["loop_edges"] == 1 and report["tree_lstm"]["loop_edges"] == 1, report
+    assert report["rnn"]["loop_edges"] == 1 and report["tree-lstm"]["loop_edges"] == 1, report
     assert not page.errors, page.errors  # type: ignore[attr-defined]

@@ -29,7 +29,8 @@ from amp_notebook.runtime.train import train
 from amp_notebook.ui.dashboard import Dashboard
 ds = load_digits_dataset(batch_size=20, seed=0)
 run = train(models.mlp(input_width=64, hidden=32), ds, background=True, workers=2, mode="amp",
-            max_active_keys=2, epochs=100_000, seed=0, validate=False, optimizer={"name": "sgd", "lr": 0.01})
+            max_active_keys=2, max_bundle=1, epochs=100_000, seed=0, validate=False,
+            optimizer={"name": "sgd", "lr": 0.01})
 dash = Dashboard(run, rate_hz=8, export_path="exported_trace.json")
 dash
 """

@@ -34,7 +34,7 @@ Dashboard(run, rate_hz=8)
 CHECK_ACTORS = """
 import json, pathlib, threading, time
 def check_actors():
-    while not run.done():
+    while not run.done:
         time.sleep(0.2)
     deadline = time.monotonic() + 60
     while amp_ray.live_actors() and time.monotonic() < deadline:

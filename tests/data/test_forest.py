@@ -12,6 +12,7 @@ from amp_notebook.data.batch import Batch
 from amp_notebook.data.forest import forest_batch, forest_dataset
 from amp_notebook.data.sentiment import sentiment_tree_dataset
 from amp_notebook.data.trees import Tree, Vocab, tree_batch
+from amp_notebook.errors import SettingError
 from amp_notebook.ir.interpret import Interpreter
 from amp_notebook.models import tree_lstm_forest
 from amp_notebook.models.tree_lstm import root_accuracy
@@ -94,8 +95,9 @@ def test_forest_sync_runtime_equals_the_interpreter() -> None:
 
 
 def test_forest_dataset_rejects_a_bad_bucket_size() -> None:
-    with pytest.raises(ValueError, match="trees_per_key: expected an int >= 1"):
+    with pytest.raises(SettingError, match="trees_per_key: expected an integer >= 1") as info:
         forest_dataset(sentiment_tree_dataset(n_train=2, n_val=0, seed=0), trees_per_key=0)
+    assert isinstance(info.value, ValueError) and info.value.setting == "trees_per_key"
 
 
 # Majority class (neutral) is ~0.48 of the validation nodes; two epochs of 400 trees in forests of 10

@@ -8,8 +8,9 @@ from amp_notebook.ir import ops as O
 from amp_notebook.ir.codegen import graph_to_python
 from amp_notebook.ir.graph import Graph, Ref
 from amp_notebook.ir.serialize import graph_from_dict, graph_to_dict
+from amp_notebook.models import zoo
 from amp_notebook.ui import builder_schema as S
-from amp_notebook.ui.builder_model import ZOO_MODELS, BuilderModel, _zoo
+from amp_notebook.ui.builder_model import ZOO_MODELS, BuilderModel
 
 
 def canonical(graph: Graph) -> dict:
@@ -27,18 +28,18 @@ def rebuild(source: str) -> Graph:
 
 @pytest.mark.parametrize("model", ZOO_MODELS)
 def test_python_round_trip_of_every_model(model: str) -> None:
-    graph = _zoo()[model]()
+    graph = zoo.get(model).graph()
     assert canonical(rebuild(graph_to_python(graph))) == canonical(graph)
 
 
 @pytest.mark.parametrize("model", ZOO_MODELS)
 def test_json_round_trip_of_every_model(model: str) -> None:
-    graph = _zoo()[model]()
+    graph = zoo.get(model).graph()
     assert graph_to_dict(graph_from_dict(graph_to_dict(graph))) == graph_to_dict(graph)
 
 
 def test_node_order_attributes_and_meta_survive() -> None:
-    graph = _zoo()["tree_lstm"]()
+    graph = zoo.get("tree-lstm").graph()
     graph.nodes["classify"].worker = 1
     graph.nodes["classify"].optimizer = {"name": "adam", "lr": 0.002}
     back = rebuild(graph_to_python(graph))

@@ -11,6 +11,7 @@ when ``ctx.train`` is False, and every cache and join entry is gone once backwar
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -352,6 +353,71 @@ def _cases() -> list[Case]:
             Partition("w", keep_2d=False, size_field="ids"),
             [("in", np.column_stack([[3.0, 0.0, 3.0, 3.0, 1.0], randn(5)]), st(length=2))],
         ),
+        # tables of ints (a tree's positions and word ids, a forest's level index): id payloads, no gradient
+        Case(
+            "flatmap_int_ids",
+            Flatmap("pos", keep_2d=False),
+            [("in", np.array([[4, 7], [2, 0], [9, 3]]), s)],
+            grad_inputs=frozenset(),
+        ),
+        Case(
+            "partition_int_index",
+            Partition("level", keep_2d=False),
+            [("in", np.array([[1, 5], [0, 2], [1, 3], [0, 0]]), st(t=2))],
+            grad_inputs=frozenset(),
+        ),
+        Case("group_of_rows", Group("n", "t"), [("in", randn(1, 2), st(n=3, t=i)) for i in (1, 2, 0)]),
+        Case("ungroup_chunk_3d", Ungroup("t", chunk=2), [("in", randn(4, 2, 3), s)]),
+        # a bool group value: the merged state's field holds True
+        Case(
+            "collect_bool_value",
+            Collect("t > 0", "t % 2", 2, "up"),
+            [("in", randn(2, 3), st(t=1)), ("in", randn(2, 3), st(t=2))],
+        ),
+        Case(
+            "scatter_sum_3d_index_first",
+            ScatterSum(),
+            [("index", np.array([2, 0, 2]), s), ("x", randn(3, 2, 2), s), ("like", randn(4, 1), s)],
+        ),
+        Case(
+            "scatter_mean_match_on_key",
+            ScatterMean(match_on=()),
+            [
+                ("index", np.array([0, 0, 2, 0]), st(length=3)),
+                ("like", randn(3, 1), st(length=3)),
+                ("x", randn(4, 2), st(t=1)),
+            ],
+        ),
+        Case(
+            "typed_edge_sum_edges_first",
+            TypedEdgeSum(3),
+            [("edges", np.array([[0, 5, 7, 3, 5], [1, 0, 2, 2, 0]]), s), ("x", randn(3, 6), s)],
+        ),
+        Case(
+            "select_rows_mask_match_on_key",
+            SelectRows(match_on=()),
+            [("x", randn(4, 2), st(t=1)), ("rows", np.array([False, True, True, False]), st(length=4))],
+        ),
+        # a vector sums with numpy's pairwise summation
+        Case("sum_rows_vector", SumRows(), [("in", randn(20), s)]),
+        Case("mean_rows_3d", MeanRows(), [("in", randn(3, 2, 2), s)]),
+        Case(
+            "mse_match_on",
+            MSE(match_on=("t",)),
+            [("target", randn(2, 3), st(t=1)), ("pred", randn(2, 3), st(t=1, n=4))],
+        ),
+        # equal top scores: a graph counts as correct when its first highest score is the target
+        Case(
+            "segment_softmax_cross_entropy_ties",
+            SegmentSoftmaxCrossEntropy(),
+            [
+                ("target", np.array([2, 4]), s),
+                ("scores", np.array([[1.0], [3.0], [3.0], [0.0], [2.0], [2.0]]), s),
+                ("segments", np.array([0, 0, 0, 1, 1, 1]), s),
+            ],
+        ),
+        Case("dropout_everything", Dropout(1.0, seed=3), [("in", randn(2, 2, 2), st(t=4))]),
+        Case("dropout_bool_state", Dropout(0.5, seed=9), [("in", randn(3, 5), st(flag=True, t=-2))]),
         # fused cells: the gradients into the gates, the children's c and h all checked
         Case("tree_lstm_leaf", TreeLSTMLeaf(2), [("gates", 2.0 * randn(3, 6), s)]),
         Case(
@@ -396,6 +462,32 @@ def _cases() -> list[Case]:
                 ("h", randn(3, 2), st(t=2, length=4)),
                 ("h_gates", randn(3, 6), st(t=2)),
             ],
+        ),
+        # wide enough to fill a whole SIMD vector of a native kernel and leave a tail (8 float64 lanes);
+        # the joined inputs in yet other orders of arrival
+        Case("tree_lstm_leaf_wide", TreeLSTMLeaf(9), [("gates", 2.0 * randn(2, 27), s)]),
+        Case(
+            "tree_lstm_branch_wide",
+            TreeLSTMBranch(9),
+            [("c_left", randn(2, 9), s), ("c_right", randn(2, 9), s), ("gates", 2.0 * randn(2, 45), s)],
+        ),
+        Case(
+            "gru_update_wide",
+            GRUUpdate(9),
+            [("h_gates", 2.0 * randn(2, 27), s), ("h", randn(2, 9), s), ("x_gates", 2.0 * randn(2, 27), s)],
+        ),
+        Case("lstm_start_wide", LSTMStart(9), [("gates", 2.0 * randn(2, 36), s)]),
+        Case(
+            "lstm_update_wide",
+            LSTMUpdate(9),
+            [("x_gates", 2.0 * randn(2, 36), s), ("c", randn(2, 9), s), ("h_gates", 2.0 * randn(2, 36), s)],
+        ),
+        # numpy sums rows of more than 128 items in halves (pairwise summation)
+        Case(
+            "layer_norm_wide",
+            LayerNorm(150),
+            [("in", randn(2, 150) * np.array([[0.5], [4.0]]) - 1.0, s)],
+            {"g": randn(150), "b": randn(150)},
         ),
     ]
     return cases
@@ -683,3 +775,46 @@ def test_scatter_add_rows_equals_add_at(kernel: bool, dtype: type, monkeypatch: 
     assert out.dtype == dtype and out.shape == (7, 4)
     np.testing.assert_allclose(out, expected, rtol=1e-6)
     np.testing.assert_allclose(sparse.scatter_add_rows(idx, x[:, ::2], 7), expected[:, ::2], rtol=1e-6)  # a view
+
+
+FUSED = [c for c in CASES if getattr(c.op, "fused_cell", False) or c.op.kind == "layer_norm"]
+
+
+@pytest.mark.parametrize("case", [c for c in FUSED if len(c.feeds) > 1], ids=lambda c: c.id)
+def test_fused_joins_give_the_same_in_any_order_of_arrival(case: Case) -> None:
+    """The joined inputs of a fused cell may arrive in any order: the same output, the same gradients."""
+    results = []
+    for order in itertools.permutations(case.feeds):
+        ctx = _context(case, {}, train=True)
+        ((port, y, state),) = _forward(case, ctx, list(order))
+        back = case.op.backward(ctx, port, np.ones_like(y), state)
+        assert not ctx.cache and not ctx.joins
+        results.append((y, sorted((p, str(s), g.tolist()) for p, g, s in back)))
+    for y, back in results[1:]:
+        np.testing.assert_array_equal(y, results[0][0])
+        assert back == results[0][1]
+
+
+@pytest.mark.parametrize("case", FUSED, ids=lambda c: c.id)
+def test_fused_cells_and_layer_norm_keep_float32(case: Case) -> None:
+    """float32 in, float32 out and back, equal to the float64 computation to float32 precision."""
+    runs = []
+    for dtype in (np.float32, np.float64):
+        params = {k: v.astype(dtype) for k, v in case.params.items()}
+        ctx = _context(case, params, train=True)
+        emitted = _forward(case, ctx, [(p, x.astype(dtype), s) for p, x, s in case.feeds])
+        grads = {}
+        for port, y, state in reversed(emitted):
+            g = np.linspace(-1.0, 1.0, y.size).reshape(y.shape).astype(dtype)
+            grads.update({(p, s): d for p, d, s in case.op.backward(ctx, port, g, state)})
+        runs.append(([y for _, y, _ in emitted], grads, dict(ctx.grads)))
+    (ys32, grads32, params32), (ys64, grads64, params64) = runs
+    for y32, y64 in zip(ys32, ys64, strict=True):
+        assert y32.dtype == np.float32
+        np.testing.assert_allclose(y32, y64, rtol=1e-4, atol=1e-5)
+    for key, g in grads64.items():
+        assert grads32[key].dtype == np.float32, key
+        np.testing.assert_allclose(grads32[key], g, rtol=1e-4, atol=1e-5, err_msg=str(key))
+    for name, g in params64.items():
+        assert params32[name].dtype == np.float32
+        np.testing.assert_allclose(params32[name], g, rtol=1e-4, atol=1e-4, err_msg=name)

@@ -4,7 +4,7 @@ learning rate, update frequencies, keys in flight) on a smaller budget of its em
 Each case runs two epochs through the command line itself and checks that the training loss falls from
 the first epoch to the second and that validation accuracy clears chance by a margin. The bars sit below
 what the budgets reached in runs on this project's shared 2-core machine (in each comment: two seeds), so
-scheduling noise does not fail them; the full-size figures are in the README's command-line section.
+scheduling noise does not fail them; the full-size figures are in the docs' command-line page (docs/cli.md).
 """
 
 from __future__ import annotations

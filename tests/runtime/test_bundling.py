@@ -100,7 +100,8 @@ def bundle_log(monkeypatch) -> list[list[tuple[int, int, str, int]]]:
 def test_bundles_never_mix_nodes_ports_directions_or_replicas(bundle_log):
     graph = models.rnn(hidden=16, embedding_dim=8, replicas=2)
     data = lists_dataset(n_train=300, n_val=40, bucket_size=10)
-    train(graph, data, workers=2, mode="amp", max_active_keys=16, max_bundle=8, epochs=1, seed=0, optimizer=SGD)
+    train(graph, data, workers=2, mode="amp", max_active_keys=16, max_bundle=8, epochs=1, seed=0, optimizer=SGD,
+          engine="python")  # the spy watches the Python worker  # fmt: skip
     sizes = Counter(len(b) for b in bundle_log)
     assert sum(n for size, n in sizes.items() if size > 1) > 20, sizes  # bundles formed: something was tested
     for bundle in bundle_log:

@@ -7,6 +7,7 @@ Bit-identity claims are made where the runtime is deterministic (``sync`` and ``
 from __future__ import annotations
 
 import json
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -80,7 +81,7 @@ def test_a_run_saved_mid_epoch_goes_on_and_its_checkpoint_resumes_bit_for_bit(di
     run = train(mlp(), digits, mode="sync", epochs=2, background=True, **SETTINGS)
     assert isinstance(run, Run)
     deadline = time.monotonic() + 20
-    while run.status["keys_done"] < 10 and not run.done():
+    while run.status["keys_done"] < 10 and not run.done:
         assert time.monotonic() < deadline
         time.sleep(0.005)
     path = run.save(tmp_path / "mid.npz", meta={"note": "mid-run"})
@@ -96,16 +97,20 @@ def test_a_run_saved_mid_epoch_goes_on_and_its_checkpoint_resumes_bit_for_bit(di
 def test_a_stopped_run_resumes_with_the_keys_it_did_not_admit(digits, tmp_path):
     whole = fit(mlp(), digits, mode="sync", epochs=2)
     stopped: list[int] = []
+    asked = threading.Event()
 
-    def stop_after_30(info) -> None:
+    def hold_after_10(info) -> None:  # the driver waits here until the test has asked the run to stop
         stopped.append(info.key)
+        if len(stopped) == 10:
+            asked.wait(20)
 
-    run = train(mlp(), digits, mode="sync", epochs=2, background=True, on_key_done=stop_after_30, **SETTINGS)
+    run = train(mlp(), digits, mode="sync", epochs=2, background=True, on_key_done=hold_after_10, **SETTINGS)
     deadline = time.monotonic() + 20
-    while len(stopped) < 10 and not run.done():
+    while len(stopped) < 10:
         assert time.monotonic() < deadline
         time.sleep(0.002)
-    run.stop()
+    run.stop(wait=False)
+    asked.set()
     ckpt = run.wait().checkpoint()
     assert 0 < len(ckpt.position.remaining) < len(digits.train) + len(digits.val)
     resumed = fit(mlp(), digits, mode="sync", epochs=2, resume=ckpt)

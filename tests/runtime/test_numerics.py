@@ -1,5 +1,10 @@
 """Non-finite values: NaN or inf in an input, a loss or a gradient raises NonFiniteError naming the node and the
-key before any parameter is updated with it; ``on_nonfinite="skip"`` skips such keys and counts them."""
+key before any parameter is updated with it; ``on_nonfinite="skip"`` skips such keys and counts them.
+
+A loss that overflows from finite data must overflow on every CPU: whether a sum of large terms of both signs
+stays finite depends on the order a BLAS kernel adds them in. So the overflow tests start from weights whose
+first layer is made positive (:func:`overflowing_start`): a row of ``BIG`` inputs then sums positive terms only,
+and their exact sum is more than twice the largest float32, so it is inf in any order of summation."""
 
 from __future__ import annotations
 
@@ -25,6 +30,19 @@ def mlp():
     return models.mlp(input_width=64, hidden=16)
 
 
+BIG = 3e38  # finite in float32 (whose largest value is 3.4e38)
+
+
+def overflowing_start() -> dict[str, dict[str, np.ndarray]]:
+    """The MLP's initial weights with ``|W|`` in its first layer: a row of ``BIG`` inputs gives pre-activations
+    that overflow whatever order the matrix product adds its terms in (checked here, in float64)."""
+    params = mlp().init_params(0)
+    params["linear1"]["W"] = np.abs(params["linear1"]["W"])
+    exact = BIG * params["linear1"]["W"].astype(np.float64).sum(axis=0)
+    assert exact.min() > 2 * float(np.finfo(np.float32).max), "every hidden unit overflows, by a margin"
+    return params
+
+
 def with_bad_key(index: int, value: float, rows: slice = slice(2, 3)) -> Dataset:
     """The digits with ``value`` written into some rows of training key ``index``."""
     data = digits_dataset(batch_size=50)
@@ -44,11 +62,11 @@ def failing_run(data: Dataset, **options) -> tuple[Run, BaseException]:
     return run, err.value
 
 
-def assert_initial_params(run: Run) -> None:
-    initial = mlp().init_params(0)
+def assert_initial_params(run: Run, initial: dict[str, dict[str, np.ndarray]] | None = None) -> None:
+    initial = initial if initial is not None else mlp().init_params(0)
     for node, params in run._session.params().items():
         for k, v in params.items():
-            assert np.array_equal(v, initial[node][k]), f"{node}.{k} was updated"
+            assert np.array_equal(v, initial[node][k].astype(v.dtype)), f"{node}.{k} was updated"
 
 
 def test_a_nan_in_the_data_names_the_input_the_key_and_where_it_is():
@@ -59,10 +77,11 @@ def test_a_nan_in_the_data_names_the_input_the_key_and_where_it_is():
 
 
 def test_a_loss_that_overflows_stops_before_its_backward_pass():
-    run, error = failing_run(with_bad_key(0, 3e38), mode="sync", dtype="float32")  # finite data, inf logits
+    start = overflowing_start()
+    run, error = failing_run(with_bad_key(0, BIG), mode="sync", dtype="float32", params=start)  # finite data
     assert error.node == "loss" and error.what == "loss" and error.keys == [0]
     assert "before its backward pass left the loss node" in str(error)
-    assert_initial_params(run)
+    assert_initial_params(run, start)
 
 
 def test_a_nan_gradient_stops_its_node_before_it_updates(monkeypatch):
@@ -87,7 +106,8 @@ def test_skip_counts_the_keys_and_trains_on():
 
 
 def test_skip_leaves_out_a_loss_that_overflows_and_its_gradients():
-    result = train(mlp(), with_bad_key(5, 3e38), mode="sync", epochs=1, on_nonfinite="skip", **SETTINGS)
+    result = train(mlp(), with_bad_key(5, BIG), mode="sync", epochs=1, on_nonfinite="skip", params=overflowing_start(),
+                   **SETTINGS)  # fmt: skip
     assert result.nonfinite_skipped == 1
     assert all(np.isfinite(v).all() for p in result.params.values() for v in p.values())
     assert np.isfinite(result.history[0].train_loss)
@@ -108,7 +128,7 @@ def test_the_count_survives_a_checkpoint(tmp_path):
 
 
 def test_all_finite_tells_large_finite_values_from_nan_and_inf():
-    big = np.full(10, 3e38, dtype=np.float32)  # every element finite, though their sum would overflow
+    big = np.full(10, BIG, dtype=np.float32)  # every element finite, though their sum would overflow
     assert all_finite(big)
     for bad in (np.nan, np.inf, -np.inf):
         x = np.ones((4, 5))
@@ -123,8 +143,8 @@ def test_unknown_policies_are_refused():
 
 
 def test_bundled_losses_are_checked_too():
-    data = with_bad_key(6, 3e38)
-    bundled = {"mode": "amp", "max_active_keys": 8, "max_bundle": 8, "dtype": "float32"}
+    data = with_bad_key(6, BIG)
+    bundled = {"mode": "amp", "max_active_keys": 8, "max_bundle": 8, "dtype": "float32", "params": overflowing_start()}
     _, error = failing_run(data, **bundled)
     assert error.what in ("loss", "gradient") and 6 in error.keys
     result = train(mlp(), data, epochs=1, on_nonfinite="skip", **SETTINGS, **bundled)

@@ -21,7 +21,7 @@ from amp_notebook.ir.graph import Graph
 from amp_notebook.runtime.run import Run
 from amp_notebook.runtime.train import TrainResult, train
 from amp_notebook.runtime.worker import NodeError
-from tests.conftest import digits_dataset
+from tests.conftest import digits_dataset, native_threads
 
 DEADLINE_S = 20.0
 MANY_EPOCHS = 10_000  # runs that only end when a test stops them
@@ -183,12 +183,13 @@ def test_garbage_collected_run_stops_its_threads(digits):
     STARTED.remove(run)  # the only reference is ours
     until(lambda r=run: r.status["keys_done"] > 5, "keys done")
     threads = run_threads()
-    assert len(threads) == 3  # two workers and the driver
+    assert len(threads) + len(native_threads()) == 3  # two workers (Python or native) and the driver
     del run
     gc.collect()
     for t in threads:
         t.join(DEADLINE_S)
     assert not [t.name for t in threads if t.is_alive()]
+    assert not native_threads()  # the driver joins the native workers before it ends
 
 
 def test_keyboard_interrupt_in_wait_stops_the_run(digits):
@@ -279,7 +280,8 @@ def update_and_backward_rows(run: Run, since_s: float, until_s: float) -> dict[s
     out = {}
     for node in run.status["min_update_frequency"]:
         mine = inside & (ev["node"] == names.index(node))
-        out[node] = (int(np.sum(mine & (ev["phase"] == 2))), int(np.sum(mine & (ev["phase"] == 1))))
+        gradients = int(np.sum(ev["messages"][mine & (ev["phase"] == 1)]))  # a bundle's row holds several
+        out[node] = (int(np.sum(mine & (ev["phase"] == 2))), gradients)
     return out
 
 

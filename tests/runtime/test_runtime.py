@@ -64,13 +64,21 @@ def run_with_keys(graph, dataset, **kwargs):
 
 
 def trace_counts(result) -> Counter:
-    """(node name, phase, key) -> number of trace rows."""
+    """(node name, phase, key) -> number of messages handled (a bundle's row counts once for each of its keys)."""
     ev = result.trace.events()
     names = result.trace.node_names
-    return Counter(
-        (names[n], int(p), int(k))
-        for n, p, k in zip(ev["node"].tolist(), ev["phase"].tolist(), ev["key"].tolist(), strict=True)
-    )
+    bundles = result.trace.bundle_keys()
+    counts: Counter = Counter()
+    for w, row, n, p, k, m in zip(*(ev[c].tolist() for c in ("worker", "row", "node", "phase", "key", "messages")),
+                                  strict=True):  # fmt: skip
+        for key in bundles[(w, row)] if m > 1 else [k]:
+            counts[(names[n], int(p), int(key))] += 1
+    return counts
+
+
+def messages_in_phase(result, phase: int) -> int:
+    ev = result.trace.events()
+    return int(np.sum(ev["messages"][ev["phase"] == phase]))
 
 
 # ------------------------------------------------------------------ sync runtime == interpreter
@@ -166,8 +174,8 @@ def bwd_rows_at_parameterized(result) -> int:
     ev = result.trace.events()
     names = result.trace.node_names
     parameterized = {i for i, n in enumerate(names) if n.startswith(("linear", "step", "embed", "out"))}
-    rows = zip(ev["node"].tolist(), ev["phase"].tolist(), strict=True)
-    return sum(1 for n, p in rows if p == BWD and n in parameterized)
+    rows = zip(ev["node"].tolist(), ev["phase"].tolist(), ev["messages"].tolist(), strict=True)
+    return sum(m for n, p, m in rows if p == BWD and n in parameterized)
 
 
 @pytest.mark.parametrize(("mode", "keys"), [("sync", 1), ("pipeline", 4), ("pipeline", 7)])
@@ -345,7 +353,7 @@ def test_amp_updates_every_min_update_frequency_gradients(digits, muf):
 @pytest.mark.parametrize(
     ("mode", "keys", "workers"), [("amp", 4, 2), ("amp", 8, 3), ("pipeline", 5, 2), ("sync", 1, 2)]
 )
-def test_every_key_completes_with_one_row_per_message_mlp(digits, mode, keys, workers):
+def test_every_key_completes_with_each_message_traced_once_mlp(digits, mode, keys, workers):
     epochs = 2
     result, infos = run_with_keys(small_mlp(), digits, workers=workers, mode=mode, max_active_keys=keys,
                                   epochs=epochs, seed=5)  # fmt: skip
@@ -355,7 +363,6 @@ def test_every_key_completes_with_one_row_per_message_mlp(digits, mode, keys, wo
     assert sum(i.train for i in infos) == epochs * len(digits.train)
 
     counts = trace_counts(result)
-    ev = result.trace.events()
     for info in infos:
         k = info.key
         for name in MLP_LINEARS:
@@ -367,15 +374,15 @@ def test_every_key_completes_with_one_row_per_message_mlp(digits, mode, keys, wo
     # totals: 11 forward messages per key, 7 backward per training key, nothing else
     keys = {i.key for i in infos}
     n_train = sum(i.train for i in infos)
-    assert set(ev["key"][ev["phase"] != UPDATE].tolist()) == keys
-    assert int(np.sum(ev["phase"] == FWD)) == 11 * len(infos)
-    assert int(np.sum(ev["phase"] == BWD)) == 7 * n_train
+    assert {k for (_, phase, k) in counts if phase != UPDATE} == keys
+    assert messages_in_phase(result, FWD) == 11 * len(infos)
+    assert messages_in_phase(result, BWD) == 7 * n_train
 
 
 @pytest.mark.parametrize(
     ("replicas", "mode", "keys"), [(1, "amp", 4), (2, "amp", 6), (1, "sync", 1), (2, "pipeline", 3)]
 )
-def test_every_key_completes_with_one_row_per_message_rnn(lists, replicas, mode, keys):
+def test_every_key_completes_with_each_message_traced_once_rnn(lists, replicas, mode, keys):
     result, infos = run_with_keys(small_rnn(replicas), lists, workers=3, mode=mode, max_active_keys=keys,
                                   epochs=1, seed=6)  # fmt: skip
     assert len(infos) == len(lists.train) + len(lists.val)
@@ -400,9 +407,8 @@ def test_every_key_completes_with_one_row_per_message_rnn(lists, replicas, mode,
         per_step = 8 + (2 if replicas > 1 else 0)  # + replica_route and replica_merge
         fwd_total += per_step * n + 8
         bwd_total += ((7 + (2 if replicas > 1 else 0)) * n + 1) if info.train else 0
-    ev = result.trace.events()
-    assert int(np.sum(ev["phase"] == FWD)) == fwd_total
-    assert int(np.sum(ev["phase"] == BWD)) == bwd_total
+    assert messages_in_phase(result, FWD) == fwd_total
+    assert messages_in_phase(result, BWD) == bwd_total
 
 
 # ------------------------------------------------------------------ history

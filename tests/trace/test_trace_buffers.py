@@ -268,7 +268,7 @@ def test_live_since_while_a_background_run_writes(digits):
                 seed=0, validate=False, background=True)  # fmt: skip
     with run:
         increments, cursor, reads = [], None, 0
-        while not run.done() or reads == 0:
+        while not run.done or reads == 0:
             inc = run.trace.since(cursor)
             increments.append(inc.events)
             cursor = inc.cursor

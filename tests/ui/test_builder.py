@@ -206,14 +206,42 @@ def test_loaded_json_is_data_never_code() -> None:
 
 
 def test_load_every_zoo_model_and_view() -> None:
+    from amp_notebook.models import zoo
     from amp_notebook.ui.builder_model import ZOO_MODELS
 
+    assert ZOO_MODELS == zoo.NAMES and "bilstm-tagger" in ZOO_MODELS  # the CLI's and Python's names
     m = BuilderModel()
     for name in ZOO_MODELS:
         m.load_model(name)
         view = m.view()
         assert view["n_problems"] == 0, (name, view["general_errors"], [n["errors"] for n in view["nodes"]])
         assert len(view["nodes"]) == len(m.graph.nodes)
+        assert m.zoo_model == view["zoo_model"] == name
+
+
+def test_a_zoo_model_is_remembered_by_its_name_until_a_plain_load_and_undo_brings_it_back() -> None:
+    m = BuilderModel()
+    assert m.zoo_model is None
+    m.load_model("tree_lstm")  # the underscore spelling is an alias: the registry's name is kept
+    assert m.zoo_model == "tree-lstm"
+    m.set_property("classify", "name", "head")  # edits keep it: a retuned zoo model trains on the zoo's data
+    assert m.zoo_model == "tree-lstm"
+    m.load_model("rnn")
+    assert m.zoo_model == "rnn"
+    m.load(graph_to_dict(m.graph))  # the same graph, but from a plain load: no zoo model any more
+    assert m.zoo_model is None and m.view()["zoo_model"] is None
+    m.undo()  # undoing the load brings the zoo model back with its graph
+    assert m.zoo_model == "rnn"
+    m.undo()
+    assert m.zoo_model == "tree-lstm" and "head" in m.graph.nodes
+    m.undo()
+    m.undo()
+    assert m.zoo_model is None and not m.graph.nodes
+    m.redo()
+    assert m.zoo_model == "tree-lstm"
+    with pytest.raises(BuilderError, match=r"unknown zoo model 'tree lstm'.*bilstm-tagger"):
+        m.load_model("tree lstm")
+    assert m.zoo_model == "tree-lstm"  # a refused load changes nothing
 
 
 @pytest.mark.parametrize(
@@ -223,8 +251,8 @@ def test_load_every_zoo_model_and_view() -> None:
         ("rnn", ["more:true -> loop:in1"]),
         # the replicas' merging Phi sits inside the loop: its edges close cycles too, but only through the
         # loop's Phi, so they are not back-edges
-        ("rnn_x2", ["more:true -> loop:in1"]),
-        ("tree_lstm", ["branch_cell:out -> nodes:in1"]),
+        ("rnn-x2", ["more:true -> loop:in1"]),
+        ("tree-lstm", ["branch_cell:out -> nodes:in1"]),
         ("ggsnn", ["more:true -> loop:in1"]),
     ],
 )
@@ -398,9 +426,53 @@ def test_widget_python_api_syncs_the_view() -> None:
     b._on_msg(b, {"type": "export", "format": "python"}, [])
     assert "g.relu(x, name='r')" in b.export["text"]
     b._on_msg(b, {"type": "train"}, [])
-    assert "no training data" in b.notice["text"]
+    assert "no training data" in b.notice["text"] and "load a zoo model" in b.notice["text"]
     b.load(b.to_json())
     assert list(b.graph.nodes) == ["x", "r"]
+
+
+def test_train_on_a_loaded_zoo_model_brings_its_data_and_settings() -> None:
+    pytest.importorskip("anywidget")
+    from amp_notebook.data.list_reduction import list_reduction_dataset
+    from amp_notebook.models import zoo
+    from amp_notebook.ui import GraphBuilder
+
+    entry = zoo.get("rnn")
+    small = entry.dataset("small")
+    b = GraphBuilder()
+    assert b.zoo == [{"name": e.name, "description": e.description} for e in zoo.ENTRIES]
+    b._on_msg(b, {"type": "intent", "intent": {"type": "load_model", "model": "rnn"}}, [])
+    b._on_msg(b, {"type": "train"}, [])  # the canvas's Train: no train_data set
+    assert b.notice["level"] == "info", b.notice
+    assert b.notice["text"].startswith(
+        f"training the zoo's rnn on its small dataset (list_reduction: {small.train_instances:,} training instances"
+    )
+    run = b.run
+    assert run is not None
+    status = run.status
+    # the zoo's recommended settings: its epochs (not train's 1) and its update frequency on every node
+    assert status["epochs"] == entry.settings.epochs == 3
+    assert set(status["min_update_frequency"].values()) == {entry.settings.min_update_frequency} == {10}
+    run.stop()
+    # train_options and Train's keywords go over the zoo's settings; the data is the zoo's small dataset
+    b.train_options = {"epochs": 1}
+    result = b.train(max_active_keys=2).wait(timeout=120)
+    assert result.train_instances == small.train_instances
+    assert result.history[0].val_instances == small.val_instances
+    assert (result.config.epochs, result.config.max_active_keys, result.config.workers) == (1, 2, b.workers)
+    assert result.config.min_update_frequency == 10 and result.config.optimizer == dict(entry.settings.optimizer)
+    # a plain load forgets the zoo model: Train asks for data again; undoing the load brings the zoo back
+    b.load(b.to_json())
+    b._on_msg(b, {"type": "train"}, [])
+    assert b.notice["level"] == "error" and "no training data" in b.notice["text"]
+    b.undo()
+    assert b.view["zoo_model"] == "rnn"
+    # data of one's own on a zoo model: the zoo's settings still apply, and the notice says whose data it is not
+    own = list_reduction_dataset(n_train=200, n_val=50, seed=3)
+    b.train_options = {}
+    run = b.train(own, epochs=1)
+    assert "on its small dataset" not in b.notice["text"] and "min_update_frequency 10" in b.notice["text"]
+    assert run.wait(timeout=120).train_instances == 200
 
 
 def test_widget_trains_in_the_background() -> None:

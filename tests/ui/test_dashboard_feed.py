@@ -341,7 +341,7 @@ def test_browser_requests_reach_the_run(digits: Dataset) -> None:
         assert len(errors) == 3 and "max_active_keys" in errors[0] and "explode" in errors[2]
         assert run.state == "running"
         on_msg(dash, {"type": "control", "action": "stop"}, [])
-        until(lambda: run.done(), "the run to stop")
+        until(lambda: bool(run.done), "the run to stop")
     finally:
         run.stop()
         dash.close()

@@ -54,6 +54,15 @@ class OpError(AmpError, ValueError):
         self.port = port
 
 
+class OpArgumentError(OpError, TypeError):
+    """An op constructed with arguments its signature does not take (a ``TypeError`` too, as before)."""
+
+
+class OpDefinitionError(AmpError, TypeError):
+    """An ``Op`` subclass whose declaration breaks the rules: a field named twice, a required field after one
+    with a default, a kind another op class has taken. Raised when the class is defined."""
+
+
 class NodeContext:
     """Runtime state of one node: parameters, gradient accumulators, caches and counters.
 
@@ -146,18 +155,23 @@ class Op:
         super().__init_subclass__(**kwargs)
         names = [f.name for f in cls.fields]
         if len(set(names)) != len(names):
-            raise TypeError(f"{cls.__name__}.fields: every field needs its own name, got {names}")
+            raise OpDefinitionError(f"{cls.__name__}.fields: every field needs its own name, got {names}")
         params, seen_default = [], False
         for f in cls.fields:
             if f.required and seen_default:
-                raise TypeError(f"{cls.__name__}.fields: required field {f.name!r} after a field with a default")
+                raise OpDefinitionError(
+                    f"{cls.__name__}.fields: required field {f.name!r} after a field with a default; move it up"
+                )
             seen_default |= not f.required
             default = inspect.Parameter.empty if f.required else f.default
             params.append(inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default))
         cls.__signature__ = inspect.Signature(params)  # what inspect.signature(cls) and help() show
         if register and "kind" in cls.__dict__:
             if cls.kind in REGISTRY and REGISTRY[cls.kind] is not cls:
-                raise TypeError(f"op kind {cls.kind!r} of {cls.__name__} is taken by {REGISTRY[cls.kind].__name__}")
+                raise OpDefinitionError(
+                    f"op kind {cls.kind!r} of {cls.__name__} is taken by {REGISTRY[cls.kind].__name__}; pick another "
+                    "kind, or pass register=False for a class that is not an op of its own"
+                )
             REGISTRY[cls.kind] = cls
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -165,7 +179,7 @@ class Op:
         try:
             bound = cls.__signature__.bind(*args, **kwargs)
         except TypeError as exc:
-            raise TypeError(f"{cls.__name__}{cls.__signature__}: {exc}") from None
+            raise OpArgumentError(f"{cls.__name__}{cls.__signature__}: {exc}") from None
         bound.apply_defaults()
         for f in cls.fields:
             try:

@@ -133,6 +133,8 @@ class Number(FieldType):
 
 
 class Bool(FieldType):
+    """A true/false field."""
+
     code = "bool"
     fallback = False
 

@@ -288,6 +288,8 @@ class _Elementwise(Op):
 
 
 class ReLU(_Elementwise):
+    """``max(x, 0)`` elementwise."""
+
     kind = "relu"
     element_flops = (1.0, 1.0)
     nn_form = NNForm("relu", "``max(x, 0)`` elementwise.")
@@ -301,6 +303,8 @@ class ReLU(_Elementwise):
 
 
 class Tanh(_Elementwise):
+    """``tanh(x)`` elementwise."""
+
     kind = "tanh"
     element_flops = (1.0, 2.0)
     nn_form = NNForm("tanh", "``tanh(x)`` elementwise.")
@@ -314,6 +318,8 @@ class Tanh(_Elementwise):
 
 
 class Sigmoid(_Elementwise):
+    """``1 / (1 + exp(-x))`` elementwise."""
+
     kind = "sigmoid"
     element_flops = (1.0, 2.0)
     nn_form = NNForm("sigmoid", "``1 / (1 + exp(-x))`` elementwise.")
@@ -373,6 +379,8 @@ class _Binary(JoinMixin, Op):
 
 
 class Add(_Binary):
+    """``a + b`` elementwise."""
+
     kind = "add"
     element_flops = (1.0, 0.0)
     nn_form = NNForm("add", "``a + b`` elementwise (also written ``a + b``).", (("a", "float"), ("b", "float")))
@@ -399,6 +407,8 @@ class Sub(_Binary):
 
 
 class Mul(_Binary):
+    """``a * b`` elementwise (the cells' gates)."""
+
     kind = "mul"
     element_flops = (1.0, 2.0)
     nn_form = NNForm("mul", "``a * b`` elementwise (also written ``a * b``).", (("a", "float"), ("b", "float")))

@@ -55,7 +55,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from amp_notebook.errors import AmpError
 from amp_notebook.ir.message import UPDATE, Message
 from amp_notebook.ir.serialize import graph_to_dict
-from amp_notebook.optim import average_parameters
+from amp_notebook.optim import DEFAULT_OPTIMIZER, average_parameters
 from amp_notebook.runtime.backends import ray_cluster
 from amp_notebook.runtime.backends.ray_actor import encode, host_class, writable
 from amp_notebook.runtime.backends.ray_cluster import ClockOffset, alive_nodes, measure_offset, node_for
@@ -367,7 +367,7 @@ def _default_optimizer_spec(plan: Any) -> dict[str, Any]:
     for i, name in enumerate(plan.names):
         if plan.optimizers[i] is not None and graph.nodes[name].optimizer is None:
             return plan.optimizers[i].spec()
-    return {"name": "sgd"}
+    return {"name": DEFAULT_OPTIMIZER}
 
 
 def _rebuild(error: dict[str, Any], worker: int, hosted: list[str]) -> BaseException:

@@ -87,6 +87,12 @@ const HINTS = {
   "names?": "state fields to match on, e.g. key, t (empty: the full state)",
 };
 
+// a field's tooltip: its one-line doc (from the op's field declarations), then how to write its type
+function fieldTitle(f) {
+  const how = HINTS[f.type] || f.type;
+  return f.doc ? `${f.doc}\n(${how})` : how;
+}
+
 // settled: changes whenever Python answers (Field, above)
 export function Inspector({ node, entry, workers, send, settled }) {
   if (!node) return null; // the canvas takes the room; Overlays.jsx says to click a node
@@ -99,7 +105,7 @@ export function Inspector({ node, entry, workers, send, settled }) {
       <Field label="name" name="name" value={node.id} settled={settled} onCommit={set("name")} />
       {(entry ? entry.fields : []).map((f) =>
         f.choices ? (
-          <label className="amp-field" key={f.name}>
+          <label className="amp-field" key={f.name} title={f.doc}>
             <span>{f.name}</span>
             <select data-field={f.name} value={node.config[f.name]} onChange={(e) => set(f.name)(e.target.value)}>
               {f.choices.map((c) => (
@@ -110,7 +116,7 @@ export function Inspector({ node, entry, workers, send, settled }) {
             </select>
           </label>
         ) : (
-          <Field key={f.name} label={f.name} name={f.name} value={node.config[f.name] ?? ""} settled={settled} onCommit={set(f.name)} title={HINTS[f.type] || f.type} />
+          <Field key={f.name} label={f.name} name={f.name} value={node.config[f.name] ?? ""} settled={settled} onCommit={set(f.name)} title={fieldTitle(f)} />
         ),
       )}
       <div className="amp-inspector-sub">runtime</div>

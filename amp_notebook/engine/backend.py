@@ -1,0 +1,343 @@
+"""The native backend: the threaded backend's workers as native loops (``src/worker.h``), Python on the driver.
+
+What runs where. :func:`~amp_notebook.engine.assemble.assemble` hands the session's compiled plan, its
+contexts' numpy memory and its trace buffers to a ``_native.Engine``; ``run()`` starts one native thread per
+worker and drives the run from the calling thread, as the Python engine's backend does:
+
+* the session admits keys and flushes (the controller stays in Python): their messages are converted once
+  at :meth:`inject` and posted to their workers' mailboxes, their credits counted in the engine's ledger;
+* the driver waits for events with the GIL released: the engine wakes it only when a step completed keys or
+  flushes (per key, never per message), the run failed, or another thread queued a call (:meth:`call`: a live
+  Run's change). It then takes the loss reports and the keys skipped for NaN/inf (reports before the
+  completions that follow them), brings the contexts up to date when nothing is in flight (node versions,
+  held gradients, Adam's step count: :meth:`sync_state`), and hands the completions to the session, which
+  admits what follows, ends epochs (replica averaging on the contexts' arrays, which the engine shares) and
+  lowers learning rates (handed to the engine after an epoch end);
+* live knobs: ``max_bundle``, ``min_update_frequency`` and ``paused`` are atomics the workers read per bundle
+  (:meth:`knobs_changed`); ``max_active_keys`` and stop are the controller's;
+* the watchdog reads the engine's counters (messages handled, ledger in flight) and a stuck run's diagnosis
+  reads what each worker is inside, what is queued, and what each node holds;
+* a failure on a worker stops every worker; the driver raises it as the Python engine would
+  (:func:`~amp_notebook.engine.errors.failure_exception`), after joining the threads.
+
+Threads: ``shutdown`` stops and joins the native workers (never detached), with the GIL released so a worker
+waiting for it inside a bridged op can finish its step.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from amp_notebook.engine.assemble import assemble
+from amp_notebook.engine.errors import failure_exception
+from amp_notebook.ir.message import DIRECTION_NAMES, UPDATE, Message
+from amp_notebook.runtime.blas import single_threaded_blas
+from amp_notebook.runtime.session import DataError
+from amp_notebook.runtime.watchdog import Diagnosis, StuckRunError, Watchdog, diagnose
+
+if TYPE_CHECKING:
+    from amp_notebook.runtime.controller import Action
+    from amp_notebook.runtime.session import Session
+
+WAIT_S = 0.1  # the longest the driver waits at once (signals such as a KeyboardInterrupt are seen between waits)
+STUCK_JOIN_S = 5.0
+LIFE = ("not started", "running", "thread ended")
+
+
+class NativeLedger:
+    """The driver's side of completion for a native run: the engine's ledger (``src/credits.h``), which the
+    workers settle natively."""
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+
+    def admit_key(self, key: int, msgs: Sequence[Message]) -> None:
+        self._engine.admit_key(key, len(msgs))
+
+    def admit_flush(self, flush_id: int, msgs: Sequence[Message]) -> None:
+        self._engine.admit_flush(flush_id, len(msgs))
+
+    def in_flight(self) -> tuple[dict[int, int], dict[int, int]]:
+        keys, flushes = self._engine.in_flight()
+        return dict(keys), dict(flushes)
+
+    def busy(self) -> bool:
+        return bool(self._engine.busy())
+
+
+class NativeBackend:
+    """Native worker threads driven from Python (module docstring)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.engine = assemble(session)
+        self.ledger = NativeLedger(self.engine)
+        self.started = threading.Event()
+        self.origin = 0.0
+        self.wall_s = 0.0
+        self.finished = False
+        self._calls: deque[Callable[[], list[Action]]] = deque()
+        watchdog_s = session.config.watchdog_s
+        self.watchdog = Watchdog(watchdog_s) if watchdog_s is not None else None
+        self._watched = 0.0
+        self._join_timeout: float | None = None
+        self._epochs_seen = len(session.history)
+        self._lr = self._learning_rates()
+        self._owner = session.plan.owner
+        self._shut = False
+        self._adopt_session()
+
+    # ------------------------------------------------------------ the Backend protocol
+    def inject(self, msgs: list[Message]) -> None:
+        """Post messages from the controller (their credits registered) to their workers; a payload or state
+        the engine cannot take is a :class:`~amp_notebook.runtime.session.DataError` naming the key and input."""
+        self._admit(msgs)
+        try:
+            self.engine.inject(msgs)
+        except (TypeError, ValueError) as exc:
+            raise self._refused(msgs, exc) from exc
+
+    def now(self) -> float:
+        return time.perf_counter() - self.origin
+
+    def call(self, fn: Callable[[], list[Action]]) -> None:
+        """Run ``fn() -> actions`` on the driver between two events (any thread)."""
+        self._calls.append(fn)
+        self.engine.notify()
+
+    def knobs_changed(self, change: Any) -> None:
+        """A live knob changed: the workers read the engine's copy of it per bundle."""
+        self.engine.set_knob(change.knob, list(change.nodes), int(change.value))
+
+    def sync_state(self) -> None:
+        """Bring every parameterized node's version, held gradient count and keys and Adam's step count from the
+        engine into the session's contexts (nothing in flight; parameters and memory are shared arrays)."""
+        plan, contexts = self.session.plan, self.session.contexts
+        for i, parameterized in enumerate(plan.parameterized):
+            if not parameterized:
+                continue
+            version, n_grads, keys, t = self.engine.node_state(i)
+            ctx = contexts[i]
+            ctx.version, ctx.n_grads, ctx.grad_keys = version, n_grads, set(keys)
+            if t:
+                ctx.opt_state["t"] = t
+
+    def epoch_ended(self, nodes: Sequence[int]) -> None:
+        """Replicas were averaged in place (shared arrays); the optimizers' learning rates may have dropped."""
+        self._hand_over_learning_rates()
+
+    def diagnose(self, reason: str) -> Diagnosis:
+        """What is in flight, queued and held now (``runtime/watchdog.py``)."""
+        session = self.session
+        keys, flushes = self.ledger.in_flight()
+        return diagnose(
+            reason, session.plan, self._held_views(), keys, flushes, list(self.engine.queued()), self._activity()
+        )
+
+    def stats(self) -> dict[str, Any]:
+        return {"engine": "native", "python_nodes": list(self.session.engine.python_nodes)}
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Stop and join every worker thread (safe twice, and before ``run``)."""
+        if self._shut:
+            return
+        self.engine.stop()
+        self.engine.join()
+        self._shut = True
+
+    # ------------------------------------------------------------ driver
+    def run(self) -> None:
+        """Drive the run to the end in the calling thread; raises the first worker error."""
+        session = self.session
+        engine = self.engine
+        tick = self.watchdog.tick_s if self.watchdog is not None else WAIT_S
+        with single_threaded_blas():
+            self.origin = time.perf_counter()
+            self.started.set()
+            engine.start()
+            try:
+                self.finished = session.begin(self)
+                while not self.finished:
+                    done, flushed, failed = engine.wait(min(tick, WAIT_S))
+                    if failed:
+                        self._collect()
+                        self.sync_state()
+                        raise failure_exception(engine.failure(), session)
+                    if done or flushed:
+                        self._collect()
+                        if not engine.busy():  # quiescent: an epoch end (or a checkpoint) reads the contexts
+                            self.sync_state()
+                        self.finished = session.completed(done, flushed, self)
+                        self._after_events()
+                    while self._calls and not self.finished:
+                        self.finished = session.carry_out(self._calls.popleft()(), self)
+                        self._after_call()
+                    if self.watchdog is not None and time.monotonic() - self._watched >= tick:
+                        self.watch()
+            finally:
+                self.wall_s = time.perf_counter() - self.origin
+                self.shutdown(self._join_timeout)
+                self._collect()
+                self.sync_state()
+
+    def watch(self) -> None:
+        """The watchdog's look: raise :class:`StuckRunError` if a worker thread ended or no message was handled
+        for ``watchdog_s`` while keys are in flight."""
+        assert self.watchdog is not None
+        now = self._watched = time.monotonic()
+        ended = [w for w, (life, *_) in enumerate(self.engine.activity()) if life == 2]
+        if ended and not self.engine.failure():
+            raise StuckRunError(self.diagnose(f"worker thread(s) {ended} ended while the run was going"))
+        if self.watchdog.stuck(self.engine.handled(), self.ledger.busy(), self._paused(), now):
+            diagnosis = self.diagnose(
+                f"no message handled for {self.watchdog.idle_s(now):.1f} s while keys are in flight "
+                f"(watchdog_s={self.watchdog.timeout_s:g})"
+            )
+            if any(w.startswith("inside") for w in diagnosis.workers):
+                self._join_timeout = STUCK_JOIN_S
+            raise StuckRunError(diagnosis)
+
+    # ------------------------------------------------------------ helpers
+    def _refused(self, msgs: list[Message], exc: Exception) -> DataError:
+        culprit = msgs[0]
+        for m in msgs:  # which one (converting again, posting nothing)
+            try:
+                self.engine.inject([m], False)
+            except (TypeError, ValueError) as found:
+                culprit, exc = m, found
+                break
+        what = self.session.plan.describe(culprit.node)
+        return DataError(
+            f"key {culprit.key}: the message into {what} cannot enter the native engine: {exc}; give the data "
+            "float32, float64, integer or bool arrays of at most 4 axes and int state fields within int64, or "
+            "train with engine='python'"
+        )
+
+    def _collect(self) -> None:
+        """Loss reports to the session (each in its node's worker's queue, as Python workers leave them) and
+        keys skipped for NaN/inf to the numerics guard."""
+        session = self.session
+        for node, report in self.engine.take_reports():
+            session.workers[self._owner[node]].reports.append((node, report))
+        skipped = self.engine.take_skipped()
+        if skipped and session.numerics is not None:
+            session.numerics.skipped.update(skipped)
+
+    def _after_events(self) -> None:
+        if len(self.session.history) != self._epochs_seen:
+            self._epochs_seen = len(self.session.history)
+            self.epoch_ended([])
+
+    def _learning_rates(self) -> list[float | None]:
+        return [None if o is None else o.lr for o in self.session.plan.optimizers]
+
+    def _hand_over_learning_rates(self) -> None:
+        rates = self._learning_rates()
+        for i, (old, new) in enumerate(zip(self._lr, rates, strict=True)):
+            if new is not None and new != old:
+                self.engine.set_lr(i, new)
+        self._lr = rates
+
+    def _activity(self) -> list[str]:
+        plan = self.session.plan
+        out = []
+        for life, node, direction, key in self.engine.activity():
+            if life != 1:
+                out.append(LIFE[life])
+            elif node < 0:
+                out.append("idle")
+            else:
+                out.append(f"inside {plan.describe(node)} {DIRECTION_NAMES[direction]} for key {key}")
+        return out
+
+    def _held_views(self) -> list[Any]:
+        """Per node what it holds, for ``watchdog.held_states``: a bridged node's own context (its Python op's
+        caches), else the native forward versions (a node whose worker is inside a step shows nothing)."""
+        session = self.session
+        bridged = set(session.engine.python_nodes)
+        views: list[Any] = []
+        for i, name in enumerate(session.plan.names):
+            if name in bridged:
+                views.append(session.contexts[i])
+                continue
+            held = self.engine.held(i)
+            views.append(_Held(dict.fromkeys(held[1]) if held else {}))
+        return views
+
+    # ------------------------------------------------------------ the runtime on main (before its Backend
+    # protocol): the session counts credits itself and has no hooks for epoch ends, a Run changes knobs in
+    # the plan's lists and through `paused` / `threads`. These shims go once the session speaks the protocol.
+    def _adopt_session(self) -> None:
+        self.paused = _Pause(self)
+        self.threads = [_Wake() for _ in range(self.session.config.workers)]
+        self._knob_lists = (list(self.session.plan.min_update_frequency), list(self.session.plan.max_bundle))
+
+    def _admit(self, msgs: list[Message]) -> None:
+        credits = self.session.credits
+        counts: dict[tuple[bool, int], int] = {}
+        for m in msgs:
+            flush = m.direction == UPDATE
+            ident = m.state["flush"] if flush else m.key
+            counts[flush, ident] = counts.get((flush, ident), 0) + 1  # type: ignore[index]
+        for (flush, ident), n in counts.items():
+            (self.ledger.admit_flush if flush else self.ledger.admit_key)(ident, msgs[:n])
+            (credits.flushes if flush else credits.keys).pop(ident, None)
+
+    def _after_call(self) -> None:
+        plan = self.session.plan
+        muf, bundle = self._knob_lists
+        for name, old, new in (("min_update_frequency", muf, plan.min_update_frequency),
+                               ("max_bundle", bundle, plan.max_bundle)):  # fmt: skip
+            for value in set(new):
+                changed = [i for i, (a, b) in enumerate(zip(old, new, strict=True)) if b == value and a != b]
+                if changed:
+                    self.engine.set_knob(name, changed, value)
+        self._knob_lists = (list(plan.min_update_frequency), list(plan.max_bundle))
+
+    def _paused(self) -> bool:
+        return self.paused.is_set()
+
+    def sync_contexts(self) -> None:
+        self.sync_state()
+
+
+class _Held:
+    """What a native node holds, shaped as the context fields ``watchdog.held_states`` reads."""
+
+    def __init__(self, fwd_version: dict[Any, None]) -> None:
+        self.cache: dict[Any, Any] = {}
+        self.joins: dict[Any, Any] = {}
+        self.fwd_version = fwd_version
+
+
+class _Pause(threading.Event):
+    """``backend.paused`` as a Run sets it: the engine's ``paused`` knob follows."""
+
+    def __init__(self, backend: NativeBackend) -> None:
+        super().__init__()
+        self._backend = backend
+
+    def set(self) -> None:
+        super().set()
+        self._backend.engine.set_knob("paused", [], 1)
+
+    def clear(self) -> None:
+        super().clear()
+        self._backend.engine.set_knob("paused", [], 0)
+
+
+class _Wake:
+    """``thread.wake.set()`` as a Run calls it: native workers wake on every knob change already."""
+
+    def __init__(self) -> None:
+        self.wake = self
+
+    def set(self) -> None:
+        pass
+
+
+__all__ = ["NativeBackend", "NativeLedger"]

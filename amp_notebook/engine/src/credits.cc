@@ -1,0 +1,68 @@
+// See credits.h.
+#include "credits.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace amp {
+
+void Ledger::inject_key(int64_t key, int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  keys_[key] += n;
+}
+
+void Ledger::inject_flush(int64_t flush_id, int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  flushes_[flush_id] += n;
+}
+
+void Ledger::add(Span<const int64_t> out_keys) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int64_t k : out_keys) keys_[k] += 1;
+}
+
+void Ledger::give_up(std::unordered_map<int64_t, int64_t>& counts, int64_t id, std::vector<int64_t>* completed,
+                     std::vector<int64_t>* queue) {
+  auto it = counts.find(id);
+  if (it == counts.end()) throw std::logic_error("credit released for " + std::to_string(id) + ", which holds none");
+  if (--it->second == 0) {
+    counts.erase(it);
+    completed->push_back(id);
+    queue->push_back(id);
+  }
+}
+
+void Ledger::release(Span<const Credit> bundle, Span<const int64_t> out_keys, std::vector<int64_t>* done,
+                     std::vector<int64_t>* flushed) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int64_t k : out_keys) keys_[k] += 1;
+  for (const Credit& c : bundle) {
+    if (c.update) give_up(flushes_, c.flush_id, flushed, &flushed_queue_);
+    else give_up(keys_, c.key, done, &done_queue_);
+  }
+}
+
+void Ledger::drain(std::vector<int64_t>* done, std::vector<int64_t>* flushed) {
+  std::lock_guard<std::mutex> lock(mu_);
+  done->swap(done_queue_);
+  flushed->swap(flushed_queue_);
+  done_queue_.clear();
+  flushed_queue_.clear();
+}
+
+std::unordered_map<int64_t, int64_t> Ledger::outstanding() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return keys_;
+}
+
+std::unordered_map<int64_t, int64_t> Ledger::outstanding_flushes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return flushes_;
+}
+
+bool Ledger::busy() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !keys_.empty() || !flushes_.empty();
+}
+
+}  // namespace amp

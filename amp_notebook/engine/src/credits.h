@@ -1,0 +1,49 @@
+// The credit ledger (runtime/credits.py): how the engine knows a key (or a flush) is complete without
+// asking any model. A key's count starts at the messages injected for it; each handled message gives up
+// its credit and gives one to each message it emits (an op never changes a message's key); the key is
+// complete when its count reaches zero. A flush counts its update messages the same way.
+// The worker adds the credits of emitted messages before delivering them and releases the handled
+// bundle's only after its local updates, so no other worker can drive a count to zero early.
+// Completion goes to Python per key (a queue the controller drains), never per message.
+// Shared by every worker of a run: one mutex, held for a few map updates per bundle.
+#pragma once
+
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "common.h"
+
+namespace amp {
+
+struct Credit {
+  int64_t key;       // the message key (Layout::key_of)
+  bool update;       // an update message of a flush
+  int64_t flush_id;  // for an update message
+};
+
+class Ledger {
+ public:
+  void inject_key(int64_t key, int64_t n);
+  void inject_flush(int64_t flush_id, int64_t n);
+  // Credits for emitted messages about to be delivered before their bundle is released.
+  void add(Span<const int64_t> out_keys);
+  // The handled bundle gives up its credits, `out_keys` (not yet counted) get theirs; keys and flushes
+  // that completed are appended to `done` / `flushed` and to the completion queue.
+  void release(Span<const Credit> bundle, Span<const int64_t> out_keys, std::vector<int64_t>* done,
+               std::vector<int64_t>* flushed);
+  // What completed since the last call (the controller's per-key events).
+  void drain(std::vector<int64_t>* done, std::vector<int64_t>* flushed);
+  std::unordered_map<int64_t, int64_t> outstanding();
+  std::unordered_map<int64_t, int64_t> outstanding_flushes();
+  bool busy();  // any key or flush in flight
+
+ private:
+  void give_up(std::unordered_map<int64_t, int64_t>& counts, int64_t id, std::vector<int64_t>* completed,
+               std::vector<int64_t>* queue);
+  std::mutex mu_;
+  std::unordered_map<int64_t, int64_t> keys_, flushes_;
+  std::vector<int64_t> done_queue_, flushed_queue_;
+};
+
+}  // namespace amp

@@ -1,0 +1,129 @@
+// See engine.h.
+#include "engine.h"
+
+#include <chrono>
+
+namespace amp {
+
+Engine::Engine(EngineConfig cfg, Layout lay, int n_nodes)
+    : config(cfg),
+      layout(std::move(lay)),
+      max_bundle_(new std::atomic<int64_t>[static_cast<size_t>(n_nodes)]),
+      muf_(new std::atomic<int64_t>[static_cast<size_t>(n_nodes)]) {
+  for (int i = 0; i < n_nodes; ++i) {
+    max_bundle_[i].store(1);
+    muf_[i].store(1);
+    nodes.push_back(std::make_unique<NodeState>());
+    nodes.back()->index = i;
+  }
+  for (int w = 0; w < config.workers; ++w)
+    workers.push_back(std::make_unique<Worker>(*this, w, config.priority, config.order));
+}
+
+Engine::~Engine() {
+  stop();
+  join();
+}
+
+void Engine::start() {
+  if (started_) return;
+  started_ = true;
+  for (auto& w : workers) w->start();
+}
+
+void Engine::stop() {
+  stopping_.store(true, std::memory_order_release);
+  for (auto& w : workers) w->wake();
+  notify();
+}
+
+void Engine::join() {
+  if (!started_ || joined_) return;
+  for (auto& w : workers) w->join();
+  joined_ = true;
+}
+
+void Engine::inject(std::vector<Message>& msgs) {
+  for (Message& m : msgs) workers[static_cast<size_t>(nodes[static_cast<size_t>(m.node)]->owner)]->post(std::move(m));
+  msgs.clear();
+}
+
+bool Engine::wait(double timeout_s, std::vector<int64_t>* done, std::vector<int64_t>* flushed) {
+  {
+    std::unique_lock<std::mutex> lock(event_mu_);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    while (!event_pending_ && !failed()) {
+      driver_waiting_ = true;
+      if (event_cv_.wait_until(lock, deadline) == std::cv_status::timeout) break;
+    }
+    driver_waiting_ = false;
+    event_pending_ = false;
+  }
+  ledger.drain(done, flushed);
+  return failed();
+}
+
+void Engine::notify() {
+  std::lock_guard<std::mutex> lock(event_mu_);
+  event_pending_ = true;
+  if (driver_waiting_) event_cv_.notify_one();
+}
+
+void Engine::completed() { notify(); }
+
+void Engine::fail(Failure&& f) {
+  {
+    std::lock_guard<std::mutex> lock(failure_mu_);
+    if (failed()) return;
+    failure_ = std::move(f);
+    failed_.store(true, std::memory_order_release);
+  }
+  stop();
+}
+
+void Engine::take_reports(std::vector<std::pair<int, Report>>* out) {
+  std::lock_guard<std::mutex> lock(report_mu_);
+  out->swap(reports_);
+  reports_.clear();
+}
+
+void Engine::take_skipped(std::vector<int64_t>* out) {
+  std::lock_guard<std::mutex> lock(report_mu_);
+  out->swap(skipped_);
+  skipped_.clear();
+}
+
+void Engine::add_report(int node, const Report& report) {
+  std::lock_guard<std::mutex> lock(report_mu_);
+  reports_.emplace_back(node, report);
+}
+
+void Engine::add_skipped(const std::unordered_set<int64_t>& keys) {
+  std::lock_guard<std::mutex> lock(report_mu_);
+  skipped_.insert(skipped_.end(), keys.begin(), keys.end());
+}
+
+void Engine::add_skipped(int64_t key) {
+  std::lock_guard<std::mutex> lock(report_mu_);
+  skipped_.push_back(key);
+}
+
+void Engine::set_max_bundle(const std::vector<int>& which, int64_t m) {
+  for (int i : which) max_bundle_[i].store(m, std::memory_order_relaxed);
+  knob_version_.fetch_add(1, std::memory_order_acq_rel);
+  for (auto& w : workers) w->wake();
+}
+
+void Engine::set_min_update_frequency(const std::vector<int>& which, int64_t m) {
+  for (int i : which) muf_[i].store(m, std::memory_order_relaxed);
+  knob_version_.fetch_add(1, std::memory_order_acq_rel);
+  for (auto& w : workers) w->wake();
+}
+
+void Engine::set_paused(bool p) {
+  paused_.store(p, std::memory_order_relaxed);
+  knob_version_.fetch_add(1, std::memory_order_acq_rel);
+  for (auto& w : workers) w->wake();
+}
+
+}  // namespace amp

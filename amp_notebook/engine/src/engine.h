@@ -1,0 +1,152 @@
+// One native run: the nodes (kernel, context, optimizer, version and forward versions of each), the
+// workers and their threads, the credit ledger, the live knobs, and what the driver hears (completed keys
+// and flushes, loss reports, keys skipped for NaN/inf, the first failure).
+//
+// Who touches what. A node's NodeState belongs to the worker that owns it while the run goes; the driver
+// (Python, engine/backend.py) reads and writes it only when nothing is in flight (the ledger is empty, so
+// every worker is idle) or after join. The ledger, the report queue and the failure are shared and
+// locked. The knobs are atomics the workers read per bundle (their version tells a worker to copy them).
+// The driver waits for events on a condition variable with the GIL released; a worker notifies it only
+// when a step completed keys or flushes (per key, never per message) or the run failed.
+//
+// Locks, and the GIL: a worker never takes the GIL while it holds an engine lock, and the Python face
+// releases the GIL before any call that waits on a worker (wait, join), so Python threads and workers
+// cannot deadlock. Never touches Python itself: the hooks below are set by the Python face.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "credits.h"
+#include "kernels/kernel.h"
+#include "optim.h"
+#include "worker.h"
+
+namespace amp {
+
+// A node of the run: its plan (fixed) and its state (owned by its worker while the run goes).
+struct NodeState {
+  int index = 0;
+  int owner = 0;
+  bool parameterized = false;
+  bool receives_backward = false;        // a backward comes back to it: it caches for training keys
+  std::vector<std::pair<int, int>> fwd;  // [output port] -> (node, input port); (-1, -1): not connected
+  std::vector<std::pair<int, int>> bwd;  // [input port] -> (node, output port); (-1, -1): no gradient flows
+  NodeCtx ctx;
+  std::unique_ptr<Kernel> kernel;
+  std::unique_ptr<OptimizerState> optimizer;  // null for a node updated by Python (or with no parameters)
+  bool python_update = false;
+  int64_t version = 0;
+  StateMap<int64_t> fwd_version;  // the version at forward of each training message in flight
+  std::unordered_set<int64_t> grad_keys;  // keys whose gradients the accumulators hold
+};
+
+// The first failure of a run (what the driver turns into the NodeError, or the Python exception).
+struct Failure {
+  enum Kind : int { kNone = 0, kOp, kExpression, kPython, kNonFiniteLoss, kNonFiniteGradient, kInternal };
+  Kind kind = kNone;
+  int node = -1;
+  int direction = 0;
+  int port = 0;           // the messages' port (input port forward, output port backward, kLossPort)
+  std::string message;    // OpError / C++ exception text
+  int op_port = -1;       // OpError's input port
+  int program = -1;       // ExpressionFailure
+  int code = 0;
+  std::vector<State> states;   // the bundle's, in order
+  std::vector<Tensor> payloads;
+  std::vector<bool> trains;
+  std::vector<int64_t> keys;   // the keys a non-finite value concerns
+  Report report;               // a non-finite loss
+  std::shared_ptr<void> python;  // a PythonFailure's exception
+};
+
+struct EngineConfig {
+  int workers = 1;
+  Inbox::Priority priority = Inbox::Priority::kBackwardFirst;
+  Inbox::Order order = Inbox::Order::kOldestKey;
+  bool local_updates = true;  // amp mode: update after min_update_frequency gradients
+  int numerics = 1;           // 0 ignore, 1 raise, 2 skip (runtime/numerics.py on_nonfinite)
+  bool tracing = true;
+  int spin = 2000;            // idle look-ups of the mailbox before a worker sleeps
+};
+
+class Engine {
+ public:
+  Engine(EngineConfig config, Layout layout, int n_nodes);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Hooks the Python face sets: give a worker thread a Python thread state for the run (attach returns a
+  // token detach takes back), and a node's Python update: (node, n_grads, grad keys, version) -> updated.
+  std::function<void*()> attach_thread;
+  std::function<void(void*)> detach_thread;
+  std::function<bool(int, int64_t, const std::vector<int64_t>&, int64_t)> python_update;
+
+  void start();
+  void stop();  // every worker ends after its step in hand (any thread)
+  void join();  // wait for every worker thread (never with the GIL held)
+  bool started() const { return started_; }
+
+  // The driver.
+  void inject(std::vector<Message>& msgs);  // credits already registered with `ledger`
+  // Block until a step completed keys or flushes, the run failed, notify() was called, or `timeout_s`
+  // passed; the completed keys and flushes since the last call (in order) go to `done` and `flushed`.
+  bool wait(double timeout_s, std::vector<int64_t>* done, std::vector<int64_t>* flushed);
+  void notify();  // wake a waiting driver (a queued call from another Python thread)
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  const Failure& failure() const { return failure_; }
+  void take_reports(std::vector<std::pair<int, Report>>* out);
+  void take_skipped(std::vector<int64_t>* out);
+
+  // Live knobs (any thread).
+  void set_max_bundle(const std::vector<int>& nodes, int64_t m);
+  void set_min_update_frequency(const std::vector<int>& nodes, int64_t m);
+  void set_paused(bool paused);
+  int64_t max_bundle(int node) const { return max_bundle_[node].load(std::memory_order_relaxed); }
+  int64_t min_update_frequency(int node) const { return muf_[node].load(std::memory_order_relaxed); }
+  bool paused() const { return paused_.load(std::memory_order_relaxed); }
+  uint64_t knob_version() const { return knob_version_.load(std::memory_order_acquire); }
+
+  // Workers.
+  void fail(Failure&& failure);  // the first failure stops the run; later ones are dropped
+  void completed();              // a step completed keys or flushes: wake the driver
+  void add_report(int node, const Report& report);
+  void add_skipped(const std::unordered_set<int64_t>& keys);
+  void add_skipped(int64_t key);
+  bool stopping() const { return stopping_.load(std::memory_order_acquire); }
+
+  const EngineConfig config;
+  const Layout layout;
+  std::vector<std::unique_ptr<NodeState>> nodes;
+  std::vector<std::unique_ptr<Worker>> workers;
+  Ledger ledger;
+
+ private:
+  std::unique_ptr<std::atomic<int64_t>[]> max_bundle_, muf_;
+  std::atomic<bool> paused_{false};
+  std::atomic<uint64_t> knob_version_{0};
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> failed_{false};
+  bool started_ = false;
+  bool joined_ = false;
+  Failure failure_;
+  std::mutex failure_mu_;
+  // the driver's wake-up
+  std::mutex event_mu_;
+  std::condition_variable event_cv_;
+  bool event_pending_ = false;
+  bool driver_waiting_ = false;
+  // what workers hand to the driver
+  std::mutex report_mu_;
+  std::vector<std::pair<int, Report>> reports_;
+  std::vector<int64_t> skipped_;
+};
+
+}  // namespace amp

@@ -1,0 +1,399 @@
+// The Python face of a native run (`_native.Engine`), which engine/backend.py builds and drives:
+//
+//   Engine(codec, n_nodes, workers, priority, order, local_updates, numerics, tracing, spin)
+//   add_node(...), set_trace(worker, TraceBuffer), set_python_update(fn), start()     building (GIL held)
+//   admit_key/admit_flush, inject(messages, post), wait(timeout) -> (done, flushed, failed)  the driver
+//                                                   (post=False converts and checks only)
+//   take_reports(), take_skipped(), failure()                                         what workers handed over
+//   set_max_bundle / set_min_update_frequency / set_paused, set_lr                     live knobs
+//   handled(), queued(), activity(), in_flight(), busy(), held(node)                  watchdog and diagnosis
+//   node_state(node), stop(), join()                                                  end of a run
+//   optimizer_step(spec, params, grads, scale)                                        one native step (tests)
+//
+// Everything entering is checked here once (node indices, routes, ports, optimizer memory shapes); the
+// workers trust it. Calls that wait on workers (wait, join) release the GIL first, and the handle's
+// destructor stops and joins the threads before anything is freed.
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/unordered_map.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+
+#include "engine.h"
+#include "probes.h"
+#include "spec.h"
+
+namespace amp {
+
+namespace {
+
+using Route = std::vector<std::pair<int, int>>;
+
+// {"kind": "sgd"|"momentum"|"adam", "lr", "momentum", "beta1", "beta2", "eps", "clip_norm" (0: none), "t",
+//  "velocity" | "m", "v", "scratch": one array per parameter (like it), "norm_order": parameter indices};
+// the memory arrays are borrowed (their owners go to `keep`).
+std::unique_ptr<OptimizerState> optimizer_state(nb::dict spec, const NodeCtx& ctx, std::vector<nb::object>* keep) {
+    auto opt = std::make_unique<OptimizerState>();
+    std::string kind = nb::cast<std::string>(spec["kind"]);
+    opt->kind = kind == "sgd" ? OptimizerKind::kSgd : kind == "momentum" ? OptimizerKind::kMomentum
+              : kind == "adam" ? OptimizerKind::kAdam : throw nb::value_error(("optimizer: no native '" + kind + "'").c_str());
+    opt->lr.store(nb::cast<double>(spec["lr"]));
+    opt->momentum = nb::cast<double>(spec["momentum"]);
+    opt->beta1 = nb::cast<double>(spec["beta1"]);
+    opt->beta2 = nb::cast<double>(spec["beta2"]);
+    opt->eps = nb::cast<double>(spec["eps"]);
+    opt->clip_norm = nb::cast<double>(spec["clip_norm"]);
+    opt->t = nb::cast<int64_t>(spec["t"]);
+    opt->norm_order = nb::cast<std::vector<int>>(spec["norm_order"]);
+    const size_t n = ctx.params.size();
+    if (opt->norm_order.size() != n) throw nb::value_error("optimizer: norm_order names every parameter once");
+    for (int i : opt->norm_order)
+      if (i < 0 || static_cast<size_t>(i) >= n) throw nb::value_error("optimizer: norm_order out of range");
+    for (const Tensor& p : ctx.params)
+      if (!p.contiguous()) throw nb::value_error("optimizer: parameters must be contiguous");
+    auto arrays = [&](const char* name, std::vector<Tensor>* out) {
+      nb::list list = nb::borrow<nb::list>(spec[name]);
+      if (nb::len(list) != n) throw nb::value_error((std::string("optimizer: one '") + name + "' array per parameter").c_str());
+      for (size_t i = 0; i < n; ++i) {
+        keep->push_back(nb::borrow(list[i]));
+        Tensor t = borrow_array(list[i], "optimizer memory");
+        if (!t.same_shape(ctx.params[i]) || t.dtype() != ctx.params[i].dtype())
+          throw nb::value_error((std::string("optimizer: '") + name + "' differs from its parameter").c_str());
+        out->push_back(t);
+      }
+    };
+    if (opt->kind == OptimizerKind::kMomentum) arrays("velocity", &opt->velocity);
+    if (opt->kind == OptimizerKind::kAdam) {
+      arrays("m", &opt->m);
+      arrays("v", &opt->v);
+      arrays("scratch", &opt->scratch);
+    }
+    return opt;
+  }
+
+class EngineHandle {
+ public:
+  EngineHandle(nb::object codec, int n_nodes, int workers, const std::string& priority, const std::string& order,
+               bool local_updates, int numerics, bool tracing, int spin)
+      : codec_obj_(codec), codec_(nb::cast<const StateCodec*>(codec)) {
+    if (n_nodes < 1 || workers < 1) throw nb::value_error("a run has at least one node and one worker");
+    if (numerics < 0 || numerics > 2) throw nb::value_error("numerics: 0 ignore, 1 raise, 2 skip");
+    EngineConfig config;
+    config.workers = workers;
+    config.priority = priority_of(priority);
+    config.order = order_of(order);
+    config.local_updates = local_updates;
+    config.numerics = numerics;
+    config.tracing = tracing;
+    config.spin = spin < 0 ? 0 : spin;
+    engine_ = std::make_unique<Engine>(config, codec_->layout(), n_nodes);
+    added_.assign(static_cast<size_t>(n_nodes), false);
+    in_ports_.resize(static_cast<size_t>(n_nodes));
+    n_out_.resize(static_cast<size_t>(n_nodes));
+  }
+
+  ~EngineHandle() {
+    if (engine_) {
+      {
+        nb::gil_scoped_release release;  // a worker may be waiting for the GIL inside a bridged op
+        engine_->stop();
+        engine_->join();
+      }
+      engine_.reset();  // kernels (bridged ones drop Python references) with the GIL held
+    }
+  }
+
+  void add_node(int index, int owner, nb::dict spec, nb::list params, nb::list grads, uint32_t grad_inputs,
+                uint32_t grad_outputs, Route fwd, Route bwd, bool parameterized, bool receives_backward,
+                nb::object bridge, nb::object optimizer, bool python_update, int64_t version, int64_t n_grads,
+                std::vector<int64_t> grad_keys, int64_t min_update_frequency, int64_t max_bundle) {
+    require_building();
+    if (index < 0 || index >= static_cast<int>(added_.size()) || added_[static_cast<size_t>(index)])
+      throw nb::value_error("node index out of range or given twice");
+    if (owner < 0 || owner >= engine_->config.workers) throw nb::value_error("owner: no such worker");
+    if (min_update_frequency < 1 || max_bundle < 1) throw nb::value_error("min_update_frequency and max_bundle >= 1");
+    if (n_grads < 0) throw nb::value_error("n_grads >= 0");
+    NodeState& n = *engine_->nodes[static_cast<size_t>(index)];
+    for (nb::handle p : params) keep_.push_back(nb::borrow(p));
+    for (nb::handle g : grads) keep_.push_back(nb::borrow(g));
+    KernelSpec ks = spec_from_python(*codec_, spec, params, grads, &n.ctx);
+    n.kernel = kernel_for(ks, *codec_, bridge);
+    n.ctx.grad_inputs = grad_inputs;
+    n.ctx.grad_outputs = grad_outputs;
+    n.ctx.n_grads = n_grads;
+    if (fwd.size() != ks.out_names.size() || bwd.size() != ks.in_names.size())
+      throw nb::value_error("routes: one per output port forward, one per input port backward");
+    n.owner = owner;
+    n.fwd = std::move(fwd);
+    n.bwd = std::move(bwd);
+    n.parameterized = parameterized;
+    n.receives_backward = receives_backward;
+    n.python_update = python_update;
+    n.version = version;
+    n.grad_keys.insert(grad_keys.begin(), grad_keys.end());
+    if (parameterized && !python_update) {
+      if (optimizer.is_none()) throw nb::value_error("a parameterized node needs an optimizer or a Python update");
+      n.optimizer = optimizer_from_python(nb::borrow<nb::dict>(optimizer), n.ctx);
+    }
+    needs_python_ |= python_update || !bridge.is_none();
+    in_ports_[static_cast<size_t>(index)] = ks.in_names;
+    n_out_[static_cast<size_t>(index)] = static_cast<int>(ks.out_names.size());
+    std::vector<int> one{index};
+    engine_->set_min_update_frequency(one, min_update_frequency);
+    engine_->set_max_bundle(one, max_bundle);
+    added_[static_cast<size_t>(index)] = true;
+  }
+
+  void set_trace(int worker, nb::object buffer) {
+    require_building();
+    if (worker < 0 || worker >= engine_->config.workers) throw nb::value_error("trace: no such worker");
+    engine_->workers[static_cast<size_t>(worker)]->trace = nb::cast<TraceBuffer*>(buffer);
+    keep_.push_back(buffer);
+  }
+
+  void set_python_update(nb::object fn) {
+    require_building();
+    python_update_ = fn;
+    engine_->python_update = [this](int node, int64_t n, const std::vector<int64_t>& keys, int64_t version) {
+      nb::gil_scoped_acquire gil;
+      try {
+        return nb::cast<bool>(python_update_(node, n, keys, version));
+      } catch (...) {
+        rethrow_as_python_failure();
+      }
+    };
+  }
+
+  void start() {
+    require_building();
+    const int n_nodes = static_cast<int>(added_.size());
+    for (int i = 0; i < n_nodes; ++i) {
+      if (!added_[static_cast<size_t>(i)]) throw nb::value_error(("node " + std::to_string(i) + " was never added").c_str());
+      const NodeState& n = *engine_->nodes[static_cast<size_t>(i)];
+      for (const auto& [dst, port] : n.fwd)
+        if (dst != -1 && (dst < 0 || dst >= n_nodes || port < 0 || port >= static_cast<int>(in_ports_[dst].size())))
+          throw nb::value_error(("node " + std::to_string(i) + ": a forward route leads nowhere").c_str());
+      for (const auto& [src, port] : n.bwd)
+        if (src != -1 && (src < 0 || src >= n_nodes || port < 0 || port >= n_out_[static_cast<size_t>(src)]))
+          throw nb::value_error(("node " + std::to_string(i) + ": a backward route leads nowhere").c_str());
+      if (n.python_update && !engine_->python_update) throw nb::value_error("a Python update needs set_python_update");
+    }
+    if (needs_python_) {
+      engine_->attach_thread = [] { return attach_python_thread(); };
+      engine_->detach_thread = [](void* token) { detach_python_thread(token); };
+    }
+    engine_->start();
+  }
+
+  void inject(nb::list msgs, bool post) {
+    std::vector<Message> out;
+    out.reserve(nb::len(msgs));
+    const int n_nodes = static_cast<int>(added_.size());
+    for (nb::handle h : msgs) {
+      Message m;
+      m.node = nb::cast<int>(h.attr("node"));
+      m.direction = static_cast<int8_t>(nb::cast<int>(h.attr("direction")));
+      if (m.node < 0 || m.node >= n_nodes || m.direction < kForward || m.direction > kUpdate ||
+          !added_[static_cast<size_t>(m.node)])
+        throw nb::value_error("inject: a message with no such node or direction");
+      m.train = nb::cast<bool>(h.attr("train"));
+      m.state = codec_->encode(h.attr("state"));
+      m.key = engine_->layout.key_of(m.state);
+      if (m.direction == kForward) {
+        std::string port = nb::cast<std::string>(h.attr("port"));
+        const auto& names = in_ports_[static_cast<size_t>(m.node)];
+        auto it = std::find(names.begin(), names.end(), port);
+        if (it == names.end() && !names.empty())
+          throw nb::value_error(("inject: no input port '" + port + "'").c_str());
+        m.port = static_cast<int32_t>(it - names.begin()) % std::max<int32_t>(1, static_cast<int32_t>(names.size()));
+        m.payload = tensor_from_python(h.attr("payload"), "payload of an injected message");
+      } else if (m.direction == kUpdate) {
+        if (m.key >= 0) throw nb::value_error("inject: an update message carries a flush, not a key");
+      } else {
+        throw nb::value_error("inject: the controller injects forward and update messages only");
+      }
+      out.push_back(std::move(m));
+    }
+    if (post) engine_->inject(out);
+  }
+
+  nb::tuple wait(double timeout) {
+    std::vector<int64_t> done, flushed;
+    bool failed;
+    {
+      nb::gil_scoped_release release;
+      failed = engine_->wait(timeout, &done, &flushed);
+    }
+    return nb::make_tuple(done, flushed, failed);
+  }
+
+  nb::list take_reports() {
+    std::vector<std::pair<int, Report>> reports;
+    engine_->take_reports(&reports);
+    nb::list out;
+    for (const auto& [node, r] : reports) out.append(nb::make_tuple(node, report_to_python(r)));
+    return out;
+  }
+
+  std::vector<int64_t> take_skipped() {
+    std::vector<int64_t> out;
+    engine_->take_skipped(&out);
+    return out;
+  }
+
+  nb::object failure() {
+    if (!engine_->failed()) return nb::none();
+    const Failure& f = engine_->failure();
+    nb::dict d;
+    static const char* kinds[] = {"none", "op", "expression", "python", "nonfinite_loss", "nonfinite_gradient",
+                                  "internal"};
+    d["kind"] = kinds[f.kind];
+    d["node"] = f.node;
+    d["direction"] = f.direction;
+    d["port"] = f.port;
+    d["message"] = f.message;
+    d["op_port"] = f.op_port;
+    d["program"] = f.program;
+    d["code"] = f.code;
+    nb::list states, payloads;
+    for (const State& s : f.states) states.append(codec_->decode(s));
+    for (const Tensor& t : f.payloads) payloads.append(t.defined() ? tensor_to_python(t) : nb::none());
+    d["states"] = states;
+    d["payloads"] = payloads;
+    d["trains"] = std::vector<bool>(f.trains.begin(), f.trains.end());
+    d["keys"] = f.keys;
+    d["report"] = report_to_python(f.report);
+    d["python"] = f.python ? nb::borrow(static_cast<PyObject*>(f.python.get())) : nb::none();
+    return d;
+  }
+
+  void set_knob(const std::string& knob, std::vector<int> which, int64_t value) {
+    for (int i : which)
+      if (i < 0 || i >= static_cast<int>(added_.size())) throw nb::value_error("knob: no such node");
+    if (knob == "paused") engine_->set_paused(value != 0);
+    else if (value < 1) throw nb::value_error("knob: expected a value >= 1");
+    else if (knob == "max_bundle") engine_->set_max_bundle(which, value);
+    else if (knob == "min_update_frequency") engine_->set_min_update_frequency(which, value);
+    else throw nb::value_error(("knob: no knob '" + knob + "'").c_str());
+  }
+
+  void set_lr(int node, double lr) {
+    OptimizerState* opt = node_at(node).optimizer.get();
+    if (opt) opt->lr.store(lr);
+  }
+
+  nb::list activity() {  // per worker: (life, node or -1, direction, key)
+    nb::list out;
+    for (auto& w : engine_->workers)
+      out.append(nb::make_tuple(w->life.load(), w->inside_node.load(), w->inside_direction.load(), w->inside_key.load()));
+    return out;
+  }
+
+  // What a node holds: (kernel entries, forward versions' states), or None while its worker is inside a step.
+  nb::object held(int node) {
+    NodeState& n = node_at(node);
+    Worker& w = *engine_->workers[static_cast<size_t>(n.owner)];
+    std::unique_lock<std::mutex> lock(w.state_mu, std::try_to_lock);
+    if (!lock.owns_lock()) return nb::none();
+    nb::list states;
+    n.fwd_version.for_each([&](const State& s, const int64_t&) { states.append(codec_->decode(s)); });
+    return nb::make_tuple(n.kernel->held(), states);
+  }
+
+  nb::tuple node_state(int node) {  // (version, n_grads, sorted grad keys, Adam's t): read when quiescent
+    NodeState& n = node_at(node);
+    std::vector<int64_t> keys(n.grad_keys.begin(), n.grad_keys.end());
+    std::sort(keys.begin(), keys.end());
+    return nb::make_tuple(n.version, n.ctx.n_grads, keys, n.optimizer ? n.optimizer->t : 0);
+  }
+
+  Engine& engine() { return *engine_; }
+
+ private:
+  void require_building() const {
+    if (engine_->started()) throw nb::value_error("the run has started: nodes and hooks are fixed");
+  }
+
+  NodeState& node_at(int node) {
+    if (node < 0 || node >= static_cast<int>(added_.size())) throw nb::value_error("no such node");
+    return *engine_->nodes[static_cast<size_t>(node)];
+  }
+
+  std::unique_ptr<OptimizerState> optimizer_from_python(nb::dict spec, const NodeCtx& ctx) {
+    return optimizer_state(spec, ctx, &keep_);
+  }
+
+  nb::object codec_obj_;
+  const StateCodec* codec_;
+  std::unique_ptr<Engine> engine_;
+  std::vector<bool> added_;
+  std::vector<std::vector<std::string>> in_ports_;
+  std::vector<int> n_out_;
+  std::vector<nb::object> keep_;  // numpy arrays the engine borrows, trace buffers
+  nb::object python_update_;
+  bool needs_python_ = false;
+};
+
+}  // namespace
+
+void bind_engine(nb::module_& m) {
+  // One native optimizer step on arrays Python owns (written in place): tests hold it to optim.py.
+  m.def("optimizer_step", [](nb::dict spec, nb::list params, nb::list grads, double scale) {
+    NodeCtx ctx;
+    std::vector<nb::object> keep;
+    for (nb::handle p : params) ctx.params.push_back(borrow_array(p, "parameter"));
+    for (nb::handle g : grads) ctx.grads.push_back(borrow_array(g, "gradient accumulator"));
+    if (ctx.params.size() != ctx.grads.size()) throw nb::value_error("one accumulator per parameter");
+    for (size_t i = 0; i < ctx.params.size(); ++i)
+      if (!ctx.grads[i].same_shape(ctx.params[i]) || ctx.grads[i].dtype() != ctx.params[i].dtype())
+        throw nb::value_error("an accumulator differs from its parameter");
+    std::unique_ptr<OptimizerState> opt = optimizer_state(spec, ctx, &keep);
+    optimizer_step(*opt, ctx.params, ctx.grads, scale);
+    return opt->t;
+  });
+  nb::class_<EngineHandle>(m, "Engine")
+      .def(nb::init<nb::object, int, int, const std::string&, const std::string&, bool, int, bool, int>(),
+           nb::arg("codec"), nb::arg("n_nodes"), nb::arg("workers"), nb::arg("priority"), nb::arg("order"),
+           nb::arg("local_updates"), nb::arg("numerics"), nb::arg("tracing"), nb::arg("spin"))
+      .def("add_node", &EngineHandle::add_node, nb::arg("index"), nb::arg("owner"), nb::arg("spec"), nb::arg("params"),
+           nb::arg("grads"), nb::arg("grad_inputs"), nb::arg("grad_outputs"), nb::arg("fwd"), nb::arg("bwd"),
+           nb::arg("parameterized"), nb::arg("receives_backward"), nb::arg("bridge").none(),
+           nb::arg("optimizer").none(), nb::arg("python_update"), nb::arg("version"), nb::arg("n_grads"),
+           nb::arg("grad_keys"), nb::arg("min_update_frequency"), nb::arg("max_bundle"))
+      .def("set_trace", &EngineHandle::set_trace)
+      .def("set_python_update", &EngineHandle::set_python_update)
+      .def("start", &EngineHandle::start)
+      .def("admit_key", [](EngineHandle& h, int64_t key, int64_t n) { h.engine().ledger.inject_key(key, n); })
+      .def("admit_flush", [](EngineHandle& h, int64_t id, int64_t n) { h.engine().ledger.inject_flush(id, n); })
+      .def("inject", &EngineHandle::inject, nb::arg("msgs"), nb::arg("post") = true)
+      .def("wait", &EngineHandle::wait, nb::arg("timeout"))
+      .def("notify", [](EngineHandle& h) { h.engine().notify(); })
+      .def("take_reports", &EngineHandle::take_reports)
+      .def("take_skipped", &EngineHandle::take_skipped)
+      .def("failure", &EngineHandle::failure)
+      .def("set_knob", &EngineHandle::set_knob)
+      .def("set_lr", &EngineHandle::set_lr)
+      .def("handled", [](EngineHandle& h) {
+        int64_t total = 0;
+        for (auto& w : h.engine().workers) total += w->handled.load();
+        return total;
+      })
+      .def("queued", [](EngineHandle& h) {
+        std::vector<int64_t> out;
+        for (auto& w : h.engine().workers) out.push_back(w->queued.load());
+        return out;
+      })
+      .def("activity", &EngineHandle::activity)
+      .def("in_flight", [](EngineHandle& h) {
+        return std::make_pair(h.engine().ledger.outstanding(), h.engine().ledger.outstanding_flushes());
+      })
+      .def("busy", [](EngineHandle& h) { return h.engine().ledger.busy(); })
+      .def("held", &EngineHandle::held)
+      .def("node_state", &EngineHandle::node_state)
+      .def("stop", [](EngineHandle& h) { h.engine().stop(); })
+      .def("join", [](EngineHandle& h) { h.engine().join(); }, nb::call_guard<nb::gil_scoped_release>());
+}
+
+}  // namespace amp

@@ -1,0 +1,121 @@
+// See inbox.h: the algorithm of runtime/inbox.py, line for line where the order of effects matters (the
+// arrival counter also counts re-entries of a partly taken group, as in Python).
+#include "inbox.h"
+
+#include <algorithm>
+
+namespace amp {
+
+int Inbox::group_of(int node, int direction, int port) {
+  uint64_t packed = (static_cast<uint64_t>(static_cast<uint32_t>(node)) << 24) ^
+                    (static_cast<uint64_t>(direction) << 20) ^ static_cast<uint64_t>(static_cast<uint32_t>(port));
+  auto it = index_.find(packed);
+  if (it != index_.end()) return it->second;
+  groups_.push_back(Group{node, direction, port, {}, -1, 0, false});
+  index_[packed] = static_cast<int>(groups_.size() - 1);
+  return static_cast<int>(groups_.size() - 1);
+}
+
+void Inbox::push(uint64_t handle, int node, int direction, int port, int64_t key) {
+  int64_t seq = ++seq_;
+  int64_t rank = order_ == Order::kArrival ? seq : key;  // flush updates carry key -1: first
+  Item item{rank, seq, handle};
+  if (node > max_node_) max_node_ = node;
+  int gi = group_of(node, direction, port);
+  Group& g = groups_[gi];
+  ++size_;
+  if (!g.active) {
+    g.active = true;
+    g.created = ++created_;
+    g.waiting.push_back(item);
+  } else if (rank >= g.waiting.back().rank) {
+    g.waiting.push_back(item);
+    return;
+  } else {
+    auto at = std::upper_bound(g.waiting.begin(), g.waiting.end(), item);
+    bool first = at == g.waiting.begin();
+    g.waiting.insert(at, item);
+    if (!first) return;
+  }
+  heaps_[direction == kForward].push(Entry{rank, seq, gi});
+  g.live = seq;
+}
+
+const Inbox::Entry* Inbox::top(Heap& heap) {
+  while (!heap.empty()) {
+    const Entry& e = heap.top();
+    const Group& g = groups_[e.group];
+    if (g.active && g.live == e.seq) return &e;
+    heap.pop();
+  }
+  return nullptr;
+}
+
+bool Inbox::has_work(bool allow_forward) { return top(heaps_[0]) || (allow_forward && top(heaps_[1])); }
+
+void Inbox::retire(Group& g) {
+  g.active = false;
+  g.live = -1;
+  g.waiting.clear();
+}
+
+bool Inbox::take(bool allow_forward, const std::vector<int64_t>& max_bundle, const Limit& limit,
+                 std::vector<uint64_t>* out) {
+  out->clear();
+  Heap& bwd = heaps_[0];
+  Heap& fwd = heaps_[1];
+  const Entry* b = top(bwd);
+  Heap* heap = b ? &bwd : nullptr;
+  if (allow_forward) {
+    const Entry* f = top(fwd);
+    if (f && (!heap || (fifo_ && f->rank < b->rank))) heap = &fwd;
+  }
+  if (!heap) return false;
+  int gi;
+  if (order_ == Order::kLargestBundle) {
+    const bool want_fwd = heap == &fwd;
+    gi = -1;
+    for (int i = 0; i < static_cast<int>(groups_.size()); ++i) {
+      const Group& g = groups_[i];
+      if (!g.active || (g.direction == kForward) != want_fwd) continue;
+      if (gi < 0) {
+        gi = i;
+        continue;
+      }
+      const Group& best = groups_[gi];
+      size_t n = g.waiting.size(), bn = best.waiting.size();
+      int64_t r = g.waiting.front().rank, br = best.waiting.front().rank;
+      // Python: max over dict order by (len, -first rank): the first maximal group wins
+      if (n > bn || (n == bn && r < br) || (n == bn && r == br && g.created < best.created)) gi = i;
+    }
+  } else {
+    gi = heap->top().group;
+    heap->pop();
+  }
+  Group& g = groups_[gi];
+  if (g.waiting.size() == 1) {  // the common case without bundling: nothing joins
+    out->push_back(g.waiting.front().handle);
+    retire(g);
+    --size_;
+    return true;
+  }
+  int64_t cap = 1;
+  if (max_bundle[g.node] > 1) cap = limit ? limit(g.node, g.direction) : max_bundle[g.node];
+  if (static_cast<int64_t>(g.waiting.size()) <= cap) {
+    for (const Item& item : g.waiting) out->push_back(item.handle);
+    size_ -= g.waiting.size();
+    retire(g);
+    return true;
+  }
+  for (int64_t i = 0; i < cap; ++i) {
+    out->push_back(g.waiting.front().handle);
+    g.waiting.pop_front();
+  }
+  size_ -= static_cast<size_t>(cap);
+  int64_t seq = ++seq_;
+  heap->push(Entry{g.waiting.front().rank, seq, gi});
+  g.live = seq;
+  return true;
+}
+
+}  // namespace amp

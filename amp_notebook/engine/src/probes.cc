@@ -1,0 +1,225 @@
+// Bindings of the worker's parts for their tests against the Python ones (runtime/inbox.py,
+// runtime/credits.py, trace/buffers.py), and for the Python trace reader (engine/trace.py).
+#include "probes.h"
+
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/unordered_map.h>
+#include <nanobind/stl/vector.h>
+
+#include <nanobind/stl/tuple.h>
+
+#include <chrono>
+#include <thread>
+
+#include "credits.h"
+#include "expr.h"
+#include "state.h"
+#include "inbox.h"
+#include "trace.h"
+
+namespace nb = nanobind;
+
+namespace amp {
+
+namespace {
+
+// The columns of a chunk as numpy arrays over its memory (first `rows` rows); each keeps the chunk alive.
+nb::dict chunk_columns(const std::shared_ptr<Chunk>& chunk, const std::vector<Column>& columns, int64_t rows) {
+  nb::dict out;
+  for (size_t i = 0; i < columns.size(); ++i) {
+    auto* owner = new std::shared_ptr<Chunk>(chunk);
+    nb::capsule keep(owner, [](void* p) noexcept { delete static_cast<std::shared_ptr<Chunk>*>(p); });
+    size_t shape[1] = {static_cast<size_t>(rows)};
+    nb::dlpack::dtype dt;
+    switch (columns[i].code) {
+      case 'b': dt = nb::dtype<int8_t>(); break;
+      case 'i': dt = nb::dtype<int32_t>(); break;
+      case 'q': dt = nb::dtype<int64_t>(); break;
+      default: dt = nb::dtype<double>(); break;
+    }
+    nb::ndarray<nb::numpy, nb::ro> a(chunk->raw(static_cast<int>(i)), 1, shape, keep, nullptr, dt);
+    out[columns[i].name.c_str()] = nb::cast(a);
+  }
+  return out;
+}
+
+nb::list table_chunks(RowTable& t) {
+  nb::list out;
+  for (const auto& c : t.chunks()) {
+    int64_t rows = c->rows();  // acquire: every column of these rows is written
+    out.append(nb::make_tuple(c->first(), rows, chunk_columns(c, t.columns(), rows)));
+  }
+  return out;
+}
+
+}  // namespace
+
+Inbox::Priority priority_of(const std::string& p) {
+  if (p == "backward_first") return Inbox::Priority::kBackwardFirst;
+  if (p == "fifo") return Inbox::Priority::kFifo;
+  throw nb::value_error(("priority: expected 'backward_first' or 'fifo', got '" + p + "'").c_str());
+}
+
+Inbox::Order order_of(const std::string& o) {
+  if (o == "oldest_key") return Inbox::Order::kOldestKey;
+  if (o == "arrival") return Inbox::Order::kArrival;
+  if (o == "largest_bundle") return Inbox::Order::kLargestBundle;
+  throw nb::value_error(("order: expected 'oldest_key', 'arrival' or 'largest_bundle', got '" + o + "'").c_str());
+}
+
+
+// Native costs of the parts, timed inside the engine (no binding call per operation): nanoseconds per
+// message for `n` messages over 4 nodes, pushed and taken in waves of `wave` (1: the lone-message path).
+double inbox_cost(int64_t n, int64_t wave, int64_t max_bundle) {
+  Inbox inbox(Inbox::Priority::kBackwardFirst, Inbox::Order::kOldestKey);
+  std::vector<int64_t> caps(4, max_bundle);
+  std::vector<uint64_t> out;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < n; i += wave) {
+    for (int64_t j = i; j < i + wave; ++j) inbox.push(static_cast<uint64_t>(j), static_cast<int>(j % 4), kForward, 0, j / 4);
+    while (inbox.take(true, caps, nullptr, &out)) {
+    }
+  }
+  std::chrono::duration<double, std::nano> dt = std::chrono::steady_clock::now() - t0;
+  return dt.count() / static_cast<double>(n);
+}
+
+// A cache round trip per message: insert under a state, then take it (what a kernel does per message).
+double cache_cost(int64_t n, int64_t in_flight) {
+  StateMap<int64_t> cache;
+  State s;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < n; ++i) {
+    s.set(0, i);
+    s.set(2, i % 7);
+    cache.emplace(s) = i;
+    if (i >= in_flight) {
+      State old;
+      old.set(0, i - in_flight);
+      old.set(2, (i - in_flight) % 7);
+      cache.take(old);
+    }
+  }
+  std::chrono::duration<double, std::nano> dt = std::chrono::steady_clock::now() - t0;
+  return dt.count() / static_cast<double>(n);
+}
+
+// One ledger release (a message gives up its credit and gives one to its output) per message.
+double ledger_cost(int64_t n) {
+  Ledger ledger;
+  ledger.inject_key(1, 1);
+  Credit c{1, false, -1};
+  int64_t out = 1;
+  std::vector<int64_t> done, flushed;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < n; ++i) ledger.release(Span<const Credit>(&c, 1), Span<const int64_t>(&out, 1), &done, &flushed);
+  std::chrono::duration<double, std::nano> dt = std::chrono::steady_clock::now() - t0;
+  return dt.count() / static_cast<double>(n);
+}
+
+// One native thread writes `n` event rows (row i: key i, start i, end i + 0.5) while the calling thread
+// keeps reading every chunk up to its published count: the rows a reader sees must be complete. Returns
+// (reads, rows checked, inconsistent rows).
+std::tuple<int64_t, int64_t, int64_t> trace_publish_check(int64_t n, int64_t chunk_rows) {
+  TraceBuffer buffer(chunk_rows);
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    for (int64_t i = 0; i < n; ++i) buffer.record(1, 0, i, static_cast<double>(i), i + 0.5, 0);
+    done.store(true, std::memory_order_release);
+  });
+  int64_t reads = 0, checked = 0, bad = 0;
+  bool last = false;
+  while (!last) {
+    last = done.load(std::memory_order_acquire);
+    for (const auto& chunk : buffer.events.chunks()) {
+      int64_t rows = chunk->rows();
+      for (int64_t r = 0; r < rows; ++r) {
+        int64_t key = chunk->column<int64_t>(2)[r];
+        bool ok = key == chunk->first() + r && chunk->column<double>(5)[r] == static_cast<double>(key) &&
+                  chunk->column<double>(6)[r] == key + 0.5;
+        bad += !ok;
+        ++checked;
+      }
+    }
+    ++reads;
+  }
+  writer.join();
+  return {reads, checked, bad};
+}
+
+void bind_probes(nb::module_& m) {
+  m.def("trace_publish_check", &trace_publish_check, nb::arg("n"), nb::arg("chunk_rows"),
+        nb::call_guard<nb::gil_scoped_release>());
+  m.def("inbox_cost", &inbox_cost, nb::arg("n"), nb::arg("wave"), nb::arg("max_bundle"));
+  m.def("cache_cost", &cache_cost, nb::arg("n"), nb::arg("in_flight"));
+  m.def("ledger_cost", &ledger_cost, nb::arg("n"));
+  nb::class_<Inbox>(m, "Inbox")
+      .def("__init__", [](Inbox* p, const std::string& priority, const std::string& order) {
+        new (p) Inbox(priority_of(priority), order_of(order));
+      }, nb::arg("priority") = "backward_first", nb::arg("order") = "oldest_key")
+      .def("push", [](Inbox& in, uint64_t handle, int node, int direction, int port, int64_t key) {
+        if (node < 0 || direction < 0 || direction > 2 || port < 0) throw nb::value_error("bad message address");
+        in.push(handle, node, direction, port, key);
+      })
+      .def("take", [](Inbox& in, bool allow_forward, std::vector<int64_t> max_bundle, nb::object limit) {
+        if (static_cast<int64_t>(max_bundle.size()) <= in.max_node())
+          throw nb::value_error("max_bundle: expected one entry per node pushed");
+        Inbox::Limit lim;
+        if (!limit.is_none()) lim = [&](int node, int direction) { return nb::cast<int64_t>(limit(node, direction)); };
+        std::vector<uint64_t> out;
+        if (!in.take(allow_forward, max_bundle, lim, &out)) return nb::object(nb::none());
+        return nb::cast(out);
+      }, nb::arg("allow_forward"), nb::arg("max_bundle"), nb::arg("limit").none())
+      .def("has_work", &Inbox::has_work)
+      .def("__len__", &Inbox::size);
+
+  nb::class_<Ledger>(m, "Ledger")
+      .def(nb::init<>())
+      .def("inject_key", &Ledger::inject_key)
+      .def("inject_flush", &Ledger::inject_flush)
+      .def("add", [](Ledger& l, std::vector<int64_t> keys) { l.add(Span<const int64_t>(keys.data(), keys.size())); })
+      .def("release", [](Ledger& l, std::vector<std::pair<int64_t, int64_t>> bundle, std::vector<int64_t> outs) {
+        // bundle: (key, flush id or -1 for a key's message)
+        std::vector<Credit> credits;
+        for (auto& [key, flush] : bundle) credits.push_back(Credit{key, flush >= 0, flush});
+        std::vector<int64_t> done, flushed;
+        try {
+          l.release(Span<const Credit>(credits.data(), credits.size()), Span<const int64_t>(outs.data(), outs.size()),
+                    &done, &flushed);
+        } catch (const std::logic_error& e) {
+          throw nb::key_error(e.what());
+        }
+        return std::make_pair(done, flushed);
+      })
+      .def("drain", [](Ledger& l) {
+        std::vector<int64_t> done, flushed;
+        l.drain(&done, &flushed);
+        return std::make_pair(done, flushed);
+      })
+      .def("outstanding", &Ledger::outstanding);
+
+  nb::class_<TraceBuffer>(m, "TraceBuffer")
+      .def(nb::init<int64_t>(), nb::arg("chunk_rows"))
+      .def("record", &TraceBuffer::record, nb::arg("node"), nb::arg("phase"), nb::arg("key"), nb::arg("start"),
+           nb::arg("end"), nb::arg("depth"), nb::arg("messages") = 1)
+      .def("record_bundle", [](TraceBuffer& t, int32_t node, int8_t phase, std::vector<int64_t> keys, double start,
+                               double end, int32_t depth) {
+        if (keys.empty()) throw nb::value_error("a bundle has at least one key");
+        t.record_bundle(node, phase, Span<const int64_t>(keys.data(), keys.size()), start, end, depth);
+      })
+      .def("record_staleness", &TraceBuffer::record_staleness)
+      .def("chunks", [](TraceBuffer& t, const std::string& kind) {
+        if (kind == "events") return table_chunks(t.events);
+        if (kind == "members") return table_chunks(t.members);
+        if (kind == "staleness") return table_chunks(t.staleness);
+        throw nb::value_error("kind: expected 'events', 'members' or 'staleness'");
+      })
+      .def("forget_before", [](TraceBuffer& t, const std::string& kind, int64_t before) {
+        RowTable& table = kind == "events" ? t.events : kind == "members" ? t.members : t.staleness;
+        table.forget_before(before);
+      });
+}
+
+}  // namespace amp

@@ -1,0 +1,164 @@
+// The worker's loop: mailbox, inbox, idling and the thread (see worker.h); the step is in step.cc.
+#include "worker.h"
+
+#include <pthread.h>
+#include <time.h>
+
+#include <string>
+
+#include "engine.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define AMP_CPU_RELAX() _mm_pause()
+#else
+#define AMP_CPU_RELAX() std::this_thread::yield()
+#endif
+
+namespace amp {
+
+double monotonic_now() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+namespace {
+constexpr auto kIdleWait = std::chrono::milliseconds(50);  // a lost wake-up costs at most this
+}
+
+Worker::Worker(Engine& engine, int index, Inbox::Priority priority, Inbox::Order order)
+    : engine_(engine), index_(index), inbox_(priority, order) {
+  limit_ = [this](int node, int direction) -> int64_t {
+    int64_t cap = max_bundle_[static_cast<size_t>(node)];
+    const NodeState& n = *engine_.nodes[static_cast<size_t>(node)];
+    if (cap > 1 && direction == kBackward && engine_.config.local_updates && n.parameterized) {
+      int64_t need = muf_[static_cast<size_t>(node)] - n.ctx.n_grads;
+      cap = std::min(cap, need > 1 ? need : int64_t{1});
+    }
+    return cap;
+  };
+}
+
+Worker::~Worker() { join(); }
+
+void Worker::start() {
+  life.store(1);
+  thread_ = std::thread([this] { run(); });
+}
+
+void Worker::join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void Worker::run() {
+  const std::string name = "amp-native-" + std::to_string(index_);  // what /proc/<pid>/task/*/comm shows
+  pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+  void* token = engine_.attach_thread ? engine_.attach_thread() : nullptr;
+  try {
+    loop();
+  } catch (const std::exception& e) {  // the loop's own failure (allocation): stop the run, say what
+    Failure f;
+    f.kind = Failure::kInternal;
+    f.message = std::string("worker ") + std::to_string(index_) + ": " + e.what();
+    engine_.fail(std::move(f));
+  }
+  inside_node.store(-1);
+  if (engine_.detach_thread) engine_.detach_thread(token);
+  life.store(2);
+  engine_.notify();
+}
+
+void Worker::post(Message&& msg) {
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    mailbox_.push_back(std::move(msg));
+    wake = sleeping_;
+  }
+  mail_.fetch_add(1, std::memory_order_release);
+  queued.fetch_add(1, std::memory_order_relaxed);
+  if (wake) cv_.notify_one();
+}
+
+void Worker::wake() {
+  { std::lock_guard<std::mutex> lock(mu_); }  // a sleeper is either asleep (and notified) or sees the change
+  cv_.notify_one();
+}
+
+void Worker::drain() {
+  if (mail_.load(std::memory_order_acquire) == 0) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    drained_.swap(mailbox_);
+    mail_.store(0, std::memory_order_relaxed);
+  }
+  for (Message& m : drained_) push_local(std::move(m));
+  queued.fetch_sub(static_cast<int64_t>(drained_.size()), std::memory_order_relaxed);
+  drained_.clear();
+}
+
+void Worker::push_local(Message&& msg) {
+  uint64_t handle;
+  if (free_.empty()) {
+    handle = slab_.size();
+    slab_.push_back(std::move(msg));
+  } else {
+    handle = free_.back();
+    free_.pop_back();
+    slab_[handle] = std::move(msg);
+  }
+  const Message& m = slab_[handle];
+  inbox_.push(handle, m.node, m.direction, m.port, m.key);
+  queued.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool Worker::take(std::vector<Message>* bundle) {
+  const uint64_t version = engine_.knob_version();
+  if (version != knobs_seen_) {  // copy the live knobs once per change, not per bundle
+    knobs_seen_ = version;
+    const size_t n = engine_.nodes.size();
+    max_bundle_.resize(n);
+    muf_.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      max_bundle_[i] = engine_.max_bundle(static_cast<int>(i));
+      muf_[i] = engine_.min_update_frequency(static_cast<int>(i));
+    }
+  }
+  if (!inbox_.take(!engine_.paused(), max_bundle_, limit_, &handles_)) return false;
+  bundle->clear();
+  for (uint64_t h : handles_) {
+    bundle->push_back(std::move(slab_[h]));
+    slab_[h].payload = Tensor();
+    free_.push_back(h);
+  }
+  queued.fetch_sub(static_cast<int64_t>(handles_.size()), std::memory_order_relaxed);
+  return true;
+}
+
+void Worker::idle() {
+  const uint64_t version = knobs_seen_;
+  for (int i = 0; i < engine_.config.spin; ++i) {  // spin briefly: the next message is often close
+    if (mail_.load(std::memory_order_acquire) || engine_.stopping() || engine_.knob_version() != version) return;
+    AMP_CPU_RELAX();
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!mailbox_.empty() || engine_.stopping() || engine_.knob_version() != version) return;
+  sleeping_ = true;
+  cv_.wait_for(lock, kIdleWait);
+  sleeping_ = false;
+}
+
+void Worker::loop() {
+  std::vector<Message> bundle;
+  while (!engine_.stopping()) {
+    drain();
+    if (!take(&bundle)) {
+      idle();
+      continue;
+    }
+    step(bundle, static_cast<int32_t>(queued.load(std::memory_order_relaxed)));  // what waits behind it
+  }
+}
+
+}  // namespace amp

@@ -1,0 +1,140 @@
+// The native worker loop: runtime/worker.py's Worker.step and the threaded backend's loop, in native code,
+// on one std::thread per worker that holds no GIL (it takes it only to run a bridged op or a node's Python
+// update).
+//
+//   loop (worker.cc):
+//     drain the mailbox (a vector swapped out under the worker's mutex) into the slab and the Inbox
+//     take a bundle: backward first / oldest key first as configured, forward only while not paused, at most
+//       the node's live max_bundle, and for the gradients of a locally updating node no more than its next
+//       update needs (runtime/worker.py bundle_cap)
+//     nothing to take: spin briefly on the mailbox's count, then sleep on the condition variable; a sender
+//       notifies only a sleeper, so a busy pipeline pays no wake-up cost; knob changes and stop wake it too
+//     step the bundle
+//   step (step.cc), Worker.step's order exactly:
+//     forward: the kernel (train = the key trains and a backward will come back); fwd_version[state] =
+//       version for a parameterized node; outputs routed by port index; a loss's kLossPort outputs of
+//       training keys start the backward at once (kernel.backward(kLossPort, 1.0)); loss reports checked
+//       for NaN/inf (raise: the run stops before the backward leaves; skip: report dropped, key counted)
+//     backward: the kernel, then per gradient of a parameterized node a staleness row (version -
+//       fwd_version) and the count toward min_update_frequency (amp mode: an update becomes due)
+//     update (a flush's message): apply the node's optimizer
+//     trace row (event + bundle members); if an update is due: the outputs' credits are added and they are
+//       delivered first, then the update runs (its own trace row); then the bundle's credits are released
+//       with whatever was not delivered yet, and that is delivered; completed keys wake the driver.
+//   An update checks the accumulators for NaN/inf (raise or skip, runtime/numerics.py), then steps the
+//   native optimizer (optim.h) or calls the node's Python update under the GIL.
+//   Any failure (OpError, ExpressionFailure, PythonFailure, non-finite values, a C++ exception) stops the
+//   run: the worker records it with the bundle's node, direction, port, states and payloads (Failure in
+//   engine.h) and the driver raises the NodeError.
+//
+// Message memory: the inbox holds handles into the worker's slab (a deque: pushing never moves a message);
+// a taken bundle is moved out of the slab into the step's own vector, so delivering into the own inbox
+// during the step cannot disturb it. Never touches Python (bridged kernels and the Python update hook do).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "credits.h"
+#include "inbox.h"
+#include "kernels/kernel.h"
+#include "trace.h"
+
+namespace amp {
+
+class Engine;
+struct NodeState;
+
+// A message between nodes: runtime's Message with the port as an index (input port forward, output port
+// backward, 0 for a flush's update) and the key read once from the state.
+struct Message {
+  int32_t node = 0;
+  int32_t port = 0;
+  int8_t direction = kForward;
+  bool train = true;  // the key trains (validation keys run forward only)
+  int64_t key = 0;    // Layout::key_of(state)
+  State state;
+  Tensor payload;
+};
+
+class Worker {
+ public:
+  Worker(Engine& engine, int index, Inbox::Priority priority, Inbox::Order order);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  void start();
+  void join();
+  // A message for this worker, from any thread (another worker, the driver injecting a key).
+  void post(Message&& msg);
+  // Look again now: a knob changed, or the run stops.
+  void wake();
+
+  // Read by any thread (the watchdog, a diagnosis).
+  std::atomic<int64_t> handled{0};   // messages handled so far
+  std::atomic<int64_t> queued{0};    // messages in the mailbox and the inbox
+  std::atomic<int32_t> inside_node{-1};  // the bundle being handled: node (-1: idle), direction, key
+  std::atomic<int32_t> inside_direction{0};
+  std::atomic<int64_t> inside_key{0};
+  std::atomic<int> life{0};  // 0 not started, 1 running, 2 ended
+  std::mutex state_mu;       // held during a step: a diagnosis reads the nodes' held state under it
+  TraceBuffer* trace = nullptr;
+
+ private:
+  void run();
+  void loop();
+  void drain();
+  bool take(std::vector<Message>* bundle);
+  void idle();
+  // step.cc
+  void step(std::vector<Message>& bundle, int32_t depth);
+  void handle(std::vector<Message>& msgs);
+  void forward(NodeState& n, std::vector<Message>& msgs, bool key_trains);
+  void backward(NodeState& n, std::vector<Message>& msgs);
+  void route_forward(NodeState& n, Outputs& emitted, bool key_trains, bool train);
+  void route_back(NodeState& n, Outputs& emitted);
+  void take_reports(NodeState& n);
+  void count_gradients(NodeState& n, const std::vector<Message>& msgs);
+  void apply_update(int node);
+  void deliver(std::vector<Message>& outs);
+  void push_local(Message&& msg);
+
+  Engine& engine_;
+  const int index_;
+  std::thread thread_;
+  // the mailbox: any thread posts under mu_; `sleeping_` (under mu_) says whether a sender must notify
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Message> mailbox_, drained_;
+  bool sleeping_ = false;
+  std::atomic<int64_t> mail_{0};  // messages in the mailbox (spinning reads it without the lock)
+  uint64_t knobs_seen_ = ~0ull;   // the knob version the local copies below were read at
+  // the loop's own
+  Inbox inbox_;
+  std::deque<Message> slab_;
+  std::vector<uint64_t> free_;
+  std::vector<uint64_t> handles_;
+  std::vector<int64_t> max_bundle_;  // the live knobs, copied when their version moves
+  std::vector<int64_t> muf_;
+  Inbox::Limit limit_;
+  // a step's scratch (capacity kept between steps)
+  std::vector<Message> outs_, part_;
+  std::vector<Tensor> xs_;
+  std::vector<State> states_;
+  std::vector<int64_t> keys_, out_keys_;
+  std::vector<Credit> credits_;
+  std::vector<int64_t> done_, flushed_;
+  std::vector<int> due_;
+  Outputs emitted_, loss_emitted_;
+};
+
+// Seconds on CLOCK_MONOTONIC: the clock of Python's time.perf_counter, so trace rows line up with Python's.
+double monotonic_now();
+
+}  // namespace amp

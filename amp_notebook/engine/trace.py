@@ -1,0 +1,108 @@
+"""Read a native worker's trace rows in place, with the reader interface of :mod:`amp_notebook.trace.buffers`.
+
+The native ``TraceBuffer`` (``src/trace.h``) writes rows into chunks of columns and publishes each chunk's
+row count with release semantics; ``chunks(kind)`` gives each chunk as numpy arrays over its memory (no
+copy) and its published count. :class:`NativeTable` is a :class:`~amp_notebook.trace.buffers.Table` whose
+view is rebuilt from those chunks when read: a full chunk is sealed once (its totals summarized, as the
+Python writer does when it seals), chunks beyond the capacity are dropped oldest first (their totals
+folded into the dropped totals, and the native writer told it may free them), and the last chunk is the
+current one, read to its published count. Everything else (``read``, ``window``, ``totals``, ``held``,
+``written``) is Table's own code, so the dashboard, exports and metrics read a native run as they read a
+Python one. Readers run on any thread; one lock serializes the rebuilds.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from amp_notebook.trace.buffers import (
+    DEFAULT_CAPACITY,
+    EVENT_COLUMNS,
+    MEMBER_COLUMNS,
+    STALENESS_COLUMNS,
+    Sealed,
+    Table,
+    _View,
+    check_capacity,
+    chunk_rows_for,
+)
+from amp_notebook.trace.totals import EventTotals, RowCount, StalenessTotals
+
+
+class NativeTable(Table):
+    """One kind of row of a native buffer (``"events"``, ``"members"`` or ``"staleness"``)."""
+
+    def __init__(self, native: Any, kind: str, columns: tuple[tuple[str, str], ...], span: tuple[str, str],
+                 summarize: Any, zero: Any, capacity: int | None, numbered: bool = False) -> None:  # fmt: skip
+        self._native, self._kind = native, kind
+        self.columns, self.last, self.span, self.numbered = columns, columns[-1][0], span, numbered
+        self.summarize = summarize
+        self.capacity = check_capacity(capacity)
+        self.chunk_rows = chunk_rows_for(capacity)
+        self.max_sealed = None if capacity is None else capacity // self.chunk_rows - 1
+        self._sealed: list[Sealed] = []
+        self._dropped = zero
+        self._lock = threading.Lock()
+
+    @property  # type: ignore[override]
+    def view(self) -> _View:
+        with self._lock:
+            chunks = self._native.chunks(self._kind)
+            known = self._sealed[-1].first + len(self._sealed[-1]) if self._sealed else None
+            for first, rows, cols in chunks[:-1]:  # every chunk but the last is full: seal it once
+                if known is not None and first < known:
+                    continue
+                lo_col, hi_col = self.span
+                lo = float(cols[lo_col].min()) if rows else 0.0
+                hi = float(cols[hi_col].max()) if rows else 0.0
+                self._sealed.append(Sealed(first, cols, self.summarize(cols), lo, hi))
+                known = first + rows
+            if self.max_sealed is not None and len(self._sealed) > self.max_sealed:
+                while len(self._sealed) > self.max_sealed:
+                    self._dropped = self._dropped + self._sealed.pop(0).totals
+                self._native.forget_before(self._kind, self._sealed[0].first if self._sealed else chunks[-1][0])
+            first, _, current = chunks[-1]
+            return _View(tuple(self._sealed), current, first, self._dropped)
+
+    @view.setter
+    def view(self, value: _View) -> None:  # Table's writer publishes views; the native writer needs none
+        raise AttributeError("a native table is written by the engine, not by Python")
+
+
+class NativeWorkerBuffer:
+    """A native ``TraceBuffer`` (``native``: the engine's worker writes it) with the reader half of
+    :class:`~amp_notebook.trace.buffers.WorkerBuffer`, holding at most ``capacity`` rows per kind."""
+
+    def __init__(self, capacity: int | None = DEFAULT_CAPACITY) -> None:
+        from amp_notebook.engine import native
+
+        self.native = native_buffer = native().TraceBuffer(chunk_rows_for(check_capacity(capacity)))
+        self.event_table = NativeTable(native_buffer, "events", EVENT_COLUMNS, ("start", "end"), EventTotals.of,
+                                       EventTotals(), capacity, numbered=True)  # fmt: skip
+        self.staleness_table = NativeTable(native_buffer, "staleness", STALENESS_COLUMNS, ("time", "time"),
+                                           StalenessTotals.of, StalenessTotals(), capacity)  # fmt: skip
+        self.member_table = NativeTable(native_buffer, "members", MEMBER_COLUMNS, ("time", "time"), RowCount.of,
+                                        RowCount(), capacity)  # fmt: skip
+
+    def snapshot(self) -> tuple[dict, dict]:
+        return self.event_table.read()[0], self.staleness_table.read()[0]
+
+    def members(self) -> dict:
+        return self.member_table.read()[0]
+
+    def event_totals(self) -> EventTotals:
+        return self.event_table.totals()
+
+    def staleness_totals(self) -> StalenessTotals:
+        return self.staleness_table.totals()
+
+    @property
+    def total_rows(self) -> int:
+        return self.event_table.written()
+
+    def __len__(self) -> int:
+        return self.event_table.held()
+
+
+__all__ = ["NativeTable", "NativeWorkerBuffer"]

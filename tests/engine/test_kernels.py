@@ -1,0 +1,118 @@
+"""Every native kernel against its Python op, on the op test cases (tests/ir/test_op_gradients.py CASES).
+
+For each case whose op kind has a native kernel (and, through the bridge, for cases of kinds that have
+none), the native run must give:
+
+* forward: the same outputs on the same ports with the same states, values equal to 1e-12 (float64);
+* backward: the same gradients for every input message and the same parameter gradients (1e-12);
+* reports: the same losses and counts;
+* bundles: the messages of each port in one call give what they give one by one (test_op_bundles.run);
+* finite differences: the Python gradient test, run on the native op;
+* float32: equal to the Python op in float32 to float32 rounding;
+* nothing left cached once every backward came back, and nothing cached by a forward that does not train.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from amp_notebook import engine
+from amp_notebook.engine.specs import ENCODERS
+from amp_notebook.ir.ops import LOSS_PORT
+from tests.engine.harness import NativeOp, as_float, native_case
+from tests.ir import test_op_bundles as bundles
+from tests.ir import test_op_gradients as grads
+from tests.ir.test_op_gradients import CASES, Case
+
+NATIVE = [c for c in CASES if c.op.kind in ENCODERS]
+# cases run through the native bridge (the path of every op without a kernel: a user's own op), of kinds that
+# join, collect by state, change states, fan out or report losses
+BRIDGED = [c for c in CASES if c.op.kind in ("mse", "collect", "group", "flatmap", "ungroup", "gather", "lstm_update")]
+
+
+def run_pair(case: Case, seed: int = 11):
+    """Forward then backward of every feed, message by message; outputs, input gradients, ctx."""
+    params = {k: np.asarray(v).copy() for k, v in case.params.items()}
+    ctx = grads._context(case, params, train=True)
+    emitted = grads._forward(case, ctx, case.feeds)
+    proj = grads._projections(case, emitted, seed)
+    back = grads._backward(case, ctx, emitted, proj)
+    return emitted, back, ctx
+
+
+def assert_same(native_case_: Case, python_case: Case, rtol: float, atol: float) -> None:
+    out_n, back_n, ctx_n = run_pair(native_case_)
+    out_p, back_p, ctx_p = run_pair(python_case)
+    assert [(p, s) for p, _, s in out_n] == [(p, s) for p, _, s in out_p]
+    for (port, y_n, s), (_, y_p, _) in zip(out_n, out_p, strict=True):
+        assert np.shape(y_n) == np.shape(y_p), (port, s)
+        assert np.asarray(y_n).dtype == np.asarray(y_p).dtype or port == LOSS_PORT, (port, s)
+        np.testing.assert_allclose(as_float(y_n), as_float(y_p), rtol=rtol, atol=atol, err_msg=f"{port} {s}")
+    assert set(back_n) == set(back_p)
+    for key, g in back_p.items():
+        assert back_n[key].dtype == g.dtype, key
+        np.testing.assert_allclose(as_float(back_n[key]), as_float(g), rtol=rtol, atol=atol, err_msg=str(key))
+    for name in python_case.params:
+        np.testing.assert_allclose(ctx_n.grads[name], ctx_p.grads[name], rtol=rtol, atol=atol, err_msg=name)
+    assert [sorted(r) for r in ctx_n.reports] == [sorted(r) for r in ctx_p.reports]
+    for r_n, r_p in zip(ctx_n.reports, ctx_p.reports, strict=True):
+        assert {k: v for k, v in r_n.items() if k != "loss"} == {k: v for k, v in r_p.items() if k != "loss"}
+        assert r_n["loss"] == pytest.approx(r_p["loss"], rel=max(rtol, 1e-15), abs=atol)
+    op = native_case_.op
+    assert isinstance(op, NativeOp)
+    assert op.held(ctx_n) == 0, "entries left cached after every backward came back"
+
+
+@pytest.mark.parametrize("case", NATIVE, ids=[c.id for c in NATIVE])
+def test_native_kernel_equals_the_python_op_float64(case: Case) -> None:
+    assert_same(native_case(case), case, rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("case", NATIVE, ids=[c.id for c in NATIVE])
+def test_native_kernel_equals_the_python_op_float32(case: Case) -> None:
+    assert_same(native_case(case, dtype=np.float32), native_case(case, dtype=np.float32, bridge=True), 2e-6, 1e-6)
+
+
+@pytest.mark.parametrize("case", NATIVE, ids=[c.id for c in NATIVE])
+def test_native_bundles_equal_the_python_bundles(case: Case) -> None:
+    nat = native_case(case)
+    for bundled in (False, True):
+        out_n, grads_n, ctx_n = bundles.run(nat, bundled)
+        out_p, grads_p, ctx_p = bundles.run(case, bundled)
+        assert list(out_n) == list(out_p)
+        for key, y in out_p.items():
+            np.testing.assert_allclose(as_float(out_n[key]), as_float(y), rtol=1e-12, atol=1e-13, err_msg=str(key))
+        assert set(grads_n) == set(grads_p)
+        for key, g in grads_p.items():
+            np.testing.assert_allclose(grads_n[key], g, rtol=1e-12, atol=1e-13, err_msg=str(key))
+        for name in case.params:
+            np.testing.assert_allclose(ctx_n.grads[name], ctx_p.grads[name], rtol=1e-12, atol=1e-13)
+        assert nat.op.held(ctx_n) == 0
+
+
+@pytest.mark.parametrize("case", NATIVE, ids=[c.id for c in NATIVE])
+def test_native_kernel_matches_finite_differences(case: Case) -> None:
+    grads.test_backward_matches_finite_differences(native_case(case))
+
+
+@pytest.mark.parametrize("case", NATIVE, ids=[c.id for c in NATIVE])
+def test_native_kernel_caches_nothing_when_not_training(case: Case) -> None:
+    nat = native_case(case)
+    params = {k: np.asarray(v, dtype=np.float64) for k, v in case.params.items()}
+    ctx = grads._context(nat, params, train=False)
+    grads._forward(nat, ctx, nat.feeds)
+    assert nat.op.held(ctx) == 0
+
+
+@pytest.mark.parametrize("case", BRIDGED, ids=[c.id for c in BRIDGED])
+def test_an_op_without_a_native_kernel_runs_through_the_bridge(case: Case) -> None:
+    """The bridge converts payloads and states both ways and calls the Python op: the same results."""
+    assert_same(native_case(case, bridge=True), case, rtol=0.0, atol=0.0)
+    grads.test_backward_matches_finite_differences(native_case(case, bridge=True))
+
+
+def test_every_registered_kernel_has_an_encoder_and_a_case() -> None:
+    kinds = set(engine.native().status()["kernels"])
+    assert kinds == set(ENCODERS), "src/kernels registers kinds that engine/specs.py does not encode, or vice versa"
+    assert kinds <= {c.op.kind for c in CASES} | {"input"}

@@ -1,0 +1,121 @@
+"""Native runs against the Python engine and the reference interpreter.
+
+In sync mode and float64 on one worker, every zoo model trains to the same parameters on the native engine,
+on the Python engine and in the reference interpreter (ops with no native kernel yet run through the bridge,
+and the result says which). Each zoo model's own optimizer (Adam with clip_norm and lr_decay, ...) agrees
+between the engines too. Checkpoints taken on one engine resume bit for bit on either.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from amp_notebook.data.batch import Dataset
+from amp_notebook.engine.specs import native_kernel
+from amp_notebook.ir.interpret import Interpreter
+from amp_notebook.models import zoo
+from amp_notebook.runtime.reference import train_reference
+from amp_notebook.runtime.train import TrainResult, train
+from tests.conftest import digits_dataset
+
+SGD = {"name": "sgd", "lr": 0.01}
+GENTLE = {"ggsnn-regression": {"name": "sgd", "lr": 1e-4}}  # its targets are large: 0.01 diverges (both engines)
+
+
+def few_keys(data: Dataset, train_keys: int = 6, val_keys: int = 3) -> Dataset:
+    return Dataset(data.name, list(data.train[:train_keys]), list(data.val[:val_keys]), data.num_classes, data.meta)
+
+
+def relative_error(actual: dict, expected: dict) -> float:
+    assert set(actual) == set(expected)
+    worst = 0.0
+    for node, group in expected.items():
+        assert set(actual[node]) == set(group), node
+        for k, v in group.items():
+            scale = max(float(np.max(np.abs(v))), 1e-300)
+            worst = max(worst, float(np.max(np.abs(actual[node][k] - v))) / scale)
+    return worst
+
+
+def run(graph, data, engine: str, **settings) -> TrainResult:
+    result = train(graph, data, engine=engine, dtype="float64", validate=True, **settings)
+    assert isinstance(result, TrainResult) and result.engine == engine
+    return result
+
+
+@pytest.mark.parametrize("name", list(zoo.ZOO))
+def test_every_zoo_model_trains_alike_on_both_engines_and_in_the_interpreter(name: str) -> None:
+    entry = zoo.get(name)
+    data = few_keys(entry.dataset("small", seed=0))
+    graph = entry.graph(data)
+    start = graph.init_params(1, np.float64)
+    optimizer = GENTLE.get(name, SGD)
+    interp = Interpreter(graph, params=start, dtype=np.float64, optimizer=optimizer)
+    train_reference(interp, data, epochs=2, seed=1)
+    expected = interp.params()
+    settings = {"workers": 1, "mode": "sync", "epochs": 2, "seed": 1, "params": start, "optimizer": optimizer}
+    python, native = run(graph, data, "python", **settings), run(graph, data, "native", **settings)
+    assert relative_error(python.params, expected) <= 1e-12
+    assert relative_error(native.params, expected) <= 1e-12
+    assert relative_error(native.params, start) > 1e-4  # training moved them
+    for a, b in zip(native.history, python.history, strict=True):
+        assert a.train_loss == pytest.approx(b.train_loss, rel=1e-12)
+        assert a.val_loss == pytest.approx(b.val_loss, rel=1e-12)
+        assert (a.train_accuracy, a.val_accuracy) == (b.train_accuracy, b.val_accuracy)
+    assert native.python_nodes == tuple(n for n in graph.nodes if not native_kernel(graph.nodes[n].op))
+    assert native.summary()["engine_used"] == "native"
+    assert python.summary()["python_nodes"] == list(graph.nodes)
+    assert len(native.trace.events()["end"]) == len(python.trace.events()["end"])
+
+
+@pytest.mark.parametrize("name", ["mlp", "rnn-x2", "tree-lstm", "bilstm-tagger"])
+def test_zoo_models_own_optimizers_agree_between_the_engines(name: str) -> None:
+    """Adam (with clip_norm and lr_decay), in sync mode over 2 epochs on 2 workers: the native optimizer and the
+    learning rate handed over at the epoch end. Adam divides by the root of tiny second moments, which turns
+    last-bit differences of the kernels' sums into larger ones: 1e-9, not 1e-12."""
+    entry = zoo.get(name)
+    data = few_keys(entry.dataset("small", seed=0))
+    graph = entry.graph(data)
+    start = graph.init_params(2, np.float64)
+    settings = {"workers": 2, "mode": "sync", "epochs": 2, "seed": 2, "params": start,
+                "optimizer": dict(entry.settings.optimizer)}  # fmt: skip
+    python, native = run(graph, data, "python", **settings), run(graph, data, "native", **settings)
+    assert relative_error(native.params, python.params) <= 1e-9
+    assert relative_error(native.params, start) > 1e-4
+
+
+def test_amp_runs_keep_the_python_engines_accounting() -> None:
+    """amp mode on 2 workers: every message one trace row, one staleness row per gradient at a parameterized
+    node, an update after every min_update_frequency gradients, and the same counts as the Python engine."""
+    data = few_keys(digits_dataset(batch_size=20), 30, 6)
+    entry = zoo.get("mlp")
+    graph = entry.graph(data)
+    counts = {}
+    for engine in ("python", "native"):
+        r = run(graph, data, engine, workers=2, mode="amp", max_active_keys=6, min_update_frequency=3, epochs=2,
+                max_bundle=1, seed=0, optimizer={"name": "momentum", "lr": 0.01})  # fmt: skip
+        events, staleness = r.trace.events(), r.trace.staleness()
+        phases = np.bincount(events["phase"], minlength=3)
+        counts[engine] = (int(phases[0]), int(phases[1]), len(staleness["value"]))
+        gradients = np.bincount(staleness["node"])
+        assert int(phases[2]) == int(np.sum(gradients // 3))  # an update per 3 gradients of a node
+        assert staleness["value"].min() >= 0 and r.staleness()["max"] >= 1  # asynchrony showed
+        assert r.history[-1].train_instances == sum(b.size for b in data.train)
+    assert counts["native"] == counts["python"]
+
+
+def test_checkpoints_resume_bit_for_bit_across_engines(tmp_path) -> None:
+    data = few_keys(digits_dataset(batch_size=20), 12, 4)
+    graph = zoo.get("mlp").graph(data)
+    settings = {"workers": 2, "mode": "sync", "seed": 4, "optimizer": {"name": "adam", "lr": 1e-3}}
+    whole = run(graph, data, "native", epochs=3, **settings)
+    for first, second in (("native", "native"), ("native", "python"), ("python", "native")):
+        part = run(graph, data, first, epochs=1, **settings)
+        path = part.save_checkpoint(tmp_path / f"{first}.npz")
+        resumed = train(graph, data, engine=second, dtype="float64", epochs=3, resume=path, **settings)
+        assert isinstance(resumed, TrainResult)
+        if first == second == "native":
+            assert relative_error(resumed.params, whole.params) == 0.0
+        else:  # the engines agree to rounding
+            assert relative_error(resumed.params, whole.params) <= 1e-9

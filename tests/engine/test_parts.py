@@ -1,0 +1,193 @@
+"""The worker's native parts against the Python ones, on the same sequences (hypothesis):
+
+* the inbox gives the same bundles as ``runtime/inbox.py`` for every priority, order, max_bundle and cap;
+* the ledger completes the same keys and flushes as ``runtime/credits.py``;
+* the trace buffer's rows, read in place as numpy columns, equal what ``trace/buffers.py`` holds for the
+  same records, across chunk boundaries;
+* states cross the boundary unchanged, and equality and hash mean what they mean in Python.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from amp_notebook import engine
+from amp_notebook.ir.message import Message, State
+from amp_notebook.runtime.credits import Credits
+from amp_notebook.runtime.inbox import ORDERS, PRIORITIES, Inbox
+from amp_notebook.trace.buffers import WorkerBuffer
+
+push = st.tuples(st.just("push"), st.integers(0, 2), st.integers(0, 2), st.integers(0, 1), st.integers(0, 6))
+take = st.tuples(st.just("take"), st.booleans(), st.integers(0, 0), st.integers(0, 0), st.integers(0, 0))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    priority=st.sampled_from(PRIORITIES),
+    order=st.sampled_from(ORDERS),
+    max_bundle=st.lists(st.integers(1, 3), min_size=3, max_size=3),
+    caps=st.none() | st.dictionaries(st.tuples(st.integers(0, 2), st.integers(0, 2)), st.integers(1, 3)),
+    steps=st.lists(st.one_of(push, take), max_size=60),
+)
+def test_the_native_inbox_gives_the_python_inboxs_bundles(priority, order, max_bundle, caps, steps) -> None:
+    limit = None if caps is None else (lambda node, direction: caps.get((node, direction), 2))
+    python = Inbox(max_bundle, priority, order, limit)
+    native = engine.native().Inbox(priority, order)
+    messages: list[Message] = []
+    for op, a, b, c, d in steps:
+        if op == "push":
+            node, direction, port, key = a, b, c, d
+            state = State(flush=key) if direction == 2 else State(key=key)
+            msg = Message(node, f"p{port}", direction, len(messages), state)
+            messages.append(msg)
+            python.push(msg)
+            native.push(len(messages) - 1, node, direction, port, msg.key)
+        else:
+            got = python.take(allow_forward=a)
+            expected = None if got is None else [m.payload for m in got]
+            assert native.take(a, max_bundle, limit) == expected
+        assert len(native) == len(python)
+        assert native.has_work(True) == python.has_work(True)
+
+
+credit_step = st.one_of(
+    st.tuples(st.just("inject"), st.integers(0, 4), st.integers(1, 3)),
+    st.tuples(st.just("flush"), st.integers(0, 2), st.integers(1, 3)),
+    st.tuples(st.just("handle"), st.integers(0, 4), st.integers(0, 2)),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(steps=st.lists(credit_step, max_size=60))
+def test_the_native_ledger_completes_what_credits_complete(steps) -> None:
+    python, native = Credits(), engine.native().Ledger()
+    held: list[tuple[int, int]] = []  # (key, flush) of messages in flight: (k, -1) or (-1 - f, f)
+    completed: tuple[list[int], list[int]] = ([], [])
+    for op, a, b in steps:
+        if op == "inject":
+            python.inject_key(a, b)
+            native.inject_key(a, b)
+            held += [(a, -1)] * b
+        elif op == "flush":
+            python.inject_flush(a, b)
+            native.inject_flush(a, b)
+            held += [(-1 - a, a)] * b
+        elif held:
+            key, flush = held.pop(a % len(held))
+            outs = [] if flush >= 0 else [key] * b
+            state = State(flush=flush) if flush >= 0 else State(key=key)
+            msg = Message(0, "in", 2 if flush >= 0 else 0, None, state)
+            out_msgs = [Message(0, "in", 0, None, State(key=k)) for k in outs]
+            expected = python.release([msg], out_msgs)
+            assert native.release([(key, flush)], outs) == expected
+            completed[0].extend(expected[0])
+            completed[1].extend(expected[1])
+            held += [(k, -1) for k in outs]
+    assert native.outstanding() == python.outstanding()
+    assert native.drain() == completed  # the controller hears of each completion once, in order
+    assert native.drain() == ([], [])
+
+
+def test_the_ledger_refuses_a_credit_it_never_gave() -> None:
+    with pytest.raises(KeyError):
+        engine.native().Ledger().release([(3, -1)], [])
+
+
+def read(native_buffer, kind: str) -> dict[str, np.ndarray]:
+    parts = [cols for _, _, cols in native_buffer.chunks(kind)]
+    return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(st.integers(0, 5), st.integers(0, 2), st.lists(st.integers(-3, 50), min_size=1, max_size=4)),
+        max_size=40,
+    )
+)
+def test_native_trace_rows_read_in_place_equal_the_python_buffers(rows) -> None:
+    python = WorkerBuffer(capacity=None)
+    native = engine.native().TraceBuffer(chunk_rows=7)  # small chunks: rows cross chunk boundaries
+    for i, (node, phase, keys) in enumerate(rows):
+        start, end = float(i), i + 0.5
+        if len(keys) == 1:
+            python.record(node, phase, keys[0], start, end, depth=i % 3)
+            native.record(node, phase, keys[0], start, end, i % 3)
+        else:
+            python.record_bundle(node, phase, keys, start, end, depth=i % 3)
+            native.record_bundle(node, phase, keys, start, end, i % 3)
+        python.record_staleness(node, keys[0], len(keys), end)
+        native.record_staleness(node, keys[0], len(keys), end)
+    events, staleness = python.snapshot()
+    for kind, expected in (("events", events), ("staleness", staleness), ("members", python.members())):
+        got = read(native, kind)
+        for name, column in expected.items():
+            if name == "row" and kind == "events":
+                continue  # the reader numbers rows itself
+            assert got[name].dtype == column.dtype, (kind, name)
+            np.testing.assert_array_equal(got[name], column, err_msg=f"{kind}.{name}")
+        assert all(not col.flags.writeable for _, _, cols in native.chunks(kind) for col in cols.values())
+
+
+def test_a_column_view_keeps_its_chunk_alive_after_the_writer_forgets_it() -> None:
+    native = engine.native().TraceBuffer(chunk_rows=2)
+    for i in range(5):
+        native.record(1, 0, i, float(i), i + 1.0, 0)
+    first_chunk = native.chunks("events")[0][2]
+    native.forget_before("events", 4)
+    assert [first for first, _, _ in native.chunks("events")] == [4]
+    del native
+    np.testing.assert_array_equal(first_chunk["key"], [0, 1])
+
+
+def test_states_cross_the_boundary_unchanged_with_pythons_equality() -> None:
+    codec = engine.native().StateCodec(["key", "flush", "t", "done"], State)
+    for state in (State(key=3), State(key=-2, t=2**62, done=True), State(flush=1), State(key=0, done=False)):
+        back = codec.roundtrip(state)
+        assert back == state and repr(back) == repr(state) and codec.describe(state) == repr(state)
+    assert codec.same(State(key=1, done=True), State(key=1, done=1))  # True == 1 in Python too
+    assert codec.hash(State(key=1, done=True)) == codec.hash(State(key=1, done=1))
+    assert not codec.same(State(key=1), State(key=1, t=0))
+    for bad, why in ((State(key=1, t=0.5), "float"), (State(key=1, zz=1), "not in this graph's state layout"),
+                     (State(key=2**63), "beyond int64")):  # fmt: skip
+        with pytest.raises(ValueError, match=why):
+            codec.roundtrip(bad)
+
+
+@settings(max_examples=40, deadline=None)
+@given(capacity=st.sampled_from([None, 8, 16, 24]), n=st.integers(0, 60), since=st.integers(0, 70))
+def test_the_native_trace_reader_equals_the_python_buffer(capacity, n, since) -> None:
+    """Same rows into a Python WorkerBuffer and a native one: the same reads, windows and exact totals, also
+    once old chunks were dropped for the capacity."""
+    from amp_notebook.engine.trace import NativeWorkerBuffer
+
+    python, native = WorkerBuffer(capacity), NativeWorkerBuffer(capacity)
+    for i in range(n):
+        keys = [i, i + 1] if i % 4 == 0 else [i]
+        for buffer in (python, native.native):
+            if len(keys) == 1:
+                buffer.record(i % 3, i % 2, i, float(i), i + 0.75, i % 5)
+            else:
+                buffer.record_bundle(i % 3, i % 2, keys, float(i), i + 0.75, i % 5)
+            buffer.record_staleness(i % 3, i, i % 4, i + 0.75)
+    for table in ("event_table", "staleness_table", "member_table"):
+        expected, got = getattr(python, table), getattr(native, table)
+        (cols_p, next_p, missed_p), (cols_n, next_n, missed_n) = expected.read(since), got.read(since)
+        assert (next_n, missed_n) == (next_p, missed_p), table
+        assert cols_n.keys() == cols_p.keys()
+        for name in cols_p:
+            np.testing.assert_array_equal(cols_n[name], cols_p[name], err_msg=f"{table}.{name}")
+        assert got.totals() == expected.totals(), table
+        assert (got.held(), got.written()) == (expected.held(), expected.written())
+        window_p, window_n = expected.window(5.0, 20.0), got.window(5.0, 20.0)
+        for name in window_p:
+            np.testing.assert_array_equal(window_n[name], window_p[name])
+    assert native.total_rows == python.total_rows and len(native) == len(python)
+
+
+def test_a_reader_sees_only_complete_rows_while_a_native_thread_writes() -> None:
+    reads, checked, bad = engine.native().trace_publish_check(200_000, 4096)
+    assert bad == 0 and checked > 0 and reads > 1
