@@ -15,6 +15,9 @@ worker and drives the run from the calling thread, as the Python engine's backen
   lowers learning rates (handed to the engine after an epoch end);
 * live knobs: ``max_bundle``, ``min_update_frequency`` and ``paused`` are atomics the workers read per bundle
   (:meth:`knobs_changed`); ``max_active_keys`` and stop are the controller's;
+* the trace: the driver folds the workers' trace buffers (``engine/trace.py``) whenever the workers have
+  handled a chunk's worth of messages since the last fold, so a run nobody reads holds at most its
+  ``trace_capacity`` rows per worker plus what is written between two wakes of the driver;
 * the watchdog reads the engine's counters (messages handled, ledger in flight) and a stuck run's diagnosis
   reads what each worker is inside, what is queued, and what each node holds;
 * a failure on a worker stops every worker; the driver raises it as the Python engine would
@@ -88,6 +91,8 @@ class NativeBackend:
         self._epochs_seen = len(session.history)
         self._lr = self._learning_rates()
         self._owner = session.plan.owner
+        self._folded_at = 0  # messages handled at the last fold of the trace buffers
+        self._fold_rows = min(b.event_table.chunk_rows for b in session.buffers)
         self._shut = False
         self._adopt_session()
 
@@ -178,6 +183,7 @@ class NativeBackend:
                         self._after_call()
                     if self.watchdog is not None and time.monotonic() - self._watched >= tick:
                         self.watch()
+                    self._fold()
             finally:
                 self.wall_s = time.perf_counter() - self.origin
                 self.shutdown(self._join_timeout)
@@ -202,6 +208,15 @@ class NativeBackend:
             raise StuckRunError(diagnosis)
 
     # ------------------------------------------------------------ helpers
+    def _fold(self) -> None:
+        """Fold the trace buffers once a chunk may have filled: a handled message writes at most one row of
+        each kind (a bundle of n messages: one event row, n member rows, a staleness row per gradient)."""
+        handled = self.engine.handled()
+        if handled - self._folded_at >= self._fold_rows:
+            self._folded_at = handled
+            for buffer in self.session.buffers:
+                buffer.fold()
+
     def _refused(self, msgs: list[Message], exc: Exception) -> DataError:
         culprit = msgs[0]
         for m in msgs:  # which one (converting again, posting nothing)

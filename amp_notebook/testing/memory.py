@@ -16,8 +16,11 @@ whole run is a fixed-size aggregate. Four measures test that:
   the run (about twice here), so it is off unless asked for;
 * :func:`bookkeeping`: the entries a session holds in its per-key structures (node caches, joins, forward
   versions; the controller's and the session's tables of keys in flight; credits; keys skipped for
-  NaN/inf) and the trace rows its buffers hold. In flight these are bounded by ``max_active_keys``; after
-  a run they are all empty except the trace rows and the skipped keys.
+  NaN/inf) and the trace rows its buffers hold; for a native run (given its backend), the engine's own
+  tables too: its ledger's keys and flushes in flight, the entries each node's kernel caches, the forward
+  versions it records, and the messages queued, and the trace rows its buffers hold (what the native
+  writer still keeps, not only what a reader shows). In flight these are bounded by ``max_active_keys``;
+  after a run they are all empty except the trace rows and the skipped keys.
 """
 
 from __future__ import annotations
@@ -131,8 +134,9 @@ class AllocationSites:
         tracemalloc.stop()
 
 
-def bookkeeping(session: Session) -> dict[str, int]:
-    """Entries held per key by ``session`` now (see the module docstring), and trace rows held per table."""
+def bookkeeping(session: Session, backend: Any = None) -> dict[str, int]:
+    """Entries held per key by ``session`` now (see the module docstring), and trace rows held per table;
+    with a native ``backend``, the engine's entries too (``engine ...``)."""
     held = {f"node {name}": 0 for name in PER_KEY_CONTEXT_TABLES}
     for ctx in session.contexts:
         for name in PER_KEY_CONTEXT_TABLES:
@@ -146,6 +150,21 @@ def bookkeeping(session: Session) -> dict[str, int]:
     held["skipped keys"] = len(session.numerics.skipped) if session.numerics is not None else 0
     for table in ("event_table", "staleness_table", "member_table"):
         held[f"trace {table.split('_')[0]} rows"] = sum(getattr(b, table).held() for b in session.buffers)
+    engine = getattr(backend, "engine", None)
+    if engine is not None:
+        keys, flushes = engine.in_flight()
+        held["engine keys in flight"], held["engine flushes in flight"] = len(keys), len(flushes)
+        held["engine node caches"] = held["engine forward versions"] = 0
+        for node in range(len(session.plan.names)):
+            entries = engine.held(node)  # None while its worker is inside a step
+            if entries is not None:
+                held["engine node caches"] += int(entries[0])
+                held["engine forward versions"] += len(entries[1])
+        held["engine queued messages"] = sum(engine.queued())
+        for kind in ("events", "members", "staleness"):
+            held[f"trace native {kind} rows"] = sum(
+                rows for b in session.buffers for _, rows, _ in b.native.chunks(kind)
+            )  # fmt: skip
     return held
 
 

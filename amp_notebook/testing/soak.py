@@ -3,7 +3,8 @@ resident memory is sampled. Memory must be flat once the run has warmed up.
 
 What it runs. A model (``rnn``: the list-reduction RNN; ``tree-lstm``: the per-tree Tree-LSTM, one tree
 per key) trains with ``train(..., background=True)`` on 2 workers in ``amp`` mode, for as many epochs as
-the time allows (validation keys included). A :class:`~amp_notebook.ui.dashboard.Dashboard` follows it at
+the time allows (validation keys included), on the engine ``engine`` picks (``auto``: the native one when
+it is built). A :class:`~amp_notebook.ui.dashboard.Dashboard` follows it at
 4 Hz, its frames sent nowhere (no browser; without the notebook extra, a
 :class:`~amp_notebook.ui.feed.LiveFeed` is polled instead). Every few seconds a knob changes as a slider
 would change it (``Dashboard.control``): ``max_active_keys``, ``min_update_frequency``, ``max_bundle``, and
@@ -16,7 +17,8 @@ robust (Theil-Sen) slope in MB per minute and in bytes per key (:mod:`amp_notebo
 the growth from the warm-up's end to the end (medians of three samples each), all over the samples taken
 while the run trained (not paused); when every worker's trace buffer first dropped rows (it is full from
 then on); the threads of the run still alive after it stopped; every error met (the run's, the
-dashboard's, a knob change's); what the session still holds per key after the run; and with ``sites``,
+dashboard's, a knob change's); what the session (and a native engine) still holds per key after the run;
+and with ``sites``,
 the source lines whose Python allocations grew most after the warm-up (their baseline snapshot then counts
 in the resident memory too). With ``trim``, cyclic garbage is collected and the heap trimmed before each
 sample, so the figures count what the process can still reach: a test of what is kept per key, not of
@@ -24,7 +26,7 @@ how the allocator reuses memory.
 
 Run it::
 
-    python -m amp_notebook.testing.soak --minutes 30 --model tree-lstm --json
+    python -m amp_notebook.testing.soak --minutes 30 --model tree-lstm --engine native --json
 
 It exits 1 when the run failed, an error was met, a thread of the run was left alive, or the slope after
 the warm-up exceeds ``--max-slope`` MB/min (default 0.4: 10 MB over the 25 minutes after the warm-up of a
@@ -56,6 +58,7 @@ MAX_SLOPE_MB_PER_MIN = 0.4
 THREAD_GRACE_S = 10.0
 MAX_FILL_S = 300.0  # with after_full_s: how long a soak waits for the trace buffers to fill
 DEFAULT_CAPACITY = RunConfig.setting("trace_capacity").default
+ENGINES = ("auto", "native", "python")
 
 
 def workload(model: str, seed: int = 0) -> tuple[Any, Any, dict[str, Any]]:
@@ -83,6 +86,7 @@ class SoakReport:
     sample_s: float
     trace_capacity: int | None
     viewer: str  # "dashboard", or "feed" without the notebook extra
+    engine: str = ""  # the engine the run used
     trim: bool = False  # the heap was trimmed before each sample
     samples: list[list[float]] = field(default_factory=list)  # [seconds, resident MB, keys done, 1 if paused]
     trace_full_s: float | None = None  # when every worker's trace buffer had dropped rows (full from then on)
@@ -113,7 +117,8 @@ class SoakReport:
         growth = statistics.median(rss[-3:]) - statistics.median(rss[:3]) if len(after) >= 2 else None
         elapsed = self.samples[-1][0] if self.samples else 0.0
         return {
-            "model": self.model, "minutes": self.minutes, "warmup_s": self.warmup_s, "viewer": self.viewer,
+            "model": self.model, "engine": self.engine, "minutes": self.minutes, "warmup_s": self.warmup_s,
+            "viewer": self.viewer,
             "trim": self.trim, "trace_capacity": self.trace_capacity, "trace_full_s": self.trace_full_s,
             "rss_first_mb": self.samples[0][1] if self.samples else None,
             "rss_at_warmup_mb": rss[0] if rss else None, "rss_last_mb": rss[-1] if rss else None,
@@ -204,6 +209,7 @@ def soak(
     trim: bool = False,
     sites: bool = False,
     max_slope: float | None = MAX_SLOPE_MB_PER_MIN,
+    engine: str = "auto",
     seed: int = 0,
     echo: bool = False,
 ) -> SoakReport:
@@ -222,17 +228,18 @@ def soak(
     allocations = AllocationSites() if sites else None
     if allocations is not None:
         allocations.start()
-    run = train(graph, data, background=True, trace_capacity=trace_capacity, **settings)
+    run = train(graph, data, background=True, trace_capacity=trace_capacity, engine=engine, **settings)
     session = run._session  # type: ignore[union-attr]
     viewer, kind = _viewer(run, rate_hz)
-    report = SoakReport(model, minutes, warmup_s, sample_s, trace_capacity, kind, trim, max_slope_mb_per_min=max_slope)
+    report = SoakReport(model, minutes, warmup_s, sample_s, trace_capacity, kind, session.engine.name, trim,
+                        max_slope_mb_per_min=max_slope)  # fmt: skip
     began = time.perf_counter()
     next_sample, next_knob, knob = began, began + knob_s, 0
     try:
         while True:
             now = time.perf_counter()
             elapsed = now - began
-            if elapsed >= end_s or run.done():
+            if elapsed >= end_s or run.done:
                 break
             if now >= next_knob:
                 action, value = KNOBS[knob % len(KNOBS)]
@@ -275,7 +282,7 @@ def soak(
     report.errors.extend(f"dashboard: {e}" for e in viewer.errors)
     report.keys_done = session.keys_done
     report.epochs = len(session.history)
-    report.held_after = bookkeeping(session)
+    report.held_after = bookkeeping(session, run._driver.backend)  # type: ignore[union-attr]
     if allocations is not None:
         report.sites = [s.as_dict() for s in allocations.growth()]
         allocations.stop()
@@ -295,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m amp_notebook.testing.soak", description=__doc__.split("\n")[0])
     parser.add_argument("--minutes", type=float, default=2.0)
     parser.add_argument("--model", choices=MODELS, default="rnn")
+    parser.add_argument("--engine", choices=ENGINES, default="auto", help="the threaded backend's engine")
     parser.add_argument("--sample-s", type=float, default=None, help="seconds between samples (10, or 2 under 10 min)")
     parser.add_argument("--warmup-minutes", type=float, default=None, help="5, or a third of a shorter soak")
     parser.add_argument(
@@ -317,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     report = soak(
         args.model, args.minutes, sample_s=args.sample_s, warmup_s=warmup, knob_s=args.knob_s, rate_hz=args.rate_hz,
         trace_capacity=args.trace_capacity, after_full_s=args.after_full_s, trim=args.trim, sites=args.sites,
-        max_slope=args.max_slope, seed=args.seed, echo=True,
+        max_slope=args.max_slope, engine=args.engine, seed=args.seed, echo=True,
     )  # fmt: skip
     print(json.dumps(report.as_dict(), indent=None if args.json else 1, default=str))
     return 0 if report.ok else 1

@@ -89,6 +89,23 @@ class Sealed:
         return len(next(iter(self.columns.values())))
 
 
+def drop_old(
+    sealed: tuple[Sealed, ...], dropped: Any, max_sealed: int | None, horizon: float | None
+) -> tuple[tuple[Sealed, ...], Any]:
+    """The sealed chunks still held, oldest first, and the dropped rows' totals, after dropping the oldest
+    chunks beyond ``max_sealed`` and those that end before ``horizon`` (the oldest event time a followed
+    table holds; None: nothing to follow)."""
+    start = 0
+    if max_sealed is not None:
+        start = max(0, len(sealed) - max_sealed)
+    if horizon is not None:
+        while start < len(sealed) and sealed[start].hi < horizon:
+            start += 1
+    for chunk in sealed[:start]:
+        dropped = dropped + chunk.totals
+    return sealed[start:], dropped
+
+
 class _View(NamedTuple):
     sealed: tuple[Sealed, ...]
     current: dict[str, array]  # the chunk the writer appends to
@@ -137,16 +154,8 @@ class Table:
         lo = float(cols[lo_col].min()) if n else 0.0
         hi = float(cols[hi_col].max()) if n else 0.0
         kept = (*view.sealed, Sealed(view.current_first, cols, self.summarize(cols), lo, hi))
-        dropped = view.dropped
-        if self.max_sealed is not None:
-            while len(kept) > self.max_sealed:
-                dropped = dropped + kept[0].totals
-                kept = kept[1:]
         horizon = self.follows.horizon() if self.follows is not None else None
-        if horizon is not None:
-            while kept and kept[0].hi < horizon:
-                dropped = dropped + kept[0].totals
-                kept = kept[1:]
+        kept, dropped = drop_old(kept, view.dropped, self.max_sealed, horizon)
         current = self._new_chunk()
         self.view = _View(kept, current, view.current_first + n, dropped)  # one atomic publish
         return current
@@ -332,5 +341,5 @@ class WorkerBuffer:
 
 __all__ = [
     "DEFAULT_CAPACITY", "EVENT_COLUMNS", "MEMBER_COLUMNS", "PHASES", "PHASE_BWD", "PHASE_FWD", "PHASE_UPDATE",
-    "STALENESS_COLUMNS", "Sealed", "Table", "WorkerBuffer", "check_capacity", "chunk_rows_for",
+    "STALENESS_COLUMNS", "Sealed", "Table", "WorkerBuffer", "check_capacity", "chunk_rows_for", "drop_old",
 ]  # fmt: skip

@@ -5,6 +5,7 @@ short soak fails on per-key growth. The long soaks (30 minutes per model) come f
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -31,8 +32,9 @@ def test_robust_slope_ignores_outliers_and_degenerate_input() -> None:
         memory.robust_slope([1, 2, 3], [1, 2])
 
 
+@pytest.mark.parametrize("engine", ["python", "native"])
 @pytest.mark.parametrize("model", ["rnn", "tree-lstm"])
-def test_a_finished_run_holds_nothing_per_key(model: str, lists) -> None:
+def test_a_finished_run_holds_nothing_per_key(model: str, engine: str, lists) -> None:
     from amp_notebook import models
     from amp_notebook.data.sentiment import sentiment_tree_dataset
 
@@ -41,12 +43,36 @@ def test_a_finished_run_holds_nothing_per_key(model: str, lists) -> None:
     else:
         data = sentiment_tree_dataset(n_train=40, n_val=10, seed=0)
         graph = models.tree_lstm(int(data.meta["vocab_size"]), 8, 8, 5)
-    run = train(graph, data, workers=2, mode="amp", max_active_keys=8, max_bundle=4, epochs=2, background=True)
+    run = train(graph, data, workers=2, mode="amp", max_active_keys=8, max_bundle=4, epochs=2, background=True,
+                engine=engine)  # fmt: skip
     run.wait(timeout=120)
-    held = memory.bookkeeping(run._session)
+    held = memory.bookkeeping(run._session, run._driver.backend)
+    assert any(name.startswith("engine") for name in held) == (engine == "native")
     per_key = {name: n for name, n in held.items() if not name.startswith("trace")}
     assert per_key and not any(per_key.values()), per_key
     assert held["trace event rows"] > 0
+
+
+def test_a_native_run_nobody_reads_holds_its_trace_capacity(lists) -> None:
+    """The native writer never drops a chunk itself; the driver folds the buffers as the workers write, so
+    rows beyond the capacity are freed though no dashboard or report reads the trace."""
+    from amp_notebook import models
+
+    capacity = 800
+    run = train(models.rnn(hidden=8, embedding_dim=4), lists, workers=2, mode="amp", epochs=10**6, background=True,
+                engine="native", trace_capacity=capacity)  # fmt: skip
+    buffers = run._session.buffers
+    try:
+        deadline = time.monotonic() + 60
+        while min(b.native.chunks("events")[-1][0] for b in buffers) < 40 * capacity:  # rows written before it
+            assert time.monotonic() < deadline and not run.done, "the run wrote too few rows"
+            time.sleep(0.05)
+        held = [sum(rows for _, rows, _ in b.native.chunks(kind)) for b in buffers for kind in ("events", "staleness")]
+    finally:
+        run.stop(timeout=30)
+    # Unfolded, each would hold every row written (>= 40x the capacity); folded, the capacity plus the rows
+    # written between two wakes of the driver.
+    assert max(held) <= 4 * capacity, held
 
 
 def test_soak_reports_memory_threads_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
