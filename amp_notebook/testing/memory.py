@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from amp_notebook.errors import DataFormatError
+
 if TYPE_CHECKING:
     from amp_notebook.runtime.session import Session
 
@@ -75,7 +77,10 @@ def robust_slope(x: Any, y: Any) -> float:
     pairs with ``x[i] < x[j]``. 0.0 with fewer than two distinct ``x``."""
     xs, ys = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     if xs.shape != ys.shape or xs.ndim != 1:
-        raise ValueError(f"robust_slope: expected two 1-d sequences of one length, got shapes {xs.shape}, {ys.shape}")
+        raise DataFormatError(
+            f"robust_slope: expected two 1-d sequences of one length, got shapes {xs.shape} and {ys.shape}; pass "
+            "the sample times and the values measured at them"
+        )
     i, j = np.triu_indices(len(xs), k=1)
     dx = xs[j] - xs[i]
     keep = dx != 0

@@ -46,6 +46,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from amp_notebook.errors import SettingError
 from amp_notebook.runtime.config import RunConfig
 from amp_notebook.testing.memory import AllocationSites, bookkeeping, robust_slope, rss_mb, trim_heap
 
@@ -75,11 +76,14 @@ def workload(model: str, seed: int = 0) -> tuple[Any, Any, dict[str, Any]]:
     if model == "tree-lstm":
         data = sentiment_tree_dataset(n_train=2_000, n_val=200, seed=seed)
         return models.tree_lstm(int(data.meta["vocab_size"]), 32, 32, 5), data, settings
-    raise ValueError(f"soak: unknown model {model!r}; expected one of {MODELS}")
+    raise SettingError("model", f"soak: unknown model {model!r}; expected one of {MODELS}")
 
 
 @dataclass
 class SoakReport:
+    """What one soak measured (the module docstring says what): its settings, the samples of resident memory
+    and keys done, and what it met; :meth:`summary` derives the growth figures, :attr:`ok` the verdict."""
+
     model: str
     minutes: float
     warmup_s: float
