@@ -30,7 +30,8 @@ PythonKernel::~PythonKernel() {
 void PythonKernel::forward(NodeCtx& ctx, int port, Span<const Tensor> xs, Span<const State> states, Outputs& out) {
   nb::gil_scoped_acquire gil;
   try {
-    call(ctx, "forward_bundle", in_names_.at(port), xs, states, true, out);
+    // one message: the op's `forward`, as the Python engine calls it (an op may override only that)
+    call(ctx, xs.size() == 1 ? "forward" : "forward_bundle", in_names_.at(port), xs, states, true, out);
   } catch (...) {
     rethrow_as_python_failure();
   }
@@ -40,7 +41,7 @@ void PythonKernel::backward(NodeCtx& ctx, int port, Span<const Tensor> gs, Span<
   nb::gil_scoped_acquire gil;
   try {
     nb::object name = port == kLossPort ? nb::str("loss") : out_names_.at(port);
-    call(ctx, "backward_bundle", name, gs, states, false, out);
+    call(ctx, gs.size() == 1 ? "backward" : "backward_bundle", name, gs, states, false, out);
   } catch (...) {
     rethrow_as_python_failure();
   }
@@ -93,7 +94,8 @@ void PythonKernel::call(NodeCtx& ctx, const char* method, nb::handle port_name, 
     payloads.append(tensor_to_python(xs[i]));
     py_states.append(codec_->decode(states[i]));
   }
-  nb::object emitted = op_.attr(method)(py_ctx_, port_name, payloads, py_states);
+  nb::object emitted = xs.size() == 1 ? op_.attr(method)(py_ctx_, port_name, payloads[0], py_states[0])
+                                      : op_.attr(method)(py_ctx_, port_name, payloads, py_states);
   nb::dict& index = forward ? out_index_ : in_index_;
   for (nb::handle item : emitted) {
     nb::tuple t = nb::borrow<nb::tuple>(item);

@@ -1,7 +1,8 @@
 // The bridge: a Kernel that runs a node's Python op, for ops with no native kernel (a user's own op, or
 // a kind nobody has written a kernel for yet). It takes the GIL for the whole bundle, converts payloads
 // (numpy views of the native tensors, read-only) and states (through the graph's StateCodec) into Python,
-// calls op.forward_bundle / op.backward_bundle with the node's Python NodeContext, and converts the
+// calls op.forward_bundle / op.backward_bundle (op.forward / op.backward for a bundle of one message, as
+// the Python engine does) with the node's Python NodeContext, and converts the
 // outputs back (payloads copied into native tensors, states encoded; a state field outside the layout is
 // an error naming the field). The Python NodeContext holds everything the op keeps between calls: its
 // caches, joins and (for a parameterized op) its gradient accumulators, so a bridged node's update also
