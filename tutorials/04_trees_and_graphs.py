@@ -27,6 +27,8 @@
 #   payloads, one per propagation step, joined to the node states by the loop counter `t`.
 
 # %%
+import os
+
 import amp_notebook as amp
 from amp_notebook.data.graphs import BABI15_FEATURE_WIDTH, babi15_graphs, ggsnn_dataset
 from amp_notebook.data.sentiment import sentiment_tree_dataset, synthetic_sentiment_trees
@@ -94,17 +96,19 @@ stale = tree_result.staleness()
 root = root_accuracy(tree_result.params, data.val)
 print(f"node accuracy {tree_result.val_accuracy[-1]:.3f}, root accuracy {root:.3f}")
 print(f"{tree_result.train_instances_per_s:.0f} trees/s, staleness mean {stale['mean']:.2f} max {stale['max']:.0f}")
+print("engine:", tree_result.engine, "| nodes run through Python:", list(tree_result.python_nodes) or "none")
 
 # %% [markdown]
 # ## Bundling: many trees' messages in one call
 #
-# With one tree per key every message carries one tree node's row, and Python glue per message, not
-# arithmetic, sets the pace. But with several trees in flight, messages of *different* keys queue up at the
-# same node: the embedding, the gate Linears, the cells, the loss. With `max_bundle` a node takes up to that
-# many of the messages waiting for it (same port, same direction) and runs them as one call: one matrix
-# product over their stacked rows, split back so every message keeps its own state, cache entry, staleness
-# record and credit. The numbers are those of the messages one by one (to the rounding of a larger matrix
-# product). `amp` runs bundle up to 16 messages by default; `max_bundle=1` turns bundling off.
+# With one tree per key every message carries one tree node's row (16 numbers here), so the cost of
+# handling a message, not arithmetic, sets the pace. But with several trees in flight, messages of
+# *different* keys queue up at the same node: the embedding, the gate Linears, the cells, the loss. With
+# `max_bundle` a node takes up to that many of the messages waiting for it (same port, same direction) and
+# runs them as one call: one matrix product over their stacked rows, split back so every message keeps its
+# own state, cache entry, staleness record and credit. The numbers are those of the messages one by one
+# (to the rounding of a larger matrix product). `amp` runs bundle up to 16 messages by default;
+# `max_bundle=1` turns bundling off.
 # `order="largest_bundle"` lets each worker serve the node with the most messages waiting, so bundles grow.
 #
 # Below, the same trees with bundling off and with bundles of up to 32, everything else equal: three
@@ -136,8 +140,8 @@ Dashboard.compare(unbundled, bundled, labels=("max_bundle 1", "max_bundle 32"))
 # %% [markdown]
 # ## Buckets of trees: a forest per key
 #
-# One tree per key makes every tree node a chain of small messages, and Python glue per message, not
-# arithmetic, sets the pace. The paper's answer is that a key is a *bucket* of instances. Trees of
+# One tree per key makes every tree node a chain of small messages. Another answer is that a key is a
+# *bucket* of instances, as the paper's RNN and MLP keys are. Trees of
 # different shapes still share a bucket if it runs level by level: `forest_dataset` numbers every node of
 # 25 trees as a row of one state table (leaves first, then branches by height), and `tree_lstm_forest`
 # (same cells, same weights) sends that whole table round a loop once per level. A **Partition** turns each
@@ -171,6 +175,72 @@ print(
     f"node accuracy {forest_result.val_accuracy[-1]:.3f}, root accuracy {root:.3f}, "
     f"{forest_result.train_instances_per_s:.0f} trees/s"
 )
+
+# %% [markdown]
+# ## The paper's layout next to PyTorch
+#
+# Is one tree per key, walked node by node, fast enough to use? The benchmark `amp-notebook bench
+# tree-vs-torch` answers at full size; below, its own code (`amp_notebook.bench.tree_vs_torch`) at a small
+# size: 150 trees, 2 epochs. Every side starts from the same weights (embedding 64, hidden 64) and trains
+# with Adam at the same learning rate:
+#
+# * **ours, one tree per key**: the zoo's `tree_lstm` with the paper's update frequencies (the embedding
+#   every 1000 gradients, the other nodes every 50), 128 trees in flight, bundles of up to 128 messages;
+#   1 worker, and the same on 2 workers;
+# * **PyTorch eager**: one tree at a time, a Python loop over its nodes, as a define-by-run framework runs a
+#   dynamic model without help; 25 trees' gradients per Adam step;
+# * **PyTorch level-batched**: 25 trees at a time, one cell call per tree level across them: the hand
+#   batching that one tree per key spares you.
+#
+# The figure is training trees per second (the median over epochs; evaluation counts, as in ours), three
+# rounds, the sides interleaved; the table shows every round. PyTorch runs on one thread here, as our one
+# worker does; other programs on the machine slow every side, so the load average is printed too.
+# PyTorch is an optional dependency: without it, the cell says so and skips the comparison.
+
+# %%
+from amp_notebook.bench import tree_vs_torch
+from amp_notebook.bench.common import interleaved_runs, median_run
+
+try:
+    import torch
+except ImportError:
+    torch = None
+if torch is None:
+    print("PyTorch is not installed, and this comparison needs it: pip install torch")
+else:
+    # One PyTorch thread, against our one worker: two threads of PyTorch wait for each other at every small
+    # operation, and on a busy machine each wait can last a whole time slice of the scheduler.
+    tree_vs_torch.TORCH_THREADS = 1
+    trees = sentiment_tree_dataset(n_train=150, n_val=50, seed=0)
+    sides = {
+        "ours, one tree per key, 1 worker": lambda: tree_vs_torch.ours(trees, 2, 0, "ours_per_tree"),
+        "ours, one tree per key, 2 workers": lambda: tree_vs_torch.ours(trees, 2, 0, "ours_per_tree_2_workers"),
+        "PyTorch eager": lambda: tree_vs_torch.torch_side(trees, 2, 0, batched=False),
+        "PyTorch level-batched": lambda: tree_vs_torch.torch_side(trees, 2, 0, batched=True),
+    }
+    side_runs = interleaved_runs(3, sides)
+    best = {name: median_run(rs) for name, rs in side_runs.items()}
+    for name, side in best.items():
+        rates = ", ".join(f"{x:,.0f}" for x in side["runs_instances_per_s"])
+        print(f"{name:34s} rounds {rates} trees/s (median {side['instances_per_s']:,.0f}); "
+              f"node accuracy {side['final_metric']:.3f}, root {side['root_accuracy']:.3f}")
+    rate = {name: side["instances_per_s"] for name, side in best.items()}
+    for peer in ("PyTorch eager", "PyTorch level-batched"):
+        print(f"ours on 1 worker against {peer} on {torch.get_num_threads()} thread: "
+              f"{rate['ours, one tree per key, 1 worker'] / rate[peer]:.2f}x the trees per second")
+    print(f"ours on 2 workers against 1: "
+          f"{rate['ours, one tree per key, 2 workers'] / rate['ours, one tree per key, 1 worker']:.2f}x; "
+          f"load average {os.getloadavg()[0]:.1f} on {len(os.sched_getaffinity(0))} cores")
+
+# %% [markdown]
+# What separates the sides: the eager loop pays Python's and PyTorch's dispatch for every tree node, one
+# tree at a time, while our workers handle each message in native code and run the messages of many trees
+# that wait at one node as one call. Level-batched PyTorch is the fair opponent: it batches the same way by
+# hand, in 25-tree minibatches planned before training. Accuracy is not the point at this size (the
+# PyTorch sides take a dozen Adam steps); `amp-notebook bench tree-vs-torch` trains 2,000 trees for 4 epochs and prints
+# the accuracies beside the speeds. With 1 worker against 2, the same questions as in tutorial 01 apply: a
+# second worker needs a free core (other programs on this machine compete for it) and pays a hand-off for
+# every message that crosses.
 
 # %% [markdown]
 # ## A gated graph network, one graph per key

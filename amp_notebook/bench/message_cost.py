@@ -21,8 +21,7 @@ from collections import defaultdict
 from typing import Any
 
 from amp_notebook.bench.common import report
-
-PHASES = ("fwd", "bwd", "update")
+from amp_notebook.ir.message import PHASES
 
 
 def _cases(n_trees: int, n_graphs: int) -> dict[str, tuple[Any, Any, dict[str, Any]]]:

@@ -43,7 +43,7 @@ NATIVE_OPTIMIZERS: dict[type, str] = {SGD: "sgd", Momentum: "momentum", Adam: "a
 
 def assemble(session: Session) -> Any:
     """A ``_native.Engine`` for ``session``, not started."""
-    plan, config = session.plan, session.config
+    plan, config, knobs = session.plan, session.config, session.knobs
     tables = compile_tables(plan, dataset_fields(session.dataset))
     module = native()
     codec = module.StateCodec(list(tables.layout), State)
@@ -67,7 +67,7 @@ def assemble(session: Session) -> Any:
             tables.grad_inputs[i], tables.grad_outputs[i], tables.fwd_route[i], tables.bwd_route[i],
             plan.parameterized[i], plan.receives_backward[i], (op, ctx) if i in bridged else None,
             None if optimizer is None or python_update else optimizer_spec(optimizer, ctx, names), python_update,
-            ctx.version, ctx.n_grads, sorted(ctx.grad_keys), plan.min_update_frequency[i], plan.max_bundle[i],
+            ctx.version, ctx.n_grads, sorted(ctx.grad_keys), knobs.min_update_frequency[i], knobs.max_bundle[i],
         )  # fmt: skip
     for w, buffer in enumerate(session.buffers):
         engine.set_trace(w, buffer.native)

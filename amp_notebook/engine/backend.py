@@ -4,17 +4,19 @@ What runs where. :func:`~amp_notebook.engine.assemble.assemble` hands the sessio
 contexts' numpy memory and its trace buffers to a ``_native.Engine``; ``run()`` starts one native thread per
 worker and drives the run from the calling thread, as the Python engine's backend does:
 
-* the session admits keys and flushes (the controller stays in Python): their messages are converted once
-  at :meth:`inject` and posted to their workers' mailboxes, their credits counted in the engine's ledger;
+* the session admits keys and flushes (the controller stays in Python) and registers their messages with
+  :class:`NativeLedger` (the engine's own credit ledger, which the native workers settle); the messages are
+  converted once at :meth:`inject` and posted to their workers' mailboxes;
 * the driver waits for events with the GIL released: the engine wakes it only when a step completed keys or
   flushes (per key, never per message), the run failed, or another thread queued a call (:meth:`call`: a live
   Run's change). It then takes the loss reports and the keys skipped for NaN/inf (reports before the
   completions that follow them), brings the contexts up to date when nothing is in flight (node versions,
   held gradients, Adam's step count: :meth:`sync_state`), and hands the completions to the session, which
   admits what follows, ends epochs (replica averaging on the contexts' arrays, which the engine shares) and
-  lowers learning rates (handed to the engine after an epoch end);
-* live knobs: ``max_bundle``, ``min_update_frequency`` and ``paused`` are atomics the workers read per bundle
-  (:meth:`knobs_changed`); ``max_active_keys`` and stop are the controller's;
+  lowers learning rates (handed to the engine at :meth:`epoch_ended`);
+* live knobs: the engine starts from the session's :class:`~amp_notebook.runtime.knobs.Knobs` and listens to
+  them; ``max_bundle``, ``min_update_frequency`` and ``paused`` are atomics the workers read per bundle
+  (:meth:`knobs_changed` forwards each change); ``max_active_keys`` and stop are the controller's;
 * the trace: the driver folds the workers' trace buffers (``engine/trace.py``) whenever the workers have
   handled a chunk's worth of messages since the last fold, so a run nobody reads holds at most its
   ``trace_capacity`` rows per worker plus what is written between two wakes of the driver;
@@ -37,8 +39,11 @@ from typing import TYPE_CHECKING, Any
 
 from amp_notebook.engine.assemble import assemble
 from amp_notebook.engine.errors import failure_exception
-from amp_notebook.ir.message import DIRECTION_NAMES, UPDATE, Message
+from amp_notebook.ir.message import PHASES, Message
 from amp_notebook.runtime.blas import single_threaded_blas
+from amp_notebook.runtime.knobs import KnobChange
+from amp_notebook.runtime.recover import drive, restart_session
+from amp_notebook.runtime.restart import WorkerLostError
 from amp_notebook.runtime.session import DataError
 from amp_notebook.runtime.watchdog import Diagnosis, StuckRunError, Watchdog, diagnose
 
@@ -52,8 +57,8 @@ LIFE = ("not started", "running", "thread ended")
 
 
 class NativeLedger:
-    """The driver's side of completion for a native run: the engine's ledger (``src/credits.h``), which the
-    workers settle natively."""
+    """The driver's side of completion (:class:`~amp_notebook.runtime.ledger.Ledger`) for a native run: the
+    engine's counting ledger (``src/credits.h``), whose step side the native workers settle themselves."""
 
     def __init__(self, engine: Any) -> None:
         self._engine = engine
@@ -73,7 +78,9 @@ class NativeLedger:
 
 
 class NativeBackend:
-    """Native worker threads driven from Python (module docstring)."""
+    """Native worker threads driven from Python (module docstring); implements
+    :class:`~amp_notebook.runtime.backend.Backend`. Owns the engine and its threads; reads the session's
+    contexts and knobs, never changes the session beyond what the protocol allows."""
 
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -88,19 +95,18 @@ class NativeBackend:
         self.watchdog = Watchdog(watchdog_s) if watchdog_s is not None else None
         self._watched = 0.0
         self._join_timeout: float | None = None
-        self._epochs_seen = len(session.history)
         self._lr = self._learning_rates()
         self._owner = session.plan.owner
         self._folded_at = 0  # messages handled at the last fold of the trace buffers
         self._fold_rows = min(b.event_table.chunk_rows for b in session.buffers)
         self._shut = False
-        self._adopt_session()
+        session.knobs.subscribe(self.knobs_changed)
 
     # ------------------------------------------------------------ the Backend protocol
     def inject(self, msgs: list[Message]) -> None:
-        """Post messages from the controller (their credits registered) to their workers; a payload or state
-        the engine cannot take is a :class:`~amp_notebook.runtime.session.DataError` naming the key and input."""
-        self._admit(msgs)
+        """Post messages from the controller (their credits registered with :attr:`ledger`) to their workers; a
+        payload or state the engine cannot take is a :class:`~amp_notebook.runtime.session.DataError` naming the
+        key and input."""
         try:
             self.engine.inject(msgs)
         except (TypeError, ValueError) as exc:
@@ -114,9 +120,11 @@ class NativeBackend:
         self._calls.append(fn)
         self.engine.notify()
 
-    def knobs_changed(self, change: Any) -> None:
-        """A live knob changed: the workers read the engine's copy of it per bundle."""
-        self.engine.set_knob(change.knob, list(change.nodes), int(change.value))
+    def knobs_changed(self, change: KnobChange) -> None:
+        """A live knob changed: the workers read the engine's copy of it per bundle (``max_active_keys`` is
+        the controller's alone)."""
+        if change.knob != "max_active_keys":
+            self.engine.set_knob(change.knob, list(change.nodes), int(change.value))
 
     def sync_state(self) -> None:
         """Bring every parameterized node's version, held gradient count and keys and Adam's step count from the
@@ -156,39 +164,53 @@ class NativeBackend:
 
     # ------------------------------------------------------------ driver
     def run(self) -> None:
-        """Drive the run to the end in the calling thread; raises the first worker error."""
-        session = self.session
-        engine = self.engine
-        tick = self.watchdog.tick_s if self.watchdog is not None else WAIT_S
+        """Drive the run to the end in the calling thread; raises the first worker error (a lost worker only
+        once the session's restarts are spent)."""
         with single_threaded_blas():
             self.origin = time.perf_counter()
             self.started.set()
-            engine.start()
-            try:
-                self.finished = session.begin(self)
-                while not self.finished:
-                    done, flushed, failed = engine.wait(min(tick, WAIT_S))
-                    if failed:
-                        self._collect()
+            drive(self, self._drive)
+
+    def restart(self, checkpoint: Any) -> None:
+        """After a lost worker: the engine's threads joined, the session back at ``checkpoint``, a fresh engine
+        assembled on it (writing on into the same trace buffers)."""
+        self.shutdown(STUCK_JOIN_S)
+        restart_session(self.session, checkpoint)
+        self.engine = assemble(self.session)
+        self.ledger = NativeLedger(self.engine)
+        self.finished = self._shut = False
+        self._join_timeout = None
+        self._lr = self._learning_rates()
+        self._folded_at = 0
+
+    def _drive(self) -> None:
+        session = self.session
+        engine = self.engine
+        tick = self.watchdog.tick_s if self.watchdog is not None else WAIT_S
+        engine.start()
+        try:
+            self.finished = session.begin(self)
+            while not self.finished:
+                done, flushed, failed = engine.wait(min(tick, WAIT_S))
+                if failed:
+                    self._collect()
+                    self.sync_state()
+                    raise failure_exception(engine.failure(), session)
+                if done or flushed:
+                    self._collect()
+                    if not engine.busy():  # quiescent: an epoch end (or a checkpoint) reads the contexts
                         self.sync_state()
-                        raise failure_exception(engine.failure(), session)
-                    if done or flushed:
-                        self._collect()
-                        if not engine.busy():  # quiescent: an epoch end (or a checkpoint) reads the contexts
-                            self.sync_state()
-                        self.finished = session.completed(done, flushed, self)
-                        self._after_events()
-                    while self._calls and not self.finished:
-                        self.finished = session.carry_out(self._calls.popleft()(), self)
-                        self._after_call()
-                    if self.watchdog is not None and time.monotonic() - self._watched >= tick:
-                        self.watch()
-                    self._fold()
-            finally:
-                self.wall_s = time.perf_counter() - self.origin
-                self.shutdown(self._join_timeout)
-                self._collect()
-                self.sync_state()
+                    self.finished = session.completed(done, flushed, self)
+                while self._calls and not self.finished:
+                    self.finished = session.carry_out(self._calls.popleft()(), self)
+                if self.watchdog is not None and time.monotonic() - self._watched >= tick:
+                    self.watch()
+                self._fold()
+        finally:
+            self.wall_s = time.perf_counter() - self.origin
+            self.shutdown(self._join_timeout)
+            self._collect()
+            self.sync_state()
 
     def watch(self) -> None:
         """The watchdog's look: raise :class:`StuckRunError` if a worker thread ended or no message was handled
@@ -197,8 +219,12 @@ class NativeBackend:
         now = self._watched = time.monotonic()
         ended = [w for w, (life, *_) in enumerate(self.engine.activity()) if life == 2]
         if ended and not self.engine.failure():
-            raise StuckRunError(self.diagnose(f"worker thread(s) {ended} ended while the run was going"))
-        if self.watchdog.stuck(self.engine.handled(), self.ledger.busy(), self._paused(), now):
+            w = ended[0]
+            plan = self.session.plan
+            nodes = [plan.names[i] for i in range(len(plan.names)) if plan.owner[i] == w]
+            raise WorkerLostError(w, nodes, f"native worker thread amp-native-{w}",
+                                  f"its thread ended while the run was going (worker thread(s) {ended})")  # fmt: skip
+        if self.watchdog.stuck(self.engine.handled(), self.ledger.busy(), self.session.knobs.paused, now):
             diagnosis = self.diagnose(
                 f"no message handled for {self.watchdog.idle_s(now):.1f} s while keys are in flight "
                 f"(watchdog_s={self.watchdog.timeout_s:g})"
@@ -242,11 +268,6 @@ class NativeBackend:
         if skipped and session.numerics is not None:
             session.numerics.skipped.update(skipped)
 
-    def _after_events(self) -> None:
-        if len(self.session.history) != self._epochs_seen:
-            self._epochs_seen = len(self.session.history)
-            self.epoch_ended([])
-
     def _learning_rates(self) -> list[float | None]:
         return [None if o is None else o.lr for o in self.session.plan.optimizers]
 
@@ -266,7 +287,7 @@ class NativeBackend:
             elif node < 0:
                 out.append("idle")
             else:
-                out.append(f"inside {plan.describe(node)} {DIRECTION_NAMES[direction]} for key {key}")
+                out.append(f"inside {plan.describe(node)} {PHASES[direction]} for key {key}")
         return out
 
     def _held_views(self) -> list[Any]:
@@ -283,42 +304,6 @@ class NativeBackend:
             views.append(_Held(dict.fromkeys(held[1]) if held else {}))
         return views
 
-    # ------------------------------------------------------------ the runtime on main (before its Backend
-    # protocol): the session counts credits itself and has no hooks for epoch ends, a Run changes knobs in
-    # the plan's lists and through `paused` / `threads`. These shims go once the session speaks the protocol.
-    def _adopt_session(self) -> None:
-        self.paused = _Pause(self)
-        self.threads = [_Wake() for _ in range(self.session.config.workers)]
-        self._knob_lists = (list(self.session.plan.min_update_frequency), list(self.session.plan.max_bundle))
-
-    def _admit(self, msgs: list[Message]) -> None:
-        credits = self.session.credits
-        counts: dict[tuple[bool, int], int] = {}
-        for m in msgs:
-            flush = m.direction == UPDATE
-            ident = m.state["flush"] if flush else m.key
-            counts[flush, ident] = counts.get((flush, ident), 0) + 1  # type: ignore[index]
-        for (flush, ident), n in counts.items():
-            (self.ledger.admit_flush if flush else self.ledger.admit_key)(ident, msgs[:n])
-            (credits.flushes if flush else credits.keys).pop(ident, None)
-
-    def _after_call(self) -> None:
-        plan = self.session.plan
-        muf, bundle = self._knob_lists
-        for name, old, new in (("min_update_frequency", muf, plan.min_update_frequency),
-                               ("max_bundle", bundle, plan.max_bundle)):  # fmt: skip
-            for value in set(new):
-                changed = [i for i, (a, b) in enumerate(zip(old, new, strict=True)) if b == value and a != b]
-                if changed:
-                    self.engine.set_knob(name, changed, value)
-        self._knob_lists = (list(plan.min_update_frequency), list(plan.max_bundle))
-
-    def _paused(self) -> bool:
-        return self.paused.is_set()
-
-    def sync_contexts(self) -> None:
-        self.sync_state()
-
 
 class _Held:
     """What a native node holds, shaped as the context fields ``watchdog.held_states`` reads."""
@@ -327,32 +312,6 @@ class _Held:
         self.cache: dict[Any, Any] = {}
         self.joins: dict[Any, Any] = {}
         self.fwd_version = fwd_version
-
-
-class _Pause(threading.Event):
-    """``backend.paused`` as a Run sets it: the engine's ``paused`` knob follows."""
-
-    def __init__(self, backend: NativeBackend) -> None:
-        super().__init__()
-        self._backend = backend
-
-    def set(self) -> None:
-        super().set()
-        self._backend.engine.set_knob("paused", [], 1)
-
-    def clear(self) -> None:
-        super().clear()
-        self._backend.engine.set_knob("paused", [], 0)
-
-
-class _Wake:
-    """``thread.wake.set()`` as a Run calls it: native workers wake on every knob change already."""
-
-    def __init__(self) -> None:
-        self.wake = self
-
-    def set(self) -> None:
-        pass
 
 
 __all__ = ["NativeBackend", "NativeLedger"]

@@ -28,6 +28,7 @@ from amp_notebook.trace.buffers import (
     EVENT_COLUMNS,
     MEMBER_COLUMNS,
     STALENESS_COLUMNS,
+    Columns,
     Sealed,
     Table,
     _View,
@@ -81,6 +82,13 @@ class NativeTable(Table):
         """The earliest start of the sealed rows held once some were dropped (None before: all held)."""
         sealed = self._sealed  # replaced whole under the lock: this read is one consistent tuple
         return sealed[0].lo if sealed and sealed[0].first > 0 else None
+
+    def _current_rows(self, view: _View) -> Columns:
+        """The current chunk's published rows, read in place (the engine gives columns cut to their count)."""
+        return view.current
+
+    def _current_len(self, view: _View) -> int:
+        return len(view.current[self.last])
 
     @view.setter
     def view(self, value: _View) -> None:  # Table's writer publishes views; the native writer needs none

@@ -9,14 +9,24 @@ backward message arrives with exactly that state (ARCHITECTURE.md, invariants 2 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from enum import IntEnum
 from typing import Any
 
 from amp_notebook.errors import AmpError
 
-FWD = 0
-BWD = 1
-UPDATE = 2
-DIRECTION_NAMES = ("fwd", "bwd", "update")
+
+class Phase(IntEnum):
+    """What a message asks of its node, and what a trace row records: the forward pass, the backward pass,
+    or a parameter update (a flush's update message, or a node's local update in ``amp`` mode). A message's
+    ``direction`` is one; so is a trace row's ``phase`` column (stored as its number)."""
+
+    FWD = 0
+    BWD = 1
+    UPDATE = 2
+
+
+FWD, BWD, UPDATE = (int(p) for p in Phase)  # plain ints on the hot path: exact ints index lists fast
+PHASES = tuple(p.name.lower() for p in Phase)  # ("fwd", "bwd", "update"): a phase number's name
 
 StateValue = int | float | str | bool | tuple
 _PLAIN = frozenset({int, float, str, bool, tuple})  # exact types checked first: the common, fast case
@@ -131,11 +141,11 @@ class Message:
         self.payload = payload
         self.state = state
         self.train = train
-        fields = state._fields
-        self.key: int = fields["key"] if "key" in fields else -1 - fields.get("flush", 0)  # type: ignore[assignment,operator]
+        key = state._fields.get("key")
+        self.key: int = key if key is not None else -1 - state._fields.get("flush", 0)  # type: ignore[assignment,operator]
 
     def __repr__(self) -> str:
         return (
-            f"Message(node={self.node}, port={self.port!r}, {DIRECTION_NAMES[self.direction]}, "
+            f"Message(node={self.node}, port={self.port!r}, {PHASES[self.direction]}, "
             f"state={self.state!r}, train={self.train})"
         )

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from amp_notebook.data.batch import Dataset
-from amp_notebook.errors import AmpError
+from amp_notebook.errors import AmpError, SettingError
 from amp_notebook.ir.graph import Graph
 
 MODELS = ("mlp", "rnn", "rnn-2-replicas", "tree-lstm", "ggsnn", "bilstm-tagger")
@@ -60,7 +60,7 @@ def workload(name: str, quick: bool = False, seed: int = 0) -> Workload:
         "bilstm-tagger": _tagger,
     }  # fmt: skip
     if name not in builders:
-        raise ValueError(f"reproduce: unknown model {name!r}; expected one of {MODELS}")
+        raise SettingError("model", f"reproduce: unknown model {name!r}; expected one of {MODELS}")
     return builders[name](quick, seed)
 
 

@@ -50,13 +50,14 @@ import numpy as np
 from amp_notebook.data.batch import Dataset
 from amp_notebook.ir import ops as O
 from amp_notebook.ir.graph import Graph
+from amp_notebook.ir.message import PHASES
 from amp_notebook.optim import DEFAULT_OPTIMIZER
 from amp_notebook.runtime.config import RunConfig
 from amp_notebook.runtime.costs import CostModel, NodeCost
 from amp_notebook.runtime.launch import backend_for, build_session, result_of, simulate
 from amp_notebook.runtime.placement import PlacementError, place
 
-PHASE_FIELDS = ("fwd_s", "bwd_s", "update_s")  # trace phases 0, 1, 2
+PHASE_FIELDS = tuple(f"{name}_s" for name in PHASES)  # NodeCost's field for each trace phase
 DEFAULT_MAX_EVALUATIONS = 24
 DEFAULT_MIN_GAIN = 0.005
 AUTOPLACE_OPTIONS = ("params", "costs", "keys", "measure_keys", "max_evaluations", "min_gain")  # not settings
@@ -137,7 +138,8 @@ def measure_costs(
         durations.setdefault((int(node), int(phase)), []).append(float(t1 - t0))
     nodes: dict[str, NodeCost] = {}
     for index, name in enumerate(names):
-        times = {PHASE_FIELDS[p]: statistics.median(durations[(index, p)]) for p in range(3) if (index, p) in durations}
+        times = {field: statistics.median(durations[(index, p)]) for p, field in enumerate(PHASE_FIELDS)
+                 if (index, p) in durations}  # fmt: skip
         if times:
             nodes[name] = NodeCost(**times)
     return CostModel.this_cpu(nodes=nodes)

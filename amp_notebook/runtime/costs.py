@@ -229,7 +229,7 @@ class CostTable:
         if unknown:
             raise CostModelError(
                 f"CostModel.nodes names node(s) {unknown} that graph {plan.graph.name!r} does not have; "
-                f"its nodes are {plan.names}"
+                f"its nodes are {list(plan.names)}"
             )
         workers = plan.workers
         for a, b in model.links:
@@ -274,10 +274,19 @@ class CostTable:
     def bundle(self, bundle: Sequence[Any]) -> float:
         """Handling seconds of a bundle (messages for one node, direction and port run as one call): the
         per-message overhead once, plus the work (FLOPs at the device's rate) of every payload."""
+        return self.ends(0.0, bundle)
+
+    def ends(self, start: float, bundle: Sequence[Any]) -> float:
+        """When the handling of ``bundle``, begun at ``start``, ends (the simulator's step clock, per step)."""
         first = bundle[0]
         if len(bundle) == 1:
-            overhead, work, _ = self._lookup(first.node, first.direction, first.payload)
-            return overhead + work
+            payload = first.payload
+            if payload.__class__ is np.ndarray:  # the common case: probe the cache with _lookup's key
+                hit = self._cache.get((first.node, first.direction, payload.shape, payload.dtype))
+                if hit is not None:
+                    return start + hit[0] + hit[1]
+            overhead, work, _ = self._lookup(first.node, first.direction, payload)
+            return start + overhead + work
         node, direction = first.node, first.direction
         seconds = 0.0
         overhead = 0.0
@@ -285,9 +294,10 @@ class CostTable:
             o, work, _ = self._lookup(node, direction, m.payload)
             seconds += work
             overhead = max(overhead, o)
-        return overhead + seconds
+        return start + overhead + seconds
 
     def _lookup(self, node: int, direction: int, payload: Any) -> tuple[float, float, int]:
+        """(per-call overhead seconds, work seconds, bytes), cached by (node, direction, shape, dtype)."""
         shape = getattr(payload, "shape", ())
         dtype = getattr(payload, "dtype", None)
         key = (node, direction, shape, dtype)
@@ -370,7 +380,7 @@ def _measure_overhead(repeats: int) -> float:
     for _ in range(repeats):
         t0 = time.perf_counter()
         for _ in range(n):
-            worker.handle(Message(node, "in", FWD, payload, state, False))
+            worker.handle([Message(node, "in", FWD, payload, state, False)])
         best = min(best, (time.perf_counter() - t0) / n)
     return best
 

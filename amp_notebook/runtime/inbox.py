@@ -21,61 +21,74 @@ nodes).
 Each (node, direction, port) *group* keeps its waiting messages sorted by rank (the key, or the arrival
 number), and each direction a heap of groups ordered by their best rank. A message joins its group's
 list (an append, as ranks mostly arrive in order); a group enters the heap when it gets its first
-message, or again when a message with a better rank arrives (the older entry goes stale and is skipped
-when it surfaces). Taking pops the best group and cuts its first messages off as the bundle. So heap
-work is paid per bundle, not per message.
+message, or again when a message with a better rank arrives or after a take left some of its messages
+(the older entry goes stale and is skipped when it surfaces). Taking pops the best group and cuts its
+first messages off as the bundle. So heap work is paid per bundle, not per message. A lone message is a
+bundle of one: the same path, with its shortest branch first.
+
+``max_bundle`` is a live knob (:class:`~amp_notebook.runtime.knobs.Knobs`): the inbox reads the per-node
+caps in place at every take, so a changed cap applies to the next bundle, messages already waiting
+included.
 """
 
 from __future__ import annotations
 
-import heapq
 from bisect import insort
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from heapq import heappop, heappush
 
+from amp_notebook.errors import SettingError
 from amp_notebook.ir.message import FWD, Message
+from amp_notebook.runtime.knobs import Knobs
 
 PRIORITIES = ("backward_first", "fifo")
 ORDERS = ("oldest_key", "arrival", "largest_bundle")
 
 Group = tuple[int, int, str]  # (node, direction, port)
+Entry = tuple[int, int, Group]  # (rank, entry number, group)
 
 
 class Inbox:
-    __slots__ = ("_by_key", "_fifo", "_groups", "_heaps", "_largest", "_live", "_seq", "_size", "limit", "max_bundle")
+    """One worker's waiting messages (module docstring). Owns them, grouped by node, direction and port, and the
+    order they leave in; used by the one thread that steps the worker; never touches a mailbox, a thread or a
+    message's payload, and reads ``max_bundle`` from the session's knobs in place."""
+
+    __slots__ = ("_bwd", "_by_key", "_fifo", "_fwd", "_groups", "_largest", "_live", "_seq", "limit", "max_bundle",
+                 "size")  # fmt: skip
 
     def __init__(
         self,
-        max_bundle: Sequence[int],
+        knobs: Knobs,
         priority: str = "backward_first",
         order: str = "oldest_key",
         limit: Callable[[int, int], int] | None = None,
     ) -> None:
         if priority not in PRIORITIES:
-            raise ValueError(f"priority: expected one of {PRIORITIES}, got {priority!r}")
+            raise SettingError("priority", f"priority: expected one of {PRIORITIES}, got {priority!r}")
         if order not in ORDERS:
-            raise ValueError(f"order: expected one of {ORDERS}, got {order!r}")
-        self.max_bundle = max_bundle  # per node; shared with the plan, so live changes apply at the next take
+            raise SettingError("order", f"order: expected one of {ORDERS}, got {order!r}")
+        self.max_bundle = knobs.max_bundle  # per node, changed in place by the knobs: read at every take
         self.limit = limit  # (node, direction) -> the cap for a node whose max_bundle is over 1
         self._fifo = priority == "fifo"
         self._by_key = order != "arrival"
         self._largest = order == "largest_bundle"
-        # per direction (backward and updates, forward): heap of (rank, entry number, group)
-        self._heaps: tuple[list[tuple[int, int, Group]], list[tuple[int, int, Group]]] = ([], [])
+        self._bwd: list[Entry] = []  # backward messages and flush updates: a heap of group entries
+        self._fwd: list[Entry] = []  # forward messages
         self._groups: dict[Group, list[tuple[int, int, Message]]] = {}  # sorted by (rank, arrival)
         self._live: dict[Group, int] = {}  # group -> the entry number of its live heap entry
         self._seq = 0
-        self._size = 0
+        self.size = 0  # messages waiting
 
     def __len__(self) -> int:
-        return self._size
+        return self.size
 
     def push(self, msg: Message) -> None:
         seq = self._seq = self._seq + 1
-        rank = msg.key if self._by_key else seq  # flush updates have key -1: first
+        self.size += 1
+        rank = msg.key if self._by_key else seq  # flush updates have key -1 or below: first
         item = (rank, seq, msg)
         group = (msg.node, msg.direction, msg.port)
         waiting = self._groups.get(group)
-        self._size += 1
         if waiting is None:
             self._groups[group] = [item]
         elif rank >= waiting[-1][0]:
@@ -85,12 +98,12 @@ class Inbox:
             insort(waiting, item)
             if waiting[0] is not item:
                 return
-        heapq.heappush(self._heaps[msg.direction == FWD], (rank, seq, group))
+        heappush(self._bwd if msg.direction else self._fwd, (rank, seq, group))  # FWD is 0
         self._live[group] = seq
 
     def has_work(self, allow_forward: bool = True) -> bool:
         """Whether :meth:`take` would return a bundle."""
-        return self._top(self._heaps[0]) is not None or (allow_forward and self._top(self._heaps[1]) is not None)
+        return self._top(self._bwd) is not None or (allow_forward and self._top(self._fwd) is not None)
 
     def forward_waiting(self) -> int:
         """Forward messages waiting (held while a run is paused)."""
@@ -98,26 +111,26 @@ class Inbox:
 
     def take(self, allow_forward: bool = True) -> list[Message] | None:
         """The next bundle (one message and those that join it), or None when nothing may be taken."""
-        bwd, fwd = self._heaps
-        live = self._live
-        heap = bwd if self._top(bwd) is not None else None
-        if allow_forward and self._top(fwd) is not None and (heap is None or (self._fifo and fwd[0][0] < bwd[0][0])):
+        bwd, fwd, live = self._bwd, self._fwd, self._live
+        heap = None
+        if bwd and (live.get(bwd[0][2]) == bwd[0][1] or self._top(bwd) is not None):
+            heap = bwd
+        if (
+            allow_forward
+            and fwd
+            and (heap is None or self._fifo)
+            and (live.get(fwd[0][2]) == fwd[0][1] or self._top(fwd) is not None)
+            and (heap is None or fwd[0][0] < bwd[0][0])
+        ):
             heap = fwd
         if heap is None:
             return None
-        if self._largest:
-            direction_fwd = heap is fwd
-            group = max(
-                (g for g in self._groups if (g[1] == FWD) == direction_fwd),
-                key=lambda g: (len(self._groups[g]), -self._groups[g][0][0]),
-            )
-        else:
-            group = heapq.heappop(heap)[2]
+        group = self._largest_group(heap is fwd) if self._largest else heappop(heap)[2]
         waiting = self._groups[group]
-        if len(waiting) == 1:  # the common case without bundling: nothing joins
+        if len(waiting) == 1:  # a lone message: the shortest branch
             del self._groups[group]
             del live[group]
-            self._size -= 1
+            self.size -= 1
             return [waiting[0][2]]
         node = group[0]
         cap = 1
@@ -126,25 +139,31 @@ class Inbox:
         if len(waiting) <= cap:
             del self._groups[group]
             del live[group]
-            self._size -= len(waiting)
+            self.size -= len(waiting)
             return [item[2] for item in waiting]
         bundle = [item[2] for item in waiting[:cap]]
         del waiting[:cap]
-        self._size -= cap
+        self.size -= cap
         rank = waiting[0][0]
         seq = self._seq = self._seq + 1
-        heapq.heappush(heap, (rank, seq, group))
+        heappush(heap, (rank, seq, group))
         live[group] = seq
         return bundle
 
-    def _top(self, heap: list[tuple[int, int, Group]]) -> tuple[int, int, Group] | None:
+    def _largest_group(self, forward: bool) -> Group:
+        """``largest_bundle`` order: the group of the direction with the most messages waiting (the oldest key
+        among equals); its heap entry stays, to be skipped as stale or taken later."""
+        groups = self._groups
+        return max((g for g in groups if (g[1] == FWD) == forward), key=lambda g: (len(groups[g]), -groups[g][0][0]))
+
+    def _top(self, heap: list[Entry]) -> Entry | None:
         """The heap's first live entry (entries superseded by a better one of the same group are dropped)."""
         live = self._live
         while heap:
             entry = heap[0]
             if live.get(entry[2]) == entry[1]:
                 return entry
-            heapq.heappop(heap)
+            heappop(heap)
         return None
 
 

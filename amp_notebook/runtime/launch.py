@@ -35,6 +35,7 @@ from amp_notebook.trace.trace import Trace
 
 if TYPE_CHECKING:
     from amp_notebook.runtime.autoplace import AutoPlacement
+    from amp_notebook.runtime.backend import Backend
     from amp_notebook.runtime.controller import KeyInfo
 
 Params = dict[str, dict[str, np.ndarray]]
@@ -63,7 +64,7 @@ def build_session(
     return session, optimizer
 
 
-def backend_for(session: Session, costs: CostModel | None = None) -> Any:
+def backend_for(session: Session, costs: CostModel | None = None) -> Backend:
     """The backend ``session.config.backend`` names, ready to ``run()``; ``costs`` describe simulated hardware."""
     backend = session.config.backend
     if backend == "simulated":
@@ -83,7 +84,9 @@ def backend_for(session: Session, costs: CostModel | None = None) -> Any:
     return ThreadedBackend(session)
 
 
-def result_of(session: Session, runner: Any, optimizer: Optimizer, auto: AutoPlacement | None = None) -> TrainResult:
+def result_of(
+    session: Session, runner: Backend, optimizer: Optimizer, auto: AutoPlacement | None = None
+) -> TrainResult:
     """The result of ``session`` run on ``runner`` (finished, or so far for a running one)."""
     backend = session.config.backend
     return TrainResult(
@@ -96,12 +99,13 @@ def result_of(session: Session, runner: Any, optimizer: Optimizer, auto: AutoPla
         params=session.params(),
         placement={n: session.plan.owner[i] for i, n in enumerate(session.plan.names)},
         virtual=backend == "simulated",
-        backend_stats=runner.stats() if backend in ("simulated", "ray") else {},
+        backend_stats=runner.stats(),
         session=session,
         nonfinite_skipped=session.nonfinite_skipped,
         auto_placement=auto,
         engine=session.engine.name,
         python_nodes=session.engine.python_nodes if session.engine.native else tuple(session.plan.names),
+        restarts=tuple(session.restarts.made),
     )
 
 

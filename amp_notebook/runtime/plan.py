@@ -1,7 +1,10 @@
 """A graph compiled for execution: integer node ids, routing tables, owners and update policies.
 
 Which edges carry gradients comes from the graph's own analysis (``ir/analysis.py``); this module turns
-it, with a placement, into the integer-indexed tables the workers read per message.
+it, with a placement, into the integer-indexed tables the workers read per message. A plan is immutable
+once compiled (a frozen dataclass of tuples): what may change while a run goes (per-node
+``min_update_frequency`` and ``max_bundle``, ``max_active_keys``, pausing) lives in the session's
+:class:`~amp_notebook.runtime.knobs.Knobs`, which starts from the plan's ``min_update_frequency``.
 """
 
 from __future__ import annotations
@@ -16,26 +19,29 @@ from amp_notebook.ir.ops.base import Op
 from amp_notebook.optim import DEFAULT_OPTIMIZER, Optimizer, average_parameters, end_epoch, make_optimizer
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
+    """The tables of a placed graph, indexed by node number, immutable once compiled. Owns the routes, owners,
+    ops, optimizers and per-node flags; never holds runtime state (contexts and live knobs belong to the
+    session, queues and clocks to the backend)."""
+
     graph: Graph
-    names: list[str]
+    names: tuple[str, ...]
     index: dict[str, int]
-    ops: list[Op]
-    fwd_route: list[dict[str, tuple[int, str]]]
-    bwd_route: list[dict[str, tuple[int, str]]]
-    grad_inputs: list[frozenset[str]]
-    grad_outputs: list[frozenset[str]]
-    receives_backward: list[bool]
-    owner: list[int]
-    parameterized: list[bool]
-    is_loss: list[bool]
+    ops: tuple[Op, ...]
+    fwd_route: tuple[dict[str, tuple[int, str]], ...]  # per node: output port -> (node, input port)
+    bwd_route: tuple[dict[str, tuple[int, str]], ...]  # per node: input port -> (node, output port), gradients only
+    grad_inputs: tuple[frozenset[str], ...]
+    grad_outputs: tuple[frozenset[str], ...]
+    receives_backward: tuple[bool, ...]
+    owner: tuple[int, ...]
+    parameterized: tuple[bool, ...]
+    is_loss: tuple[bool, ...]
     inputs: dict[str, int]
-    min_update_frequency: list[int]
-    optimizers: list[Optimizer | None]
-    replica_groups: list[list[int]]
+    min_update_frequency: tuple[int, ...]  # per node, as compiled: the node's own or the run's (Knobs start here)
+    optimizers: tuple[Optimizer | None, ...]
+    replica_groups: tuple[tuple[int, ...], ...]
     workers: int
-    max_bundle: list[int]  # per node: messages one call may take together (1: no bundling); changed live
 
     def describe(self, node: int) -> str:
         return f"{type(self.ops[node]).__name__} {self.names[node]!r}"
@@ -78,23 +84,22 @@ def compile_plan(
             optimizers.append(make_optimizer(node.optimizer) if node.optimizer is not None else default_opt)
     return Plan(
         graph=graph,
-        names=names,
+        names=tuple(names),
         index=index,
-        ops=ops,
-        fwd_route=fwd_route,
-        bwd_route=bwd_route,
-        grad_inputs=[frozenset(s) for s in grad_in],
-        grad_outputs=[frozenset(s) for s in grad_out],
-        receives_backward=receives,
-        owner=[placement[n] for n in names],
-        parameterized=parameterized,
-        is_loss=is_loss,
+        ops=tuple(ops),
+        fwd_route=tuple(fwd_route),
+        bwd_route=tuple(bwd_route),
+        grad_inputs=tuple(frozenset(s) for s in grad_in),
+        grad_outputs=tuple(frozenset(s) for s in grad_out),
+        receives_backward=tuple(receives),
+        owner=tuple(placement[n] for n in names),
+        parameterized=tuple(parameterized),
+        is_loss=tuple(is_loss),
         inputs={n: index[n] for n in names if graph.nodes[n].kind in O.INPUTS},
-        min_update_frequency=mufs,
-        optimizers=optimizers,
-        replica_groups=[[index[n] for n in group] for group in graph.replica_groups],
+        min_update_frequency=tuple(mufs),
+        optimizers=tuple(optimizers),
+        replica_groups=tuple(tuple(index[n] for n in group) for group in graph.replica_groups),
         workers=workers,
-        max_bundle=[1] * len(names),
     )
 
 

@@ -25,6 +25,7 @@ when). A run's result, its summary and the live dashboard read it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -72,6 +73,12 @@ class Restarts:
     max_failures: int = 0
     checkpoint: Checkpoint | None = None  # the state a restart goes back to
     made: list[Restart] = field(default_factory=list)
+    keeper: Callable[[], None] | None = None  # takes a checkpoint now and keeps it (set by recover.drive)
+
+    def epoch_ended(self, epochs: int, every: int) -> None:
+        """The session ended its ``epochs``-th epoch: keep a checkpoint if one is due (every ``every``)."""
+        if self.keeper is not None and epochs % every == 0:
+            self.keeper()
 
     def keep(self, checkpoint: Checkpoint) -> None:
         """The run took a checkpoint: a restart goes back to it from now on."""

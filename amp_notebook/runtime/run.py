@@ -1,20 +1,21 @@
 """A run training in the background: ``train(..., background=True)`` returns a :class:`Run` at once.
 
-How it works. ``train`` builds the session and a :class:`~amp_notebook.runtime.backends.threads.ThreadedBackend`
-as usual, but instead of driving it in the caller's thread, :class:`Run` starts a *driver thread* that calls
-``backend.run()``: the loop that turns key completions into controller actions, while the worker threads
-move messages. The caller (a notebook kernel) gets the Run back at once and stays responsive; the run's
-trace, history and status can be read while it goes (all reads are of single values or of the trace
-buffers, which are built for concurrent readers).
+How it works. ``train`` builds the session and a backend as usual (threads or Ray: any
+:class:`~amp_notebook.runtime.backend.Backend` whose workers run on their own), but instead of driving it in
+the caller's thread, :class:`Run` starts a *driver thread* that calls ``backend.run()``: the loop that turns
+key completions into controller actions, while the workers move messages. The caller (a notebook kernel)
+gets the Run back at once and stays responsive; the run's trace, history and status can be read while it
+goes (all reads are of single values or of the trace buffers, which are built for concurrent readers).
 
 Live control. The controller and the session are touched only by the driver thread. A change made from
 the kernel is a function queued with ``backend.call``; the driver runs it between two events and applies
-the actions it returns (admitting keys when ``max_active_keys`` grows). Arguments are checked in the
+the actions it returns (admitting keys when ``max_active_keys`` grows). Settings that change live are the
+session's :class:`~amp_notebook.runtime.knobs.Knobs`; the backend hears of each change. Arguments are checked in the
 caller's thread first, so a bad value raises in the cell with a message naming it and the queued function
 cannot fail; then the caller waits until the driver has run it, so when a method returns its change is in
 effect:
 
-* ``pause()``: workers take no new forward message (``backend.paused``) but finish the message in hand
+* ``pause()``: workers take no new forward message (the ``paused`` knob) but finish the message in hand
   and all backward work (gradients and updates drain); the controller admits no key. Keys in flight
   stay in flight, held in their forward pass, so ``keys_in_flight`` does not drop to zero.
 * ``resume()``: admission and forward work go on.
@@ -22,7 +23,7 @@ effect:
   once the keys in flight complete, and ``stop`` joins its threads. The result holds the epochs that
   completed.
 * ``set_max_active_keys(k)``: the controller's limit; a larger one admits keys at once.
-* ``set_min_update_frequency(node, m)``: the plan's per-node threshold, which workers read at every
+* ``set_min_update_frequency(node, m)``: the per-node threshold knob, which workers read at every
   gradient (``amp`` mode); a node that holds more gradients than a lowered threshold updates at its next.
 * ``set_max_bundle(node, m)``: how many waiting messages a node (or every node) runs as one call; each
   worker's inbox reads it when it forms the next bundle.
@@ -52,6 +53,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from amp_notebook.errors import AmpError, RunStateError, SettingError, SettingTypeError
 from amp_notebook.runtime import blas
 from amp_notebook.runtime.controller import Action, Controller
 from amp_notebook.runtime.done_flag import DoneFlag
@@ -59,7 +61,7 @@ from amp_notebook.runtime.watchdog import StuckRunError
 from amp_notebook.trace.trace import Trace
 
 if TYPE_CHECKING:
-    from amp_notebook.runtime.backends.threads import ThreadedBackend
+    from amp_notebook.runtime.backend import Backend
     from amp_notebook.runtime.checkpoint import Checkpoint
     from amp_notebook.runtime.plan import Plan
     from amp_notebook.runtime.result import TrainResult
@@ -70,12 +72,17 @@ STATES = ("running", "paused", "stopping", "finished", "failed")
 POLL_S = 0.05  # how often a waiting caller checks that the run has not ended under it
 
 
+class RunTimeoutError(AmpError, TimeoutError):
+    """A run did not reach what was waited for (its end, a point to save at) within the timeout given; the
+    message says what it was doing and what to call next. A ``TimeoutError`` too, as before."""
+
+
 class _Driver:
     """The background thread's side: runs the backend, keeps the outcome. Holds no reference to the Run."""
 
     def __init__(
         self,
-        backend: ThreadedBackend,
+        backend: Backend,
         make_result: Callable[[], TrainResult],
         finished: Callable[[TrainResult], None] | None = None,
     ) -> None:
@@ -101,13 +108,11 @@ class _Driver:
             self.done.set()
 
 
-def _request_stop(backend: ThreadedBackend, done: threading.Event) -> None:
+def _request_stop(backend: Backend, session: Session, done: threading.Event) -> None:
     """Ask a run to stop without waiting: safe from a finalizer, on any thread."""
     if not done.is_set():
-        backend.call(backend.session.controller.stop)
-        backend.paused.clear()  # keys held in their forward pass must finish for the run to end
-        for t in backend.threads:
-            t.wake.set()
+        backend.call(session.controller.stop)
+        session.knobs.set_paused(False)  # keys held in their forward pass must finish for the run to end
 
 
 class Run:
@@ -116,12 +121,11 @@ class Run:
     def __init__(
         self,
         session: Session,
-        backend: ThreadedBackend,
+        backend: Backend,
         make_result: Callable[[], TrainResult],
         finished: Callable[[TrainResult], None] | None = None,
     ) -> None:
         self._session = session
-        self._controller: Controller = session.controller
         self._backend = backend
         self._driver = _Driver(backend, make_result, finished)
         self._paused = False
@@ -133,7 +137,7 @@ class Run:
             if self._driver.done.is_set():
                 break
         self._trace.origin = backend.origin
-        weakref.finalize(self, _request_stop, backend, self._driver.done)
+        weakref.finalize(self, _request_stop, backend, session, self._driver.done)
 
     # ------------------------------------------------------------------ reading
     @property
@@ -151,8 +155,8 @@ class Run:
         """Where the run is now: state, epoch, keys done, admitted and in flight, instances trained, elapsed s,
         moving averages of the training loss and accuracy (None before the first loss report), keys skipped
         for NaN/inf (``on_nonfinite="skip"``), the error if it failed and, if it got stuck, the diagnosis."""
-        session, controller = self._session, self._controller
-        plan = session.plan
+        session, controller = self._session, self._session.controller
+        plan, knobs = session.plan, session.knobs
         done = self._driver.done.is_set()
         error = self._driver.error
         return {
@@ -164,14 +168,16 @@ class Run:
             "elapsed_s": self._backend.wall_s if done else self._backend.now(),
             "keys_in_flight": len(controller.active),
             "keys_admitted": controller.admitted,
-            "max_active_keys": 1 if controller.mode == "sync" else controller.max_active_keys,
+            "max_active_keys": 1 if controller.mode == "sync" else knobs.max_active_keys,
             "min_update_frequency": {
-                plan.names[i]: plan.min_update_frequency[i] for i, p in enumerate(plan.parameterized) if p
+                plan.names[i]: knobs.min_update_frequency[i] for i, p in enumerate(plan.parameterized) if p
             },
-            "max_bundle": max(plan.max_bundle, default=1),
+            "max_bundle": max(knobs.max_bundle, default=1),
             "recent_loss": session.recent_loss,
             "recent_accuracy": session.recent_accuracy,
             "nonfinite_skipped": session.nonfinite_skipped,
+            "restarts": len(session.restarts),
+            "last_restart": session.restarts.made[-1].as_dict() if session.restarts.made else None,
             "error": None if error is None else f"{type(error).__name__}: {error}",
             "diagnosis": error.diagnosis.as_dict() if isinstance(error, StuckRunError) else None,
         }
@@ -194,7 +200,7 @@ class Run:
     @property
     def mode(self) -> str:
         """``amp``, ``sync`` or ``pipeline``."""
-        return self._controller.mode
+        return self._session.controller.mode
 
     @property
     def result(self) -> TrainResult | None:
@@ -220,26 +226,24 @@ class Run:
         """Take no new forward work and admit no key; backward work in flight drains. No-op once ended."""
         if self._ended():
             return
-        self._backend.paused.set()
-        self._apply(self._controller.pause)
+        self._session.knobs.set_paused(True)
+        self._apply(self._session.controller.pause)
         self._paused = True
 
     def resume(self) -> None:
         """Undo :meth:`pause`. No-op when not paused."""
         if self._ended() or not self._paused:
             return
-        self._backend.paused.clear()
-        self._apply(self._controller.resume)
+        self._session.knobs.set_paused(False)  # the backend wakes workers holding forward work
+        self._apply(self._session.controller.resume)
         self._paused = False
-        for t in self._backend.threads:  # held forward work: wake the workers now, not at their next poll
-            t.wake.set()
 
     def stop(self, wait: bool = True, timeout: float | None = None) -> None:
         """Admit nothing more; the run finishes when the keys in flight complete. With ``wait`` (the default)
         return once every thread of the run has ended (or after ``timeout`` seconds)."""
         if not self._driver.done.is_set() and not self._stopping:
             self._stopping = True
-            _request_stop(self._backend, self._driver.done)
+            _request_stop(self._backend, self._session, self._driver.done)
         if wait and threading.current_thread() is not self._driver.thread:
             self._join(timeout)
 
@@ -251,8 +255,8 @@ class Run:
             self.stop()
             raise
         if not ended:
-            raise TimeoutError(
-                f"the run is still {self.state} after {timeout} s; call wait() again, or stop() it first"
+            raise RunTimeoutError(
+                f"wait: the run is still {self.state} after {timeout} s; call wait() again, or stop() it first"
             )
         if self._driver.error is not None:
             raise self._driver.error
@@ -279,19 +283,17 @@ class Run:
 
         if self._driver.done.is_set():
             if self._driver.error is not None:
-                raise RuntimeError(
+                raise RunStateError(
                     f"checkpoint: the run failed ({type(self._driver.error).__name__}), so its state is not one "
                     "to go on from; resume from an earlier checkpoint"
                 ) from self._driver.error
             return self.wait().checkpoint(meta)
         self._require_live("save")
-        backend, controller = self._backend, self._controller
+        backend, controller, knobs = self._backend, self._session.controller, self._session.knobs
         held = self._paused
         self._apply(controller.pause)
         if held:  # a paused run holds its forward work: let the keys in flight finish
-            backend.paused.clear()
-            for t in backend.threads:
-                t.wake.set()
+            knobs.set_paused(False)
         try:
             deadline = None if timeout is None else time.monotonic() + timeout
             taken: list[Checkpoint | BaseException] = []
@@ -299,9 +301,7 @@ class Run:
             def take() -> list[Action]:  # on the driver, between two events
                 if not (controller.active or controller.flushing):
                     try:
-                        sync = getattr(backend, "sync_contexts", None)  # a backend whose nodes live elsewhere
-                        if sync is not None:
-                            sync()
+                        backend.sync_state()  # a backend whose nodes live elsewhere brings them back
                         taken.append(capture(self._session, meta))
                     except Exception as exc:  # raised in the caller's thread; the run goes on
                         taken.append(exc)
@@ -312,7 +312,7 @@ class Run:
                     return self.checkpoint(meta)  # it ended meanwhile: its final state (or its error)
                 if controller.active or controller.flushing:
                     if deadline is not None and time.monotonic() > deadline:
-                        raise TimeoutError(
+                        raise RunTimeoutError(
                             f"save: {len(controller.active)} key(s) still in flight after {timeout} s; "
                             "nothing was saved and the run goes on"
                         )
@@ -324,22 +324,21 @@ class Run:
             return taken[0]
         finally:
             if held:
-                backend.paused.set()
+                knobs.set_paused(True)
             elif not self._driver.done.is_set():
                 self._apply(controller.resume)
-                for t in backend.threads:
-                    t.wake.set()
 
     def set_max_active_keys(self, k: int) -> None:
         """Keys in flight at most (``amp`` and ``pipeline`` modes); takes effect at once, no restart."""
         Controller._check_keys(k)
-        if self._controller.mode == "sync":
-            raise ValueError(
+        if self._session.controller.mode == "sync":
+            raise SettingError(
+                "max_active_keys",
                 "max_active_keys: a sync run admits one key at a time whatever max_active_keys says; "
-                "train with mode='amp' or mode='pipeline' to change it"
+                "train with mode='amp' or mode='pipeline' to change it",
             )
         self._require_live("set_max_active_keys")
-        self._apply(lambda: self._controller.set_max_active_keys(k))
+        self._apply(lambda: self._session.set_max_active_keys(k))
 
     def set_min_update_frequency(self, node: str | None, m: int) -> None:
         """Gradients a node holds before it updates (``amp`` mode): one node by name, or every parameterized
@@ -347,19 +346,21 @@ class Run:
         targets = self._update_targets(node)
         which = "every parameterized node" if node is None else f"node {node!r}"
         if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-            raise ValueError(f"min_update_frequency for {which}: expected an int >= 1, got {m!r}")
-        mode = self._controller.mode
+            raise SettingError(
+                "min_update_frequency", f"min_update_frequency for {which}: expected an int >= 1, got {m!r}"
+            )
+        mode = self._session.controller.mode
         if mode != "amp":
-            raise ValueError(
+            raise SettingError(
+                "min_update_frequency",
                 f"min_update_frequency: this run is in {mode!r} mode, where every node updates at a flush, "
-                "so it has no effect; train with mode='amp' to update after min_update_frequency gradients"
+                "so it has no effect; train with mode='amp' to update after min_update_frequency gradients",
             )
         self._require_live("set_min_update_frequency")
-        thresholds = self._session.plan.min_update_frequency
+        knobs = self._session.knobs
 
         def change() -> list[Action]:
-            for i in targets:
-                thresholds[i] = m
+            knobs.set_min_update_frequency(targets, m)
             return []
 
         self._apply(change)
@@ -371,18 +372,22 @@ class Run:
         if node is None:
             targets = list(range(len(plan.names)))
         elif not isinstance(node, str) or node not in plan.index:
-            raise ValueError(f"max_bundle: the graph has no node {node!r}; its nodes: {plan.names}")
+            raise SettingError(
+                "max_bundle",
+                f"max_bundle: the graph has no node {node!r}; name one of {list(plan.names)} or None for all",
+            )
         else:
             targets = [plan.index[node]]
         if isinstance(m, bool) or not isinstance(m, int) or m < 1:
             which = "every node" if node is None else f"node {node!r}"
-            raise ValueError(f"max_bundle for {which}: expected an int >= 1 (1: no bundling), got {m!r}")
+            raise SettingError(
+                "max_bundle", f"max_bundle for {which}: expected an int >= 1 (1: no bundling), got {m!r}"
+            )
         self._require_live("set_max_bundle")
-        caps = plan.max_bundle
+        knobs = self._session.knobs
 
         def change() -> list[Action]:
-            for i in targets:
-                caps[i] = m
+            knobs.set_max_bundle(targets, m)
             return []
 
         self._apply(change)
@@ -395,14 +400,21 @@ class Run:
         if node is None:
             return parameterized
         if not isinstance(node, str):
-            raise TypeError(f"node: expected a node name (str) or None for all, got {type(node).__name__}")
+            raise SettingTypeError(
+                "node", f"node: expected a node name (str) or None for all, got {type(node).__name__}"
+            )
         i = plan.index.get(node)
         if i is None:
-            raise ValueError(f"min_update_frequency: the graph has no node {node!r}; parameterized nodes: {names}")
+            raise SettingError(
+                "min_update_frequency",
+                f"min_update_frequency: the graph has no node {node!r}; name one of the parameterized nodes {names}, "
+                "or None for all",
+            )
         if not plan.parameterized[i]:
-            raise ValueError(
+            raise SettingError(
+                "min_update_frequency",
                 f"min_update_frequency: {plan.describe(i)} has no parameters, so it never updates; "
-                f"name one of the parameterized nodes {names}, or None for all"
+                f"name one of the parameterized nodes {names}, or None for all",
             )
         return [i]
 
@@ -421,7 +433,7 @@ class Run:
 
     def _require_live(self, what: str) -> None:
         if self._ended():
-            raise RuntimeError(
+            raise RunStateError(
                 f"{what}: the run is {self.state}, so nothing would take the change; "
                 "start a new one with train(..., background=True)"
             )
@@ -460,4 +472,4 @@ class Run:
         return text + (f", error={s['error']!r})" if s["error"] else ")")
 
 
-__all__ = ["STATES", "Run"]
+__all__ = ["STATES", "Run", "RunTimeoutError"]

@@ -1,45 +1,42 @@
-"""What every backend shares: the compiled plan, node contexts, workers, controller and epoch metrics.
+"""What every backend shares: the compiled plan, node contexts, workers, controller, live knobs and epoch metrics.
 
 A backend only moves messages and keeps time; the session turns controller actions into messages
 (injecting a key's payloads into its Input nodes, sending update messages for a flush) and registers
-their credits, turns completed keys and flushes into controller events, does the epoch-end work
-(replica averaging, metrics) and collects the losses that loss nodes report. A backend gives the session
-two things (:class:`Backend`): ``inject(messages)``, which puts messages from the controller into their
-workers' inboxes, and ``now()``.
+them with the backend's ledger, turns completed keys and flushes into controller events, does the
+epoch-end work (replica averaging, metrics) and collects the losses that loss nodes report. It talks to a
+backend only through the :class:`~amp_notebook.runtime.backend.Backend` protocol (``inject``, ``ledger``,
+``now``, ``sync_state``, ``epoch_ended``); the settings that may change while a run goes live in its
+:class:`~amp_notebook.runtime.knobs.Knobs`, which backends listen to.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from amp_notebook.data.batch import Batch, Dataset
 from amp_notebook.engine.choice import PYTHON, EngineChoice
-from amp_notebook.errors import AmpError
+from amp_notebook.errors import AmpError, SettingError
 from amp_notebook.ir.graph import Graph
 from amp_notebook.ir.message import FWD, UPDATE, Message, State
 from amp_notebook.ir.ops import NodeContext
 from amp_notebook.optim import Optimizer, make_optimizer
 from amp_notebook.runtime.config import RunConfig, default_max_bundle
 from amp_notebook.runtime.controller import Action, Controller, Handlers, KeyInfo, carry_out
-from amp_notebook.runtime.credits import Credits
+from amp_notebook.runtime.knobs import Knobs
 from amp_notebook.runtime.numerics import Guard
 from amp_notebook.runtime.placement import place
 from amp_notebook.runtime.plan import Plan, average_replicas, compile_plan, end_epoch_optimizers
+from amp_notebook.runtime.restart import Restarts
 from amp_notebook.runtime.worker import Worker
 
+if TYPE_CHECKING:
+    from amp_notebook.runtime.backend import Backend
+
 RECENT_DECAY = 0.95  # weight of the past in the moving averages of the training loss and accuracy
-
-
-class Backend(Protocol):
-    def inject(self, msgs: list[Message]) -> None:
-        """Put messages from the controller into their workers' inboxes (their credits are registered)."""
-        ...
-
-    def now(self) -> float: ...
 
 
 class DataError(AmpError, ValueError):
@@ -48,6 +45,10 @@ class DataError(AmpError, ValueError):
 
 @dataclass
 class EpochStats:
+    """One epoch's metrics: training and validation loss and accuracy (means over instances of what the loss
+    nodes reported for the epoch's keys), instances, when the epoch ended and keys skipped for NaN/inf. Owns
+    its running sums (:meth:`add`) until :meth:`finish` turns them into means; never reads a trace or a worker."""
+
     epoch: int
     train_loss: float = 0.0
     train_accuracy: float | None = None
@@ -81,13 +82,16 @@ class EpochStats:
             self.val_loss = s["val_loss"] / s["val_n"]
             if "val_correct" in s:
                 self.val_accuracy = s["val_correct"] / s["val_n"]
-        s.clear()  # a finished epoch keeps its figures, not its sums: history grows by ~0.4 kB an epoch, not ~1 kB
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
 
 
 class Session:
+    """One run's state (module docstring). Owns the plan, the node contexts, the workers' state machines, the
+    controller, the live knobs and the epoch metrics; touched only by the driver thread (workers step their own
+    ``Worker``); never moves a message itself and never looks inside its backend."""
+
     def __init__(
         self,
         graph: Graph,
@@ -95,9 +99,11 @@ class Session:
         config: RunConfig,
         optimizer: Optimizer | None = None,
         params: dict[str, dict[str, np.ndarray]] | None = None,
-        clock: Callable[[], float] | None = None,
         engine: EngineChoice = PYTHON,
+        knobs: Knobs | None = None,
+        buffers: list[Any] | None = None,
     ) -> None:
+        """``knobs`` and ``buffers``: those of a session this one replaces (:meth:`take_state_of`)."""
         graph.validate(require_loss=True)
         self.graph = graph
         self.engine = engine  # what runs the workers of a threaded run (engine/choice.py); its trace buffers
@@ -109,10 +115,11 @@ class Session:
         self.plan: Plan = compile_plan(graph, placement, config.workers, config.min_update_frequency, optimizer)
         self.optimizer_spec = optimizer.spec()  # as given, before any lr_decay
         check_dataset(self.plan, dataset)
-        max_bundle = (
-            config.max_bundle if config.max_bundle is not None else default_max_bundle(config.mode, config.backend)
-        )
-        self.plan.max_bundle[:] = resolve_max_bundle(self.plan, max_bundle)
+        max_bundle = config.max_bundle
+        if max_bundle is None:
+            max_bundle = default_max_bundle(config.mode, config.backend)
+        caps = resolve_max_bundle(self.plan, max_bundle)
+        self.knobs = knobs if knobs is not None else Knobs(config.max_active_keys, self.plan.min_update_frequency, caps)
         initial = params if params is not None else graph.init_params(config.seed, self.dtype)
         self.contexts: list[NodeContext] = []
         for i, name in enumerate(self.plan.names):
@@ -129,19 +136,18 @@ class Session:
         self.controller = Controller(
             dataset, config.mode, config.max_active_keys, config.epochs, config.seed, config.shuffle, config.validate
         )
-        self.buffers = [engine.trace_buffer(config.trace_capacity) for _ in range(config.workers)]
+        self.buffers = buffers or [engine.trace_buffer(config.trace_capacity) for _ in range(config.workers)]
         self.workers = [
             Worker(
                 w, self.plan,
                 {i: self.contexts[i] for i in range(len(self.plan.names)) if self.plan.owner[i] == w},
-                local_updates=config.mode == "amp", buffer=self.buffers[w], clock=clock, tracing=config.trace,
+                local_updates=config.mode == "amp", knobs=self.knobs, buffer=self.buffers[w], tracing=config.trace,
             )
             for w in range(config.workers)
         ]  # fmt: skip
         self.numerics = Guard(config.on_nonfinite, self.plan, dataset) if config.on_nonfinite != "ignore" else None
         for worker in self.workers:
             worker.numerics = self.numerics
-        self.credits = Credits()
         self.key_epoch: dict[int, tuple[int, bool]] = {}
         self.history: list[EpochStats] = []
         self.current = EpochStats(0)
@@ -155,6 +161,7 @@ class Session:
         self.data_fingerprint: Any = None  # the dataset's, computed at the first checkpoint
         self.on_key_done: Callable[[KeyInfo], None] | None = None
         self.on_epoch: Callable[[EpochStats], bool | None] | None = None
+        self.restarts = Restarts(config.max_failures)  # the restart policy and its record (runtime/restart.py)
 
     # ------------------------------------------------------------ actions -> messages
     def inject(self, info: KeyInfo) -> list[Message]:
@@ -178,6 +185,19 @@ class Session:
         """Start the run: the controller's first actions. Returns True if the run is already finished."""
         return self.carry_out(self.controller.start(), backend)
 
+    def take_state_of(self, fresh: Session) -> None:
+        """Become ``fresh`` (a session of the same graph, data and settings, built on this one's knobs and
+        trace buffers and put at a checkpoint's state): after a lost worker, :func:`~amp_notebook.runtime.
+        recover.restart_session` builds it, so the rest of the run is what a resumed run does. What is the
+        run's, not the checkpoint's, stays: the trace buffers (the trace goes on), the live knobs (the values
+        set while it ran, the controller's ``max_active_keys`` and pause too), the callbacks, the restart record
+        and the data's fingerprint."""
+        fresh.controller.max_active_keys = self.knobs.max_active_keys
+        if self.controller.paused:
+            fresh.controller.pause()
+        kept = {"on_key_done", "on_epoch", "restarts", "data_fingerprint"}
+        vars(self).update({name: value for name, value in vars(fresh).items() if name not in kept})
+
     def completed(self, keys: list[int], flushes: list[int], backend: Backend) -> bool:
         """Keys and flushes whose credits reached zero: bookkeeping, then the controller's events and the
         actions that follow, in order. Returns True once the run is finished."""
@@ -198,7 +218,7 @@ class Session:
                 self.key_done(info.key)
                 return self.controller.on_key_complete(info.key)
             msgs = self.inject(info)
-            self.credits.inject_key(info.key, len(msgs))
+            backend.ledger.admit_key(info.key, msgs)
             backend.inject(msgs)
             return []
 
@@ -206,12 +226,12 @@ class Session:
             msgs = self.flush_messages(flush_id)
             if not msgs:  # nothing to update: the flush is complete at once
                 return self.controller.on_flush_complete(flush_id)
-            self.credits.inject_flush(flush_id, len(msgs))
+            backend.ledger.admit_flush(flush_id, msgs)
             backend.inject(msgs)
             return []
 
         def end_epoch(epoch: int) -> list[Action]:
-            self.end_epoch(epoch, backend.now())
+            self.end_epoch(epoch, backend)
             return self.controller.on_epoch_end()
 
         return carry_out(actions, Handlers(admit, flush, end_epoch))
@@ -258,11 +278,20 @@ class Session:
             if self.on_key_done is not None:
                 self.on_key_done(info)
 
-    def end_epoch(self, epoch: int, now_s: float) -> EpochStats:
-        """Epoch-end work while no message is in flight: replica averaging and the epoch's metrics."""
+    def set_max_active_keys(self, k: int) -> list[Action]:
+        """A live change (driver thread): the knob, then the controller, which admits by it; its actions."""
+        self.knobs.set_max_active_keys(k)
+        return self.controller.set_max_active_keys(k)
+
+    def end_epoch(self, epoch: int, backend: Backend) -> EpochStats:
+        """Epoch-end work while no message is in flight: replica averaging (on the contexts the backend has
+        brought up to date, then handed back to it), lr schedules and the epoch's metrics."""
+        now_s = backend.now()
         self.collect_reports()
+        backend.sync_state()
         self.average_replicas()
         end_epoch_optimizers(self.plan)
+        backend.epoch_ended([i for group in self.plan.replica_groups for i in group])
         stats = self.current
         stats.epoch = epoch
         skipped = self.nonfinite_skipped
@@ -271,6 +300,7 @@ class Session:
         stats.finish(now_s)
         self.history.append(stats)
         self.current = EpochStats(epoch + 1)
+        self.restarts.epoch_ended(len(self.history), self.config.checkpoint_every)
         if self.on_epoch is not None and self.on_epoch(stats):
             self.controller.stop()  # the callback asked to stop: admit no further epoch
         return stats
@@ -296,7 +326,10 @@ def resolve_max_bundle(plan: Plan, max_bundle: int | dict[str, int]) -> list[int
         return [check(max_bundle)] * len(plan.names)
     unknown = sorted(set(max_bundle) - set(plan.index))
     if unknown:
-        raise ValueError(f"max_bundle names node(s) {unknown} that the graph does not have; its nodes: {plan.names}")
+        raise SettingError(
+            "max_bundle",
+            f"max_bundle names node(s) {unknown} that the graph does not have; name some of {list(plan.names)}",
+        )
     return [check(max_bundle[name], f"[{name!r}]") if name in max_bundle else 1 for name in plan.names]
 
 
@@ -324,4 +357,4 @@ def check_dataset(plan: Plan, dataset: Dataset) -> None:
                 )
 
 
-__all__ = ["Backend", "DataError", "EpochStats", "RunConfig", "Session", "check_dataset", "resolve_max_bundle"]
+__all__ = ["DataError", "EpochStats", "RunConfig", "Session", "check_dataset", "resolve_max_bundle"]

@@ -100,12 +100,6 @@ def train(
     """
     config = RunConfig.from_options(config, settings, "train", also=CALL_OPTIONS)
     backend = config.backend
-    if config.max_failures:
-        raise SettingError(
-            "max_failures",
-            f"max_failures={config.max_failures}: restarting a run after a lost worker is not available yet; "
-            "leave it at 0 and go on from the last checkpoint with resume(path, data, epochs=...)",
-        )
     if costs is not None and backend != "simulated":
         raise SettingError(
             "backend", f"costs= describes simulated hardware; it needs backend='simulated', got {backend!r}"

@@ -64,14 +64,14 @@ class Diagnosis:
 
     reason: str
     conclusion: str
-    keys_in_flight: dict[int, int]  # key -> messages of it that still exist (credit count)
+    keys_in_flight: dict[int, float]  # key -> messages of it that still exist (credits), or its weight still out
     flushes_in_flight: dict[int, int]
     queue_depth: list[int]  # per worker
     workers: list[str]  # per worker: what it is doing
     held: list[HeldState]
 
     def text(self) -> str:
-        keys = ", ".join(f"{k} ({n} message{'s' if n != 1 else ''})" for k, n in list(self.keys_in_flight.items())[:10])
+        keys = ", ".join(f"{k} ({_out(n)})" for k, n in list(self.keys_in_flight.items())[:10])
         more = len(self.keys_in_flight) - 10
         lines = [
             f"the run is stuck: {self.reason}.",
@@ -98,17 +98,26 @@ class Diagnosis:
         return data
 
 
+def _out(n: float) -> str:
+    """What of a key is still out: a count of messages (credits) or a fraction of its weight (weighted credits)."""
+    if isinstance(n, int):
+        return f"{n} message{'s' if n != 1 else ''}"
+    return f"{n:.3g} of its weight out"
+
+
 def diagnose(
     reason: str,
     plan: Plan,
     contexts: Sequence[NodeContext],
-    keys_in_flight: dict[int, int],
+    keys_in_flight: dict[int, float],
     flushes_in_flight: dict[int, int],
     queue_depth: list[int],
     workers: list[str],
+    held: list[HeldState] | None = None,
 ) -> Diagnosis:
-    """What was in flight, queued and held; ``workers`` describes each worker (``"idle"`` when it is)."""
-    held = held_states(plan, contexts)
+    """What was in flight, queued and held; ``workers`` describes each worker (``"idle"`` when it is). ``held``
+    is read from ``contexts`` unless given (workers elsewhere report their own)."""
+    held = held_states(plan, contexts) if held is None else held
     lost = not any(queue_depth) and all(w == "idle" for w in workers)
     if any(w.startswith("thread ended") for w in workers):
         conclusion = "a worker thread ended without reporting an error (a bug in the runtime): its work is lost"

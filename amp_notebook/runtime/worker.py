@@ -1,24 +1,32 @@
-"""The worker as a pure state machine: ``handle(message) -> outgoing messages``, and the worker *step*.
+"""The worker as a pure state machine: ``handle(bundle) -> outgoing messages``, and the worker *step*.
 
 A worker owns the contexts of the nodes placed on it and nothing else; threads, queues and clocks
-belong to the backend that drives it (the threaded backend, the simulator, the reference tests), so the
-same logic runs everywhere. For each message it:
+belong to the backend that drives it (the threaded backend, the simulator, a Ray actor, the reference
+tests), so the same logic runs everywhere. It handles *bundles*: messages the inbox gave together, all for
+one node, direction and port (a lone message is a bundle of one). For a bundle it:
 
 * forward: runs the op (caching only for training keys whose backward will come back), remembers the
   parameter version at forward for staleness, routes each output along its edge; a loss's ``loss``
   output starts the backward pass at once for training keys;
-* backward: runs the op's backward, records the gradient's staleness (version now - version at forward)
-  on parameterized nodes, counts it toward ``min_update_frequency`` and, in ``amp`` mode, marks the
-  node due for an update once it holds enough; routes gradients only along edges that carry them;
+* backward: runs the op's backward, records each gradient's staleness (version now - version at its
+  forward) on parameterized nodes, counts them toward ``min_update_frequency`` and, in ``amp`` mode, marks
+  the node due for an update once it holds enough; routes gradients only along edges that carry them;
 * update (a flush in ``sync``/``pipeline`` mode): applies the node's optimizer to what it holds.
 
-:meth:`Worker.step` is everything that follows, written once for every backend: handle a bundle (the
-messages the inbox gave together), write its trace row, and if the handling made local updates due, send
-the outgoing messages on *first* and then update (the previous stage need not wait for our optimizer
-step; the bundle keeps its credits until the update is done, so its keys cannot complete mid-update),
-then release the credits. What differs between backends is passed in: a :class:`Timer` (measured time on
-threads, virtual time in the simulator), the shared :class:`~amp_notebook.runtime.credits.Credits`, and
-``deliver(messages, at)``, which hands outgoing messages to their workers.
+A bundle of several messages runs as one call of the op (``forward_bundle``/``backward_bundle``); a bundle
+of one calls ``forward``/``backward`` directly, the one fast path, inside the same methods. Each message
+keeps its own state, cache entry, staleness row and credit either way, and an op's exception is wrapped in
+one place (:meth:`Worker.handle`) as a :class:`NodeError` naming the node, direction, port and state.
+
+:meth:`Worker.step` is everything that follows, written once for every backend: handle a bundle, write its
+trace row, and if the handling made local updates due, send the outgoing messages on *first* and then
+update (the previous stage need not wait for our optimizer step; the bundle keeps its share of the ledger
+until the update is done, so its keys cannot complete mid-update), then release the bundle. What differs
+between backends is passed in: a :class:`Timer`, the step's only clock (measured time on threads, virtual
+time in the simulator; staleness rows take their time from it too), the ledger's step side
+(:class:`~amp_notebook.runtime.ledger.StepLedger`), and ``deliver(messages, at)``, which hands outgoing
+messages to their workers. Live thresholds (``min_update_frequency``, ``max_bundle``) are read from the
+session's :class:`~amp_notebook.runtime.knobs.Knobs` in place.
 """
 
 from __future__ import annotations
@@ -28,11 +36,12 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from amp_notebook.errors import AmpError
-from amp_notebook.ir.message import BWD, DIRECTION_NAMES, FWD, UPDATE, Message, State
+from amp_notebook.ir.message import BWD, FWD, PHASES, UPDATE, Message, State
 from amp_notebook.ir.ops import LOSS_PORT, NodeContext
-from amp_notebook.runtime.credits import Credits
+from amp_notebook.runtime.knobs import Knobs
+from amp_notebook.runtime.ledger import Completed, StepLedger
 from amp_notebook.runtime.plan import Plan
-from amp_notebook.trace.buffers import PHASE_UPDATE, WorkerBuffer
+from amp_notebook.trace.buffers import WorkerBuffer
 
 Deliver = Callable[[list[Message], float], None]
 
@@ -69,126 +78,190 @@ class NodeError(AmpError, RuntimeError):
 
 
 class Worker:
+    """One worker's nodes as a state machine (module docstring). Owns the contexts of its nodes, its trace
+    buffer and its loss reports; never touches a queue, a thread, a clock or another worker's nodes."""
+
     def __init__(
         self,
         index: int,
         plan: Plan,
         contexts: dict[int, NodeContext],
         local_updates: bool,
+        knobs: Knobs | None = None,
         buffer: WorkerBuffer | None = None,
-        clock: Callable[[], float] | None = None,
         tracing: bool = True,
     ) -> None:
         self.index = index
         self.plan = plan
         self.contexts = contexts
         self.local_updates = local_updates
+        self.knobs = knobs if knobs is not None else Knobs(1, plan.min_update_frequency)
         self.buffer = buffer if buffer is not None else WorkerBuffer()
-        self.clock = clock or (lambda: 0.0)
         self.tracing = tracing
         self.due_updates: list[int] = []
         self.reports: deque[tuple[int, dict[str, Any]]] = deque()
         self.numerics: Any = None  # a runtime.numerics.Guard: checks losses and gradients (None: no checks)
-        # bound once: the hot path reads these per message
+        # bound once: the hot path reads these per message (the knobs' lists change in place)
         self._ops = plan.ops
         self._fwd_route = plan.fwd_route
         self._bwd_route = plan.bwd_route
         self._receives = plan.receives_backward
         self._parameterized = plan.parameterized
+        self._thresholds = self.knobs.min_update_frequency
+        self._caps = self.knobs.max_bundle
+        self._by_phase = (self._forward, self._backward, self._update)  # indexed by a message's direction
 
+    # ------------------------------------------------------------------ the step
     def step(
-        self, bundle: list[Message], depth: int, timer: Timer, credits: Credits, deliver: Deliver
-    ) -> tuple[list[int], list[int], float]:
+        self, bundle: list[Message], depth: int, timer: Timer, ledger: StepLedger, deliver: Deliver
+    ) -> tuple[Completed | None, float]:
         """Handle ``bundle`` and do what follows (module docstring); returns the keys and flushes that
-        completed and when the step ended (after any local updates)."""
+        completed (None when none did) and when the step ended (after any local updates)."""
         first = bundle[0]
         t0 = timer.start()
-        outs = self.handle(first) if len(bundle) == 1 else self.handle_bundle(bundle)
+        try:  # handle(bundle, t0), without a call of its own: the hot path
+            outs = self._by_phase[first.direction](bundle, first, t0)
+        except NodeError:
+            raise
+        except Exception as exc:
+            raise self._op_error(bundle, exc) from exc
         t1 = timer.handled(t0, bundle)
         if self.tracing:
             if len(bundle) == 1:
                 self.buffer.record(first.node, first.direction, first.key, t0, t1, depth)
             else:
                 self.buffer.record_bundle(first.node, first.direction, [m.key for m in bundle], t0, t1, depth)
-        end = t1
-        due = self.due_updates
-        if due:
-            if outs:
-                credits.add(outs)
-                deliver(outs, t1)
-                outs = []
-            record = self.buffer.record
-            for node in due:
-                u0 = timer.update_start(end)
-                self.apply_update(node)
-                end = timer.updated(u0, node)
-                if self.tracing:
-                    record(node, PHASE_UPDATE, first.key, u0, end, depth)
-            due.clear()
-        done, flushed = credits.release(bundle, outs)
+        if self.due_updates:
+            return self._update_after(bundle, outs, t1, depth, timer, ledger, deliver)
+        completed = ledger.release(bundle, outs)
         if outs:
             deliver(outs, t1)
-        return done, flushed, end
+        return completed, t1
 
-    def handle_bundle(self, bundle: list[Message]) -> list[Message]:
-        """Handle the messages of one bundle (same node, direction and port) as one call of the op
-        (``forward_bundle``/``backward_bundle``); each message keeps its own state, cache entry, staleness
-        record and credit. Returns the outgoing messages."""
-        if len(bundle) == 1:
-            return self.handle(bundle[0])
+    def _update_after(
+        self,
+        bundle: list[Message],
+        outs: list[Message],
+        t1: float,
+        depth: int,
+        timer: Timer,
+        ledger: StepLedger,
+        deliver: Deliver,
+    ) -> tuple[Completed | None, float]:
+        """The rest of a step whose handling made local updates due: send on, update, then release."""
+        if outs:
+            ledger.send_on(bundle, outs)
+            deliver(outs, t1)
+        end = t1
+        key = bundle[0].key
+        for node in self.due_updates:
+            u0 = timer.update_start(end)
+            self.apply_update(node)
+            end = timer.updated(u0, node)
+            if self.tracing:
+                self.buffer.record(node, UPDATE, key, u0, end, depth)
+        self.due_updates.clear()
+        return ledger.release(bundle, []), end
+
+    def bundle_cap(self, node: int, direction: int) -> int:
+        """How many messages the inbox may give this node at once: its ``max_bundle``, and for the gradients
+        of a node that updates locally no more than it still needs before its next update, so updates fall
+        after the same gradients as without bundling (``min_update_frequency`` keeps its meaning)."""
+        cap = self._caps[node]
+        if cap > 1 and direction == BWD and self.local_updates and self._parameterized[node]:
+            cap = min(cap, max(1, self._thresholds[node] - self.contexts[node].n_grads))
+        return cap
+
+    # ------------------------------------------------------------------ handling a bundle
+    def handle(self, bundle: list[Message], at: float = 0.0) -> list[Message]:
+        """Handle one bundle (same node, direction and port; often one message) at time ``at`` (the
+        staleness rows' time); returns the outgoing messages. An op's error becomes a :class:`NodeError`."""
         first = bundle[0]
         try:
-            if first.direction == FWD:
-                train = first.train
-                if any(m.train is not train for m in bundle):  # training and validation keys: one call each
-                    return [out for flag in (True, False) for out in self._forward_bundle([m for m in bundle
-                            if m.train is flag])]  # fmt: skip
-                return self._forward_bundle(bundle)
-            if first.direction == BWD:
-                return self._backward_bundle(bundle)
-            for msg in bundle:
-                self.apply_update(msg.node)
-            return []
+            return self._by_phase[first.direction](bundle, first, at)
         except NodeError:
             raise
         except Exception as exc:
-            node = first.node
-            keys = sorted({m.key for m in bundle})
-            raise NodeError(
-                self.plan.names[node], type(self._ops[node]).__name__, DIRECTION_NAMES[first.direction], first.port,
-                f"{first.state} (in a bundle of {len(bundle)} messages, keys {keys})", exc,
-            ) from exc  # fmt: skip
+            raise self._op_error(bundle, exc) from exc
 
-    def _forward_bundle(self, bundle: list[Message]) -> list[Message]:
-        if not bundle:
-            return []
+    def _op_error(self, bundle: list[Message], cause: BaseException) -> NodeError:
+        """The one place an op's exception is wrapped: the node, direction, port and the state (a bundle's
+        first, with the bundle's keys)."""
         first = bundle[0]
+        state: Any = first.state
+        if len(bundle) > 1:
+            keys = sorted({m.key for m in bundle})
+            state = f"{first.state} (in a bundle of {len(bundle)} messages, keys {keys})"
+        return self._node_error(first.node, PHASES[first.direction], first.port, state, cause)
+
+    def _forward(self, bundle: list[Message], first: Message, at: float = 0.0) -> list[Message]:
         node = first.node
         ctx = self.contexts[node]
         op = self._ops[node]
-        train = first.train and self._receives[node]
-        ctx.train = train
-        states = [m.state for m in bundle]
-        emitted = self._call_bundle(op.forward_bundle, ctx, bundle)
-        if train and self._parameterized[node]:
-            version, fwd_version = ctx.version, ctx.fwd_version
-            for s in states:
-                fwd_version[s] = version
-        return self._route_forward(node, ctx, emitted, first.train, train)
+        key_trains = first.train
+        train = key_trains and self._receives[node]
+        if len(bundle) == 1:
+            ctx.train = train
+            state = first.state
+            emitted = op.forward(ctx, first.port, first.payload, state)
+            if train and self._parameterized[node]:
+                ctx.fwd_version[state] = ctx.version
+        else:
+            if 0 < sum(m.train for m in bundle) < len(bundle):  # training and validation keys: one call each
+                trains = [m for m in bundle if m.train]
+                validates = [m for m in bundle if not m.train]
+                return self._forward(trains, trains[0], at) + self._forward(validates, validates[0], at)
+            ctx.train = train
+            states = [m.state for m in bundle]
+            emitted = self._call_bundle(op.forward_bundle, ctx, bundle)
+            if train and self._parameterized[node]:
+                version, fwd_version = ctx.version, ctx.fwd_version
+                for s in states:
+                    fwd_version[s] = version
+        route = self._fwd_route[node]
+        out: list[Message] = []
+        losses: list[State] | None = None
+        for port, y, s in emitted:
+            dst = route.get(port)
+            if dst is not None:
+                out.append(Message(dst[0], dst[1], FWD, y, s, key_trains))
+            elif port == LOSS_PORT:
+                if train:
+                    losses = [s] if losses is None else [*losses, s]
+            else:
+                raise RuntimeError(f"output {port!r} is not connected (the graph was not validated?)")
+        if losses is not None:  # the loss's own backward starts the backward pass (its gradient is 1)
+            if len(losses) == 1:
+                back = op.backward(ctx, LOSS_PORT, 1.0, losses[0])
+            else:
+                back = op.backward_bundle(ctx, LOSS_PORT, [1.0] * len(losses), losses)
+            out += self._route_back(node, back)
+        if ctx.reports:
+            self._take_reports(node, ctx)
+        return out
 
-    def _backward_bundle(self, bundle: list[Message]) -> list[Message]:
-        first = bundle[0]
+    def _backward(self, bundle: list[Message], first: Message, at: float) -> list[Message]:
         node = first.node
         ctx = self.contexts[node]
-        emitted = self._call_bundle(self._ops[node].backward_bundle, ctx, bundle)
+        op = self._ops[node]
+        if len(bundle) == 1:
+            emitted = op.backward(ctx, first.port, first.payload, first.state)
+        else:
+            emitted = self._call_bundle(op.backward_bundle, ctx, bundle)
         if self._parameterized[node]:  # after the op, which saw n_grads before these gradients
-            self._count_gradients(node, ctx, bundle)
+            self._count_gradients(node, ctx, bundle, at)
         return self._route_back(node, emitted)
 
+    def _update(self, bundle: list[Message], first: Message, at: float) -> list[Message]:
+        """A flush's update messages: each node applies what it holds."""
+        for m in bundle:
+            self.apply_update(m.node)
+        return []
+
     def _call_bundle(self, call: Callable[..., Any], ctx: NodeContext, bundle: list[Message]) -> Any:
-        """``op.forward_bundle`` or ``op.backward_bundle`` on the bundle. An op that runs once per message
-        anyway (``bundling == "per_message"``: control flow, routing, joins) is called message by message,
-        so that an error names the state of the message that raised it."""
+        """``op.forward_bundle`` or ``op.backward_bundle`` on a bundle of several messages. An op that runs once
+        per message anyway (``bundling == "per_message"``: control flow, routing, joins) is called message by
+        message, so that an error names the state of the message that raised it."""
         first = bundle[0]
         if self._ops[first.node].bundling != "per_message":
             return call(ctx, first.port, [m.payload for m in bundle], [m.state for m in bundle])
@@ -197,100 +270,19 @@ class Worker:
             try:
                 emitted += call(ctx, m.port, [m.payload], [m.state])
             except Exception as exc:
-                raise self._error(m, exc) from exc
+                raise self._op_error([m], exc) from exc
         return emitted
 
-    def _route_forward(
-        self, node: int, ctx: NodeContext, emitted: list[tuple[str, Any, State]], key_trains: bool, train: bool
-    ) -> list[Message]:
-        """Messages for the outputs along their edges; a loss's outputs start the backward pass at once (for
-        training keys); the loss reports collected."""
-        route = self._fwd_route[node]
-        out: list[Message] = []
-        losses: list[State] = []
-        for port, y, s in emitted:
-            dst = route.get(port)
-            if dst is not None:
-                out.append(Message(dst[0], dst[1], FWD, y, s, key_trains))
-            elif port == LOSS_PORT:
-                if train:
-                    losses.append(s)
-            else:
-                raise RuntimeError(f"output {port!r} is not connected (the graph was not validated?)")
-        if losses:
-            op = self._ops[node]
-            out.extend(self._route_back(node, op.backward_bundle(ctx, LOSS_PORT, [1.0] * len(losses), losses)))
-        if ctx.reports:
-            self._take_reports(node, ctx)
-        return out
-
-    def _count_gradients(self, node: int, ctx: NodeContext, msgs: list[Message]) -> None:
-        """Each gradient's staleness row (version now - version at its forward), and the count toward the
-        node's next update."""
-        record, now, fwd_version, version = self.buffer.record_staleness, self.clock(), ctx.fwd_version, ctx.version
-        for m in msgs:
-            record(node, m.key, version - fwd_version.pop(m.state), now)
+    def _count_gradients(self, node: int, ctx: NodeContext, bundle: list[Message], at: float) -> None:
+        """Each gradient's staleness row (version now - version at its forward, at time ``at``), and the count
+        toward the node's next update."""
+        record, fwd_version, version = self.buffer.record_staleness, ctx.fwd_version, ctx.version
+        for m in bundle:
+            record(node, m.key, version - fwd_version.pop(m.state), at)
             ctx.grad_keys.add(m.key)
-        ctx.n_grads += len(msgs)
-        if self.local_updates and ctx.n_grads >= self.plan.min_update_frequency[node]:
+        ctx.n_grads += len(bundle)
+        if self.local_updates and ctx.n_grads >= self._thresholds[node]:
             self.due_updates.append(node)
-
-    def bundle_cap(self, node: int, direction: int) -> int:
-        """How many messages the inbox may give this node at once: its ``max_bundle``, and for the gradients
-        of a node that updates locally no more than it still needs before its next update, so updates fall
-        after the same gradients as without bundling (``min_update_frequency`` keeps its meaning)."""
-        cap = self.plan.max_bundle[node]
-        if cap > 1 and direction == BWD and self.local_updates and self._parameterized[node]:
-            ctx = self.contexts[node]
-            cap = min(cap, max(1, self.plan.min_update_frequency[node] - ctx.n_grads))
-        return cap
-
-    def handle(self, msg: Message) -> list[Message]:
-        try:
-            if msg.direction == FWD:
-                return self._forward(msg)
-            if msg.direction == BWD:
-                return self._backward(msg)
-            assert msg.direction == UPDATE
-            self.apply_update(msg.node)
-            return []
-        except NodeError:
-            raise
-        except Exception as exc:
-            raise self._error(msg, exc) from exc
-
-    def _error(self, msg: Message, exc: Exception) -> NodeError:
-        """The NodeError for ``exc`` raised while handling ``msg``: its node, direction, port and state."""
-        node = msg.node
-        kind, direction = type(self._ops[node]).__name__, DIRECTION_NAMES[msg.direction]
-        return NodeError(self.plan.names[node], kind, direction, msg.port, msg.state, exc)
-
-    def _forward(self, msg: Message) -> list[Message]:
-        node = msg.node
-        ctx = self.contexts[node]
-        train = msg.train and self._receives[node]
-        ctx.train = train
-        emitted = self._ops[node].forward(ctx, msg.port, msg.payload, msg.state)
-        if train and self._parameterized[node]:
-            ctx.fwd_version[msg.state] = ctx.version
-        return self._route_forward(node, ctx, emitted, msg.train, train)
-
-    def _backward(self, msg: Message) -> list[Message]:
-        node = msg.node
-        ctx = self.contexts[node]
-        emitted = self._ops[node].backward(ctx, msg.port, msg.payload, msg.state)  # before n_grads += 1
-        if self._parameterized[node]:
-            self._count_gradients(node, ctx, [msg])
-        return self._route_back(node, emitted)
-
-    def _take_reports(self, node: int, ctx: NodeContext) -> None:
-        """Move a loss node's reports to the worker's queue for the session (the non-finite check's place:
-        a NaN/inf loss raises before the outgoing messages leave, or is left out with on_nonfinite="skip")."""
-        numerics = self.numerics
-        for r in ctx.reports:
-            if numerics is None or numerics.loss_ok(node, r):
-                self.reports.append((node, r))
-        ctx.reports.clear()
 
     def _route_back(self, node: int, emitted: list[tuple[str, Any, State]]) -> list[Message]:
         route = self._bwd_route[node]
@@ -301,6 +293,16 @@ class Worker:
                 out.append(Message(src[0], src[1], BWD, g, s))
         return out
 
+    def _take_reports(self, node: int, ctx: NodeContext) -> None:
+        """Move a loss node's reports to the worker's queue for the session (the non-finite check's place:
+        a NaN/inf loss raises before the outgoing messages leave, or is left out with on_nonfinite="skip")."""
+        numerics = self.numerics
+        for r in ctx.reports:
+            if numerics is None or numerics.loss_ok(node, r):
+                self.reports.append((node, r))
+        ctx.reports.clear()
+
+    # ------------------------------------------------------------------ updates
     def apply_update(self, node: int) -> bool:
         """Step the node's optimizer on the mean over keys of its accumulated gradients."""
         ctx = self.contexts[node]
@@ -315,7 +317,13 @@ class Worker:
             optimizer.step(ctx.params, ctx.grads, ctx.opt_state, 1.0 / len(ctx.grad_keys))
         except Exception as exc:  # a local update runs outside handle(): name the node here too
             held = State(keys=tuple(sorted(ctx.grad_keys)))
-            raise NodeError(self.plan.names[node], type(self._ops[node]).__name__, "update", "", held, exc) from exc
+            raise self._node_error(node, "update", "", held, exc) from exc
         ctx.reset_grads()
         ctx.version += 1
         return True
+
+    def _node_error(self, node: int, direction: str, port: str, state: Any, cause: BaseException) -> NodeError:
+        return NodeError(self.plan.names[node], type(self._ops[node]).__name__, direction, port, state, cause)
+
+
+__all__ = ["Deliver", "NodeError", "Timer", "Worker"]

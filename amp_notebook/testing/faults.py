@@ -11,8 +11,9 @@ with one fault that fires once, at the k-th matching event:
   with a :class:`~amp_notebook.runtime.watchdog.StuckRunError` whose diagnosis shows the key in flight;
 * ``nan``: a message's payload becomes NaN: a :class:`~amp_notebook.runtime.numerics.NonFiniteError`
   before any parameter is updated with it;
-* ``glue``: the worker thread's own code fails (its inbox raises): that error, re-raised at the caller;
-* ``vanish``: a worker thread ends without a word (its loop returns): a StuckRunError (thread ended).
+* ``glue``: the worker thread's own code fails (its inbox raises): a lost worker, a
+  :class:`~amp_notebook.runtime.restart.WorkerLostError` naming it, caused by that error;
+* ``vanish``: a worker thread ends without a word (its loop returns): a WorkerLostError (thread ended).
 
 The node, direction or phase and ``k`` are drawn at random from what a clean run of the same setup does
 (counted once per setup), so every fault fires. Each case measures the seconds from the moment the fault
@@ -31,7 +32,6 @@ error other than the one expected.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import random
 import statistics
@@ -46,10 +46,12 @@ from typing import Any
 import numpy as np
 
 from amp_notebook.ir.message import BWD, FWD, UPDATE, Message
-from amp_notebook.runtime.backends.threads import ThreadedBackend, _WorkerThread
+from amp_notebook.runtime.backends.threads import ThreadedBackend
+from amp_notebook.runtime.restart import WorkerLostError
 from amp_notebook.runtime.session import Session
+from amp_notebook.runtime.steploop import StepLoop
 from amp_notebook.runtime.watchdog import StuckRunError
-from amp_notebook.runtime.worker import NodeError
+from amp_notebook.runtime.worker import Deliver, NodeError
 from amp_notebook.testing.runs import MODES, Setup, census, is_float, start, wrap_deliveries
 
 KINDS = ("op", "drop", "nan", "glue", "vanish")
@@ -122,38 +124,39 @@ def installer(fault: Fault) -> Callable[[Session, ThreadedBackend], None]:
         plan = session.plan
         if fault.kind == "op":
             i = plan.index[fault.node]  # type: ignore[index]
-            if fault.phase == "update":
-                plan.optimizers[i] = _faulty(plan.optimizers[i], "step", fault)
+            if fault.phase == "update":  # an optimizer may serve several nodes: count this node's steps only
+                params = session.contexts[i].params
+                _break(plan.optimizers[i], "step", fault, lambda *args: args[0] is params)
             else:
-                plan.ops[i] = _faulty(plan.ops[i], "forward" if fault.phase == "fwd" else "backward", fault)
+                _break(plan.ops[i], "forward" if fault.phase == "fwd" else "backward", fault)
         elif fault.kind in ("drop", "nan"):
             _intercept(session, backend, fault)
         elif fault.kind == "glue":
-            inbox = backend.threads[fault.worker].inbox  # type: ignore[index]
+            inbox = backend.loops[fault.worker].inbox  # type: ignore[index]
             inbox.__class__ = _failing_inbox(type(inbox), fault)
         elif fault.kind == "vanish":
-            thread = backend.threads[fault.worker]  # type: ignore[index]
-            thread._loop = _vanishing(thread, fault)  # type: ignore[method-assign]
+            loop = backend.loops[fault.worker]  # type: ignore[index]
+            loop.run = _vanishing(loop, fault)  # type: ignore[method-assign]
 
     return install
 
 
-def _faulty(obj: Any, method: str, fault: Fault) -> Any:
-    """A copy of ``obj`` (an op or an optimizer) whose ``method`` raises at its k-th call; same class name."""
+def _break(obj: Any, method: str, fault: Fault, counts: Callable[..., bool] | None = None) -> None:
+    """Make ``obj`` (an op or an optimizer of this run's plan, which is immutable) raise at the k-th call of its
+    ``method`` (among the calls ``counts(*args)`` accepts): its class becomes a subclass of the same name."""
     base = type(obj)
     real = getattr(base, method)
     calls = [0]
 
     def broken(self: Any, *args: Any, **kwargs: Any) -> Any:
-        calls[0] += 1
-        if calls[0] == fault.k:
-            fault.fire()
-            raise InjectedFaultError(f"injected: {fault.describe()}")
+        if counts is None or counts(*args):
+            calls[0] += 1
+            if calls[0] == fault.k:
+                fault.fire()
+                raise InjectedFaultError(f"injected: {fault.describe()}")
         return real(self, *args, **kwargs)
 
-    faulty = copy.copy(obj)
-    faulty.__class__ = type(base.__name__, (base,), {method: broken})
-    return faulty
+    obj.__class__ = type(base.__name__, (base,), {"__slots__": (), method: broken})
 
 
 def _intercept(session: Session, backend: ThreadedBackend, fault: Fault) -> None:
@@ -205,23 +208,23 @@ def _failing_inbox(base: type, fault: Fault) -> type:
     return type(base.__name__, (base,), {"__slots__": (), "take": take})
 
 
-def _vanishing(thread: _WorkerThread, fault: Fault) -> Callable[[], None]:
-    """The worker's loop, ending quietly (no error reported) once the thread has handled k steps."""
-    real_step = thread.worker.step
+def _vanishing(loop: StepLoop, fault: Fault) -> Callable[[Deliver], None]:
+    """The worker's loop, ending quietly (no error reported) once it has handled k messages."""
+    real_step = loop.worker.step
 
-    def step(*args: Any, **kwargs: Any) -> Any:
-        result = real_step(*args, **kwargs)
-        if thread.handled + 1 >= fault.k:
+    def step(bundle: list[Message], *args: Any) -> Any:
+        result = real_step(bundle, *args)
+        if loop.handled + len(bundle) >= fault.k:
             fault.fire()
             raise _Vanish
         return result
 
-    loop = type(thread)._loop
+    real_run = type(loop).run
 
-    def run_then_vanish() -> None:
-        thread.worker.step = step  # type: ignore[method-assign]
+    def run_then_vanish(deliver: Deliver) -> None:
+        loop.worker.step = step  # type: ignore[method-assign]
         try:
-            loop(thread)
+            real_run(loop, deliver)
         except _Vanish:
             return  # the thread ends here, reporting nothing
 
@@ -237,8 +240,8 @@ EXPECTED: dict[str, tuple[type[BaseException], ...]] = {
     "op": (NodeError,),
     "drop": (StuckRunError,),
     "nan": (),  # filled in below: NonFiniteError, once the numerics module is importable
-    "glue": (InjectedFaultError,),
-    "vanish": (StuckRunError,),
+    "glue": (WorkerLostError,),
+    "vanish": (WorkerLostError,),
 }
 try:
     from amp_notebook.runtime.numerics import NonFiniteError
@@ -301,6 +304,9 @@ def _as_expected(fault: Fault, error: BaseException) -> bool:
     if fault.kind == "drop":
         d = error.diagnosis  # type: ignore[attr-defined]
         return bool(d.keys_in_flight or d.flushes_in_flight)
+    if fault.kind in ("glue", "vanish"):  # names the worker; glue carries the injected error as its cause
+        glue = isinstance(error.__cause__, InjectedFaultError)
+        return error.worker == fault.worker and glue == (fault.kind == "glue")  # type: ignore[attr-defined]
     return True
 
 

@@ -13,18 +13,18 @@ place, before any key is admitted:
   driver's watchdog stops the run with a :class:`~amp_notebook.runtime.watchdog.StuckRunError`;
 * ``nan``: the k-th float message to a node arrives as NaN: a
   :class:`~amp_notebook.runtime.numerics.NonFiniteError` from the actor's own checks;
-* ``glue``: the actor's inbox (the runtime's own code) raises at its k-th bundle: a RuntimeError that
-  names the worker and carries the actor's traceback;
-* ``vanish``: the actor's step thread ends without a word after k steps: a StuckRunError (thread ended);
-* ``kill``: the actor's process exits at its k-th step: a
-  :class:`~amp_notebook.runtime.backends.ray.WorkerLostError` naming the worker.
+* ``glue``: the actor's inbox (the runtime's own code) raises at its k-th bundle: a lost worker, a
+  :class:`~amp_notebook.runtime.restart.WorkerLostError` naming it and the injected error;
+* ``vanish``: the actor's step thread ends without a word after k steps: a WorkerLostError;
+* ``kill``: the actor's process exits at its k-th step: a WorkerLostError naming the worker.
 
 How a fault gets inside. The harness builds the session and the :class:`RayBackend` (which deploys the
 actors, their step threads idle), then runs :func:`_install` in the actor through Ray's ``__ray_call__``
 (a function called with the actor instance): it stops the idle step thread, patches the op, the worker's
-step, the inbox or the loop, and starts the thread again; then the run starts. The moment a fault fires is
-read on the actor's ``time.perf_counter`` (the system's monotonic clock, the driver's too on one machine)
-and written to a file the driver reads, since the actor may be dead by then.
+step, the inbox or the loop (as the threaded harness patches a worker thread's), and starts the thread
+again; then the run starts. The moment a fault fires is read on the actor's ``time.perf_counter`` (the
+system's monotonic clock, the driver's too on one machine) and written to a file the driver reads, since
+the actor may be dead by then.
 
 Run it (starts a local Ray with its own temporary directory, no token)::
 
@@ -51,6 +51,8 @@ import numpy as np
 
 from amp_notebook.ir.message import BWD, FWD, UPDATE, Message
 from amp_notebook.optim import make_optimizer
+from amp_notebook.runtime.numerics import NonFiniteError
+from amp_notebook.runtime.restart import WorkerLostError
 from amp_notebook.runtime.run import Run
 from amp_notebook.runtime.session import Session
 from amp_notebook.runtime.watchdog import StuckRunError
@@ -62,9 +64,9 @@ from amp_notebook.testing.faults import (
     Fault,
     InjectedFaultError,
     Outcome,
+    _break,
     _failing_inbox,
-    _faulty,
-    _Vanish,
+    _vanishing,
     draw,
 )
 from amp_notebook.testing.runs import MODES, Setup, is_float
@@ -91,53 +93,42 @@ class RemoteFault(Fault):
             return None
 
 
-def expected_errors() -> dict[str, tuple[type[BaseException], ...]]:
-    from amp_notebook.runtime.backends.ray import WorkerLostError
-    from amp_notebook.runtime.numerics import NonFiniteError
-
-    return {
-        "op": (NodeError,), "drop": (StuckRunError,), "nan": (NonFiniteError,), "glue": (RuntimeError,),
-        "vanish": (StuckRunError,), "kill": (WorkerLostError,),
-    }  # fmt: skip
+EXPECTED: dict[str, tuple[type[BaseException], ...]] = {
+    "op": (NodeError,), "drop": (StuckRunError,), "nan": (NonFiniteError,), "glue": (WorkerLostError,),
+    "vanish": (WorkerLostError,), "kill": (WorkerLostError,),
+}  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------- inside an actor
 def _install(host: Any, fault: RemoteFault) -> None:
-    """Runs in the actor (``__ray_call__``): stop the idle step thread, patch, start it again."""
-    loop = getattr(host, "loop", None)  # the shared step loop, where the actor has one
-    if loop is not None:
-        loop.stop()
-    else:
-        host.stopped = True
-        host.wake.set()
+    """Runs in the actor (``__ray_call__``): stop the idle step thread, patch, start it again (its loop binds
+    the worker's step and the inbox's methods when it starts)."""
+    loop = host.loop
+    loop.stop()
     host.thread.join()
     _patch(host, fault)
-    if loop is not None:
-        loop.stopped = False
-    else:
-        host.stopped = False
+    loop.stopped = False
     host.thread = threading.Thread(target=host._run, name=host.thread.name, daemon=True)
     host.thread.start()
 
 
 def _patch(host: Any, fault: RemoteFault) -> None:
-    plan = host.plan
+    plan, loop = host.plan, host.loop
     if fault.kind == "op":
         i = plan.index[fault.node]
-        if fault.phase == "update":
-            plan.optimizers[i] = _faulty(plan.optimizers[i], "step", fault)
+        if fault.phase == "update":  # an optimizer may serve several nodes: count this node's steps only
+            params = host.contexts[i].params
+            _break(plan.optimizers[i], "step", fault, lambda *args: args[0] is params)
         else:
-            plan.ops[i] = _faulty(plan.ops[i], "forward" if fault.phase == "fwd" else "backward", fault)
+            _break(plan.ops[i], "forward" if fault.phase == "fwd" else "backward", fault)
     elif fault.kind in ("drop", "nan"):
-        inbox = _inbox_of(host)
-        inbox.__class__ = _arriving_inbox(type(inbox), plan.index[fault.node], fault)
+        loop.inbox.__class__ = _arriving_inbox(type(loop.inbox), plan.index[fault.node], fault)
     elif fault.kind == "glue":
-        inbox = _inbox_of(host)
-        inbox.__class__ = _failing_inbox(type(inbox), fault)
+        loop.inbox.__class__ = _failing_inbox(type(loop.inbox), fault)
     elif fault.kind == "kill":
-        host.worker.step = _exiting(host.worker.step, fault)
+        loop.worker.step = _exiting(loop.worker.step, fault)
     elif fault.kind == "vanish":
-        _vanish_after(host, fault)
+        loop.run = _vanishing(loop, fault)
 
 
 def _arriving_inbox(base: type, target: int, fault: RemoteFault) -> type:
@@ -161,10 +152,6 @@ def _arriving_inbox(base: type, target: int, fault: RemoteFault) -> type:
     return type(base.__name__, (base,), {"__slots__": (), "push": push})
 
 
-def _inbox_of(host: Any) -> Any:
-    return host.loop.inbox if hasattr(host, "loop") else host.inbox
-
-
 def _exiting(real: Callable[..., Any], fault: RemoteFault) -> Callable[..., Any]:
     """The worker's step; at the k-th the process exits at once, as a crashed machine's would."""
     steps = [0]
@@ -177,33 +164,6 @@ def _exiting(real: Callable[..., Any], fault: RemoteFault) -> Callable[..., Any]
         return real(*args, **kwargs)
 
     return step
-
-
-def _vanish_after(host: Any, fault: RemoteFault) -> None:
-    """After k steps the step thread returns, reporting nothing."""
-    real_step = host.worker.step
-    steps = [0]
-
-    def step(*args: Any, **kwargs: Any) -> Any:
-        result = real_step(*args, **kwargs)
-        steps[0] += 1
-        if steps[0] >= fault.k:
-            fault.fire()
-            raise _Vanish
-        return result
-
-    host.worker.step = step
-    owner = host.loop if hasattr(host, "loop") else host
-    name = "run" if hasattr(host, "loop") else "_loop"
-    real_loop = getattr(owner, name)
-
-    def quietly(*args: Any, **kwargs: Any) -> None:
-        try:
-            real_loop(*args, **kwargs)
-        except _Vanish:
-            return
-
-    setattr(owner, name, quietly)
 
 
 # ------------------------------------------------------------------------------------------- cases
@@ -271,15 +231,14 @@ def run_case(setup: Setup, fault: RemoteFault) -> Outcome:
 
 
 def _as_expected(fault: RemoteFault, error: BaseException) -> bool:
-    if not isinstance(error, expected_errors()[fault.kind]):
+    if not isinstance(error, EXPECTED[fault.kind]):
         return False
     if fault.kind == "op":
         return isinstance(error, NodeError) and error.node == fault.node and isinstance(error.__cause__,
                                                                                        InjectedFaultError)  # fmt: skip
-    if fault.kind == "glue":
-        return "InjectedFaultError" in str(error)
-    if fault.kind == "kill":
-        return error.worker == fault.worker  # type: ignore[attr-defined]
+    if fault.kind in ("glue", "vanish", "kill"):  # names the worker; glue says what failed in it
+        named = error.worker == fault.worker  # type: ignore[attr-defined]
+        return named and (fault.kind != "glue" or "InjectedFaultError" in str(error))
     if fault.kind == "drop":
         d = error.diagnosis  # type: ignore[attr-defined]
         return bool(d.keys_in_flight or d.flushes_in_flight)

@@ -15,11 +15,11 @@ whole run is a fixed-size aggregate. Four measures test that:
   allocations grew the most (the sites to read when the slope is not flat). Tracing every allocation slows
   the run (about twice here), so it is off unless asked for;
 * :func:`bookkeeping`: the entries a session holds in its per-key structures (node caches, joins, forward
-  versions; the controller's and the session's tables of keys in flight; credits; keys skipped for
-  NaN/inf) and the trace rows its buffers hold; for a native run (given its backend), the engine's own
-  tables too: its ledger's keys and flushes in flight, the entries each node's kernel caches, the forward
-  versions it records, and the messages queued, and the trace rows its buffers hold (what the native
-  writer still keeps, not only what a reader shows). In flight these are bounded by ``max_active_keys``;
+  versions; the controller's and the session's tables of keys in flight; keys skipped for NaN/inf), the
+  keys and flushes its backend's ledger counts in flight, and the trace rows its buffers hold; for a native
+  run, the engine's own tables too: the entries each node's kernel caches, the forward versions it
+  records, the messages queued, and the trace rows its buffers hold (what the native writer still keeps,
+  not only what a reader shows). In flight these are bounded by ``max_active_keys``;
   after a run they are all empty except the trace rows and the skipped keys.
 """
 
@@ -150,15 +150,15 @@ def bookkeeping(session: Session, backend: Any = None) -> dict[str, int]:
     held["controller keys"] = len(controller.keys)
     held["controller active"] = len(controller.active)
     held["session key_epoch"] = len(session.key_epoch)
-    held["credits keys"] = len(session.credits.keys)
-    held["credits flushes"] = len(session.credits.flushes)
+    ledger = getattr(backend, "ledger", None)  # the backend's side of completion (runtime/ledger.py)
+    if ledger is not None:
+        keys, flushes = ledger.in_flight()
+        held["ledger keys in flight"], held["ledger flushes in flight"] = len(keys), len(flushes)
     held["skipped keys"] = len(session.numerics.skipped) if session.numerics is not None else 0
     for table in ("event_table", "staleness_table", "member_table"):
         held[f"trace {table.split('_')[0]} rows"] = sum(getattr(b, table).held() for b in session.buffers)
     engine = getattr(backend, "engine", None)
     if engine is not None:
-        keys, flushes = engine.in_flight()
-        held["engine keys in flight"], held["engine flushes in flight"] = len(keys), len(flushes)
         held["engine node caches"] = held["engine forward versions"] = 0
         for node in range(len(session.plan.names)):
             entries = engine.held(node)  # None while its worker is inside a step

@@ -61,9 +61,13 @@ def _digits() -> Dataset:
     return load_digits_dataset(batch_size=50, seed=0)
 
 
-def start(setup: Setup, install: Callable[[Session, ThreadedBackend], None] | None = None) -> tuple[Run, Session]:
-    """A background run of ``setup`` with ``install(session, backend)`` applied before its threads start."""
+def start(
+    setup: Setup, install: Callable[[Session, ThreadedBackend], None] | None = None, **changes: Any
+) -> tuple[Run, Session]:
+    """A background run of ``setup`` (its settings with ``changes``) with ``install(session, backend)`` applied
+    before its threads start."""
     graph, data, config, optimizer = setup.build()
+    config = config.replace(**changes) if changes else config
     session = Session(graph, data, config, make_optimizer(optimizer))
     backend = ThreadedBackend(session)
     if install is not None:
@@ -78,7 +82,7 @@ class Census:
     messages: Counter[tuple[str, int]]  # (node, direction): delivered or injected messages
     floats: Counter[tuple[str, int]]  # the same, counting only float payloads (where a NaN can go)
     updates: dict[str, int]
-    steps: list[int]  # steps per worker thread
+    steps: list[int]  # messages handled per worker thread
 
 
 @cache
@@ -107,22 +111,22 @@ def census(setup: Setup) -> Census:
     run.wait()
     plan = session.plan
     updates = {plan.names[i]: session.contexts[i].version for i, p in enumerate(plan.parameterized) if p}
-    return Census(messages, floats, updates, [t.handled for t in backend_of[0].threads])
+    return Census(messages, floats, updates, [loop.handled for loop in backend_of[0].loops])
 
 
 def wrap_deliveries(backend: ThreadedBackend, wrap: Callable[[Callable[..., None]], Callable[..., None]]) -> None:
     """Route every message a run moves through ``wrap(deliver)``: those each worker's step hands on (the
     ``deliver`` argument of :meth:`~amp_notebook.runtime.worker.Worker.step`, the one seam every backend
     shares) and those the controller injects."""
-    for thread in backend.threads:
-        real_step = thread.worker.step
+    for loop in backend.loops:
+        real_step = loop.worker.step
 
         def step(
-            bundle: list[Message], depth: int, timer: Any, credits: Any, deliver: Any, _real: Any = real_step
+            bundle: list[Message], depth: int, timer: Any, ledger: Any, deliver: Any, _real: Any = real_step
         ) -> Any:
-            return _real(bundle, depth, timer, credits, wrap(deliver))
+            return _real(bundle, depth, timer, ledger, wrap(deliver))
 
-        thread.worker.step = step  # type: ignore[method-assign]
+        loop.worker.step = step  # type: ignore[method-assign]
     backend.inject = wrap(backend.inject)  # type: ignore[method-assign]
 
 

@@ -1,4 +1,4 @@
-"""Per-worker trace buffers: bounded chunked columns, one writer, lock-free readers, exact totals.
+"""Per-worker trace buffers: bounded chunks of packed rows, one writer, lock-free readers, exact totals.
 
 Each handled message appends one *event* row (node, phase, key, queue depth, start, end, messages); a
 *bundle* (several messages for one node run as one call) appends one row too, with ``key`` its first
@@ -6,38 +6,39 @@ message's key and ``messages`` their number, and one *member* row (event row ind
 message, so the keys of a bundle can be listed; each gradient a parameterized node receives appends one
 *staleness* row (node, key, staleness, time). Each kind of row lives in a :class:`Table` of chunks:
 
-* the **current chunk** is one ``array.array`` per column; the writer appends to it (cheap, no lock);
-* when it holds ``chunk_rows`` rows the writer **seals** it: wraps each column as a read-only numpy view
-  (zero copy: a sealed chunk is never appended to again), summarizes it once into totals
-  (:mod:`amp_notebook.trace.totals`) and starts a new current chunk;
+* the **current chunk** is one ``bytearray`` of packed rows (a ``struct`` row of the table's column
+  types, no padding); the writer appends a row with one ``+=`` of the packed bytes (cheap, no lock: the
+  hot path pays one ``struct`` pack per row, a third of what one ``array.append`` per column cost);
+* when it holds ``chunk_rows`` rows the writer **seals** it: reads it once as a numpy structured array,
+  copies each column out (read-only, contiguous; the chunk is never appended to again), summarizes it once
+  into totals (:mod:`amp_notebook.trace.totals`) and starts a new current chunk;
 * with a ``capacity``, sealed chunks that would let the table exceed ``capacity`` rows are **dropped**,
   oldest first, and their totals are added to the totals of dropped rows. Old rows are dropped whole,
   never decimated: what the table holds is every row of the most recent span (between
   ``capacity - chunk_rows`` and ``capacity`` rows), so a Gantt of a recent window is exact;
 * the staleness and member tables also **follow** the event table: once it has dropped rows, a sealed
-  chunk of theirs that ends before the oldest event row held is dropped too. A worker's buffer thus holds
-  one recent span in all three tables, and its memory stops growing when the event table is full. (The
-  other tables fill more slowly, a row per gradient or per bundled message against a row per handled
-  message or bundle, so on their own they went on growing long after the Gantt's rows were full; the
-  members of a dropped bundle row named a row no reader could find.)
+  chunk of theirs that ends before the oldest event row held is dropped too (:func:`drop_old`). A worker's
+  buffer thus holds one recent span in all three tables, and its memory stops growing when the event table
+  is full. (The other tables fill more slowly, a row per gradient or per bundled message against a row per
+  handled message or bundle, so on their own they went on growing long after the Gantt's rows were full;
+  the members of a dropped bundle row named a row no reader could find.)
 
 Totals never drop: busy seconds and rows per phase per worker, and each node's staleness histogram
 (count, sum, mean, max, percentiles), are the dropped chunks' totals + the sealed chunks' (computed once)
 + the current chunk's (summed when read). Every row has an absolute index (rows the worker wrote before
 it), so a reader can ask for the rows since a cursor and learn how many it missed.
 
-Why no lock is needed (CPython, GIL): ``array.append`` and an attribute assignment are each atomic. The
-writer appends a row's columns in order and the time column (``end``/``time``) last, so the length of that
-column counts complete rows and a reader slices (copies) every column of the current chunk to it. Sealing
-publishes a new immutable :class:`_View` (sealed chunks, current chunk, dropped totals) with one
-attribute assignment, so a reader that reads ``table.view`` once sees a consistent set; the chunks of an
-older view stay valid (sealed arrays are never written, dropped ones live while a reader holds them).
-The hot path pays one length check per row for all this.
+Why no lock is needed (CPython, GIL): extending a ``bytearray`` with one row's bytes and an attribute
+assignment are each atomic, so the current chunk always holds whole rows and a reader copies the prefix of
+complete rows it sees. Sealing publishes a new immutable :class:`_View` (sealed chunks, current chunk,
+dropped totals) with one attribute assignment, so a reader that reads ``table.view`` once sees a consistent
+set; the chunks of an older view stay valid (sealed columns are never written, dropped ones live while a
+reader holds them). The hot path pays one length check per row for all this.
 """
 
 from __future__ import annotations
 
-from array import array
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -45,11 +46,10 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from amp_notebook.errors import SettingError
+from amp_notebook.ir.message import PHASES
 from amp_notebook.trace.totals import EventTotals, RowCount, StalenessTotals
 
-PHASE_FWD, PHASE_BWD, PHASE_UPDATE = 0, 1, 2
-PHASES = ("fwd", "bwd", "update")
-DEFAULT_CAPACITY = 1_000_000  # rows per worker and kind: ~33 MB of event columns
+DEFAULT_CAPACITY = 1_000_000  # rows per worker and kind: ~37 MB of event rows
 MAX_CHUNK_ROWS = 65_536
 
 EVENT_COLUMNS = (
@@ -57,6 +57,7 @@ EVENT_COLUMNS = (
 )  # fmt: skip
 STALENESS_COLUMNS = (("node", "i"), ("key", "q"), ("value", "i"), ("time", "d"))
 MEMBER_COLUMNS = (("row", "q"), ("key", "q"), ("time", "d"))
+NUMPY_TYPES = {"b": "i1", "i": "<i4", "q": "<i8", "d": "<f8"}  # a column's type code -> its packed numpy type
 
 Columns = dict[str, np.ndarray]
 
@@ -89,6 +90,13 @@ class Sealed:
         return len(next(iter(self.columns.values())))
 
 
+class _View(NamedTuple):
+    sealed: tuple[Sealed, ...]
+    current: Any  # the chunk the writer appends packed rows to (a bytearray; a native table's: columns)
+    current_first: int  # absolute index of the current chunk's first row
+    dropped: Any  # totals of the rows no longer held
+
+
 def drop_old(
     sealed: tuple[Sealed, ...], dropped: Any, max_sealed: int | None, horizon: float | None
 ) -> tuple[tuple[Sealed, ...], Any]:
@@ -106,15 +114,8 @@ def drop_old(
     return sealed[start:], dropped
 
 
-class _View(NamedTuple):
-    sealed: tuple[Sealed, ...]
-    current: dict[str, array]  # the chunk the writer appends to
-    current_first: int  # absolute index of the current chunk's first row
-    dropped: Any  # totals of the rows no longer held
-
-
 class Table:
-    """One kind of row (events or staleness) as bounded chunks; see the module docstring."""
+    """One kind of row (events, staleness or bundle members) as bounded chunks; see the module docstring."""
 
     def __init__(
         self,
@@ -127,36 +128,35 @@ class Table:
         follows: Table | None = None,
     ) -> None:
         self.columns = columns
-        self.last = columns[-1][0]  # the writer appends this column last
+        self.last = columns[-1][0]
         self.span = span  # (column of start times, column of end times)
         self.numbered = numbered  # readers get a `row` column: each row's absolute index
         self.summarize = summarize
         self.capacity = check_capacity(capacity)
         self.chunk_rows = chunk_rows_for(capacity)
         self.max_sealed = None if capacity is None else capacity // self.chunk_rows - 1
+        self.row = np.dtype([(name, NUMPY_TYPES[code]) for name, code in columns])  # packed: no padding
+        self.packer = struct.Struct("<" + "".join(code for _, code in columns))  # the writer's: one row's bytes
+        self.row_bytes = self.packer.size
+        self.chunk_bytes = self.chunk_rows * self.row_bytes
         self.follows = follows  # a table (same writer) whose oldest row held bounds what this one keeps
-        self.view = _View((), self._new_chunk(), 0, zero)
-
-    def _new_chunk(self) -> dict[str, array]:
-        return {name: array(code) for name, code in self.columns}
+        self.view = _View((), bytearray(), 0, zero)
 
     # ------------------------------------------------------------------ writer
-    def seal(self) -> dict[str, array]:
+    def seal(self) -> bytearray:
         """Writer only: seal the current chunk, drop chunks beyond the capacity; returns the new current chunk."""
         view = self.view
-        n = len(view.current[self.last])
-        cols: Columns = {}
-        for name, code in self.columns:
-            col = np.frombuffer(view.current[name], dtype=code)[:n]
+        cols = self._columns(view.current)
+        for col in cols.values():
             col.flags.writeable = False
-            cols[name] = col
+        n = len(cols[self.last])
         lo_col, hi_col = self.span
         lo = float(cols[lo_col].min()) if n else 0.0
         hi = float(cols[hi_col].max()) if n else 0.0
         kept = (*view.sealed, Sealed(view.current_first, cols, self.summarize(cols), lo, hi))
         horizon = self.follows.horizon() if self.follows is not None else None
         kept, dropped = drop_old(kept, view.dropped, self.max_sealed, horizon)
-        current = self._new_chunk()
+        current = bytearray()
         self.view = _View(kept, current, view.current_first + n, dropped)  # one atomic publish
         return current
 
@@ -166,13 +166,44 @@ class Table:
         if view.sealed:
             first = view.sealed[0]
             return first.lo if first.first > 0 else None
-        starts = view.current[self.span[0]]
-        return starts[0] if view.current_first > 0 and len(view.current[self.last]) else None
+        if view.current_first == 0 or self._current_len(view) == 0:
+            return None
+        return float(np.frombuffer(view.current, dtype=self.row, count=1)[self.span[0]][0])
+
+    def append(self, cols: Columns) -> int:
+        """Writer only: append rows given as columns (every column of the table, in any numeric type), chunk by
+        chunk; returns the number of rows appended."""
+        n = len(cols[self.last])
+        rows = np.empty(n, dtype=self.row)
+        for name, _ in self.columns:
+            rows[name] = cols[name]
+        data = rows.tobytes()
+        done = 0
+        while done < n:
+            current = self.view.current
+            have = len(current) // self.row_bytes
+            if have >= self.chunk_rows:
+                current = self.seal()
+                have = 0
+            take = min(n - done, self.chunk_rows - have)
+            current += data[done * self.row_bytes : (done + take) * self.row_bytes]  # whole rows at once
+            done += take
+        return n
 
     # ------------------------------------------------------------------ readers
+    def _columns(self, packed: bytes | bytearray) -> Columns:
+        """The complete rows of a chunk (or a copy of one) as contiguous columns of their own."""
+        n = len(packed) // self.row_bytes
+        rows = np.frombuffer(packed, dtype=self.row, count=n)
+        return {name: np.ascontiguousarray(rows[name]) for name, _ in self.columns}
+
     def _current_rows(self, view: _View) -> Columns:
-        n = len(view.current[self.last])
-        return {name: np.frombuffer(view.current[name][:n], dtype=code) for name, code in self.columns}
+        current = view.current
+        return self._columns(bytes(current[: len(current) // self.row_bytes * self.row_bytes]))
+
+    def _current_len(self, view: _View) -> int:
+        """Complete rows in the current chunk."""
+        return len(view.current) // self.row_bytes
 
     def _join(self, parts: list[Columns]) -> Columns:
         if not parts:
@@ -232,22 +263,21 @@ class Table:
 
     def held(self) -> int:
         view = self.view
-        return sum(len(s) for s in view.sealed) + len(view.current[self.last])
+        return sum(len(s) for s in view.sealed) + self._current_len(view)
 
     def written(self) -> int:
         view = self.view
-        return view.current_first + len(view.current[self.last])
+        return view.current_first + self._current_len(view)
 
 
 class WorkerBuffer:
-    """One worker's trace: an event table, a staleness table and a bundle member table, each holding at most
-    ``capacity`` rows (``None``: every row), the latter two no row older than the event table's oldest (see
-    the module docstring). The columns of the current chunks are attributes, for the writer's hot path."""
+    """One worker's trace: an event table, a staleness table and a bundle-member table, each holding at most
+    ``capacity`` rows (``None``: every row). The current chunks and row packers are attributes, for the
+    writer's hot path."""
 
     __slots__ = (
-        "_event_chunk_rows", "_member_chunk_rows", "_staleness_chunk_rows", "depth", "end", "event_table", "key",
-        "member_table", "messages", "node", "phase", "st_key", "st_node", "st_time", "st_value", "staleness_table",
-        "start",
+        "_event_bytes", "_event_row", "_events", "_member_bytes", "_member_row", "_members", "_staleness",
+        "_staleness_bytes", "_staleness_row", "event_table", "member_table", "staleness_table",
     )  # fmt: skip
 
     def __init__(self, capacity: int | None = DEFAULT_CAPACITY) -> None:
@@ -256,62 +286,40 @@ class WorkerBuffer:
                                      capacity, follows=self.event_table)  # fmt: skip
         self.member_table = Table(MEMBER_COLUMNS, ("time", "time"), RowCount.of, RowCount(), capacity,
                                   follows=self.event_table)  # fmt: skip
-        self._event_chunk_rows = self.event_table.chunk_rows
-        self._staleness_chunk_rows = self.staleness_table.chunk_rows
-        self._member_chunk_rows = self.member_table.chunk_rows
-        self._bind_events(self.event_table.view.current)
-        self._bind_staleness(self.staleness_table.view.current)
+        self._events, self._event_bytes = self.event_table.view.current, self.event_table.chunk_bytes
+        self._event_row = self.event_table.packer.pack
+        self._staleness, self._staleness_bytes = self.staleness_table.view.current, self.staleness_table.chunk_bytes
+        self._staleness_row = self.staleness_table.packer.pack
+        self._members, self._member_bytes = self.member_table.view.current, self.member_table.chunk_bytes
+        self._member_row = self.member_table.packer.pack
 
     @property
     def capacity(self) -> int | None:
         return self.event_table.capacity
 
-    def _bind_events(self, chunk: dict[str, array]) -> None:
-        self.node, self.phase, self.key = chunk["node"], chunk["phase"], chunk["key"]
-        self.depth, self.messages, self.start, self.end = (
-            chunk["depth"],
-            chunk["messages"],
-            chunk["start"],
-            chunk["end"],
-        )
-
-    def _bind_staleness(self, chunk: dict[str, array]) -> None:
-        self.st_node, self.st_key, self.st_value, self.st_time = (
-            chunk["node"], chunk["key"], chunk["value"], chunk["time"]
-        )  # fmt: skip
-
     # ------------------------------------------------------------------ writer (one thread)
     def record(self, node: int, phase: int, key: int, start: float, end: float, depth: int, messages: int = 1) -> None:
-        if len(self.end) >= self._event_chunk_rows:
-            self._bind_events(self.event_table.seal())
-        self.node.append(node)
-        self.phase.append(phase)
-        self.key.append(key)
-        self.depth.append(depth)
-        self.messages.append(messages)
-        self.start.append(start)
-        self.end.append(end)  # last: its length counts complete rows
+        events = self._events
+        if len(events) >= self._event_bytes:
+            events = self._events = self.event_table.seal()
+        events += self._event_row(node, phase, key, depth, messages, start, end)
 
     def record_bundle(self, node: int, phase: int, keys: list[int], start: float, end: float, depth: int) -> None:
         """One event row for a bundle of ``len(keys)`` messages, and a member row per message's key."""
         row = self.event_table.written()
         self.record(node, phase, keys[0], start, end, depth, len(keys))
-        table = self.member_table
-        chunk = table.view.current
+        pack = self._member_row
         for key in keys:
-            if len(chunk["time"]) >= self._member_chunk_rows:
-                chunk = table.seal()
-            chunk["row"].append(row)
-            chunk["key"].append(key)
-            chunk["time"].append(start)  # last
+            members = self._members
+            if len(members) >= self._member_bytes:
+                members = self._members = self.member_table.seal()
+            members += pack(row, key, start)
 
     def record_staleness(self, node: int, key: int, staleness: int, time: float) -> None:
-        if len(self.st_time) >= self._staleness_chunk_rows:
-            self._bind_staleness(self.staleness_table.seal())
-        self.st_node.append(node)
-        self.st_key.append(key)
-        self.st_value.append(staleness)
-        self.st_time.append(time)  # last
+        rows = self._staleness
+        if len(rows) >= self._staleness_bytes:
+            rows = self._staleness = self.staleness_table.seal()
+        rows += self._staleness_row(node, key, staleness, time)
 
     # ------------------------------------------------------------------ readers (any thread)
     def snapshot(self) -> tuple[Columns, Columns]:
@@ -340,6 +348,6 @@ class WorkerBuffer:
 
 
 __all__ = [
-    "DEFAULT_CAPACITY", "EVENT_COLUMNS", "MEMBER_COLUMNS", "PHASES", "PHASE_BWD", "PHASE_FWD", "PHASE_UPDATE",
-    "STALENESS_COLUMNS", "Sealed", "Table", "WorkerBuffer", "check_capacity", "chunk_rows_for", "drop_old",
+    "DEFAULT_CAPACITY", "EVENT_COLUMNS", "MEMBER_COLUMNS", "PHASES", "STALENESS_COLUMNS", "Sealed", "Table",
+    "WorkerBuffer", "check_capacity", "chunk_rows_for", "drop_old",
 ]  # fmt: skip

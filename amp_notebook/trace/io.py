@@ -21,6 +21,7 @@ event that could not be read.
 from __future__ import annotations
 
 import json
+import struct
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,7 +39,8 @@ VERSION = 2
 EVENT_KEYS = ("worker", "node", "phase", "key", "depth", "start", "end", "messages")
 STALENESS_KEYS = ("worker", "node", "key", "value", "time")
 MAX_WORKERS = 4096  # a worker index beyond this in a file is damage, not a machine (one buffer per worker)
-_UNREADABLE = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError)  # of untrusted JSON
+# what reading untrusted JSON into buffers may raise (struct.error: a value beyond its packed column's range)
+_UNREADABLE = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError, struct.error)
 
 
 class TraceFileError(AmpError, ValueError):

@@ -22,7 +22,9 @@ from typing import TypeVar
 
 import numpy as np
 
-N_PHASES = 3
+from amp_notebook.ir.message import Phase
+
+N_PHASES = len(Phase)
 
 
 @dataclass(frozen=True)

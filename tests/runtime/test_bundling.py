@@ -85,15 +85,15 @@ def test_bundled_equals_unbundled_equals_the_interpreter_in_sync_mode(name, back
 
 @pytest.fixture
 def bundle_log(monkeypatch) -> list[list[tuple[int, int, str, int]]]:
-    """Every bundle a worker runs: (node, direction, port, key) per message."""
+    """Every bundle a worker runs (lone messages included): (node, direction, port, key) per message."""
     log: list[list[tuple[int, int, str, int]]] = []
-    original = Worker.handle_bundle
+    original = Worker.step
 
-    def spy(self, bundle):
+    def spy(self, bundle, *args):
         log.append([(m.node, m.direction, m.port, m.key) for m in bundle])
-        return original(self, bundle)
+        return original(self, bundle, *args)
 
-    monkeypatch.setattr(Worker, "handle_bundle", spy)
+    monkeypatch.setattr(Worker, "step", spy)
     return log
 
 

@@ -20,6 +20,7 @@ from amp_notebook.data import Batch, Dataset
 from amp_notebook.runtime import checkpoint_file
 from amp_notebook.runtime.checkpoint import capture, graph_differences, load_checkpoint, restore
 from amp_notebook.runtime.checkpoint_file import CheckpointError
+from amp_notebook.runtime.credits import Credits
 from amp_notebook.runtime.run import Run
 from amp_notebook.runtime.session import RunConfig, Session
 from amp_notebook.runtime.train import TrainResult, resume, train
@@ -197,6 +198,8 @@ def test_capture_refuses_a_session_with_keys_in_flight(digits):
 
 
 class _Sink:
+    ledger = Credits()
+
     def inject(self, msgs) -> None:
         pass
 

@@ -58,9 +58,11 @@ def run_random_execution(seed: int, workers: int, keys: int) -> None:
     reported: set[int] = set()
     for key in range(keys):
         n = rng.randint(1, 3)
-        for m, w in zip([msg(0, key) for _ in range(n)], completion.inject_key(key, n), strict=True):
+        msgs = [msg(0, key) for _ in range(n)]
+        completion.admit_key(key, msgs)
+        for m in msgs:
             dst = rng.randrange(workers)
-            ledgers[dst].hold(m, w)
+            ledgers[dst].hold(m, completion.share_of(m))
             in_flight.append((dst, m))
         remaining[key] = n
     shipped: list[tuple[dict, dict, list]] = []
@@ -70,7 +72,6 @@ def run_random_execution(seed: int, workers: int, keys: int) -> None:
         if in_flight and (not shipped or rng.random() < 0.7):
             w, m = in_flight.pop(rng.randrange(len(in_flight)))
             ledger = ledgers[w]
-            ledger.begin([m])
             depth = m.node
             fan_out = 0 if depth >= 6 else rng.choice((0, 1, 1, 2, 3))
             outs = [msg(depth + 1, m.key, rng.choice((FWD, BWD))) for _ in range(fan_out)]
@@ -78,7 +79,7 @@ def run_random_execution(seed: int, workers: int, keys: int) -> None:
                 reports[w].append((7, {"key": m.key, "loss": 1.0, "n": 1}))
                 reported.add(m.key)
             if rng.random() < 0.3:  # a local update follows: messages leave first, the bundle keeps a share
-                ledger.add(outs)
+                ledger.send_on([m], outs)
                 ledger.release([m], [])
             else:
                 ledger.release([m], outs)
@@ -103,7 +104,7 @@ def run_random_execution(seed: int, workers: int, keys: int) -> None:
         if not in_flight and not shipped:
             shipped.extend(ledger.take() for ledger in ledgers)
             shipped = [s for s in shipped if s[0] or s[1] or s[2]]
-    assert sorted(done_keys) == list(range(keys)), f"not every key completed: {completion.outstanding()}"
+    assert sorted(done_keys) == list(range(keys)), f"not every key completed: {completion.in_flight()}"
     assert not completion.returned
 
 
@@ -115,11 +116,11 @@ def test_keys_complete_exactly_when_nothing_remains(seed, workers, keys):
 
 def test_a_flush_completes_when_all_its_updates_came_back():
     completion = Completion()
-    completion.inject_flush(0, 3)
     ledgers = [WeightLedger(deque()) for _ in range(2)]
     updates = [Message(i, "", UPDATE, None, State(flush=0)) for i in range(3)]
-    ledgers[0].release(updates[:2])
-    ledgers[1].release(updates[2:])
+    completion.admit_flush(0, updates)
+    ledgers[0].release(updates[:2], [])
+    ledgers[1].release(updates[2:], [])
     assert completion.absorb(*ledgers[1].take()[:2]) == ([], [])
     assert completion.absorb(*ledgers[0].take()[:2]) == ([], [0])
 
@@ -129,15 +130,13 @@ def test_report_share_holds_the_key_until_the_report_arrives():
     reports_a = deque()
     a, b = WeightLedger(reports_a), WeightLedger(deque())
     completion = Completion()
-    (w,) = completion.inject_key(0, 1)
     m = msg(3, 0)
-    a.hold(m, w)
-    a.begin([m])
+    completion.admit_key(0, [m])
+    a.hold(m, completion.share_of(m))
     reports_a.append((3, {"key": 0, "loss": 0.5, "n": 10}))
     grad = msg(2, 0, BWD)
     a.release([m], [grad])
     b.hold(grad, a.weight_of(grad))
-    b.begin([grad])
     b.release([grad], [])
     assert completion.absorb(*b.take()[:2]) == ([], []), "complete without the loss report"
     returned, flushes, reports = a.take()

@@ -50,3 +50,40 @@ def test_a_restart_goes_back_to_the_last_checkpoint_kept() -> None:
     restarts.keep(SimpleNamespace(epochs_completed=0))  # type: ignore[arg-type]
     restarts.keep(SimpleNamespace(epochs_completed=5))  # type: ignore[arg-type]
     assert restarts.record(lost(), at_s=0.0).epoch == 5
+
+
+# ------------------------------------------------------------------ restarts of real runs
+@pytest.mark.parametrize("backend", ["threads", "native"])
+def test_a_lost_worker_restarts_and_the_sync_run_ends_as_if_never_interrupted(backend: str) -> None:
+    from amp_notebook.testing.faults import Fault
+    from amp_notebook.testing.restarts import EPOCHS, run_case
+    from amp_notebook.testing.runs import Setup, census
+
+    setup = Setup("mlp", "sync")
+    for k in (3, (EPOCHS - 1) * census(setup).steps[1]):  # in the first epoch, and after two checkpoints
+        case = run_case(setup, backend, Fault("glue", k=k, worker=1))
+        assert case.fired and case.finished and case.error is None, case
+        assert case.restarts == case.restarts_in_summary == 1 and case.same_params, case
+
+
+def test_a_run_restarts_at_most_max_failures_times_then_reports_the_loss(monkeypatch) -> None:
+    from amp_notebook import models
+    from amp_notebook.runtime.inbox import Inbox
+    from amp_notebook.runtime.train import train
+    from tests.conftest import digits_dataset
+
+    real_take, taken = Inbox.take, [0]
+
+    def failing_take(self, allow_forward=True):  # every restarted run fails again
+        taken[0] += 1
+        if taken[0] % 25 == 0:
+            raise OSError("the runtime's own code failed")
+        return real_take(self, allow_forward)
+
+    monkeypatch.setattr(Inbox, "take", failing_take)
+    run = train(models.mlp(input_width=64, hidden=16), digits_dataset(batch_size=50), workers=2, mode="sync",
+                epochs=2, max_failures=2, background=True, engine="python")  # fmt: skip
+    with pytest.raises(WorkerLostError, match="OSError: the runtime's own code failed"):
+        run.wait(timeout=60)
+    status = run.status
+    assert status["restarts"] == 2 and status["last_restart"]["number"] == 2, status

@@ -217,7 +217,7 @@ def test_session_average_replicas_is_exact_mean(lists, replicas):
     graph = small_rnn(replicas=replicas)
     session = Session(graph, lists, RunConfig(workers=2, dtype="float64"), make_optimizer("sgd"))
     group = [session.plan.index[f"step{i}"] for i in range(replicas)]
-    assert session.plan.replica_groups == [group]
+    assert session.plan.replica_groups == (tuple(group),)
     rng = np.random.default_rng(0)
     for i in group:
         for p in session.contexts[i].params.values():

@@ -58,23 +58,34 @@ def test_a_dropped_forward_message_leaves_a_join_waiting():
 def test_the_simulator_that_runs_out_of_events_gives_the_same_diagnosis():
     session = Session(models.mlp(input_width=64, hidden=16), digits_dataset(batch_size=50), RunConfig(workers=2))
     backend = SimulatedBackend(session)
-    real, target, dropped = backend.deliver, session.plan.index["linear3"], []
+    real_from, target, dropped = backend._deliver_from, session.plan.index["linear3"], []
 
-    def deliver(msgs, at):
-        keep = [m for m in msgs if dropped or not (m.node == target and m.direction == BWD and m.key == 2)]
-        dropped.extend(m for m in msgs if m not in keep)
-        real(keep, at)
+    def deliver_from(w):
+        real = real_from(w)
 
-    backend.deliver = deliver
+        def deliver(msgs, at):
+            keep = [m for m in msgs if dropped or not (m.node == target and m.direction == BWD and m.key == 2)]
+            dropped.extend(m for m in msgs if m not in keep)
+            real(keep, at)
+
+        return deliver
+
+    backend._deliver_from = deliver_from
     with pytest.raises(StuckRunError, match="ran out of events") as err:
         backend.run()
     d = err.value.diagnosis
     assert list(d.keys_in_flight) == [2] and "Linear 'linear3' still waits for key 2" in d.conclusion
 
 
-def test_a_worker_thread_that_ends_without_a_word_stops_the_run():
-    error = stuck_error(Setup("mlp", "amp"), Fault("vanish", k=5, worker=1))
-    assert "ended" in error.diagnosis.reason and error.diagnosis.workers[1] == "thread ended"
+def test_a_worker_thread_that_ends_without_a_word_stops_the_run_as_a_lost_worker():
+    from amp_notebook.runtime.restart import WorkerLostError
+
+    fault = Fault("vanish", k=5, worker=1)
+    run, _ = faults.start(Setup("mlp", "amp"), faults.installer(fault))
+    with pytest.raises(WorkerLostError) as err:  # max_failures=N would restart the run instead
+        run.wait(timeout=HANG_GUARD_S)
+    assert fault.fired_at is not None
+    assert err.value.worker == 1 and "its thread ended while the run was going" in str(err.value)
 
 
 def test_status_carries_the_diagnosis():

@@ -17,7 +17,7 @@ from amp_notebook.optim import make_optimizer
 from amp_notebook.runtime.credits import Credits
 from amp_notebook.runtime.plan import compile_plan
 from amp_notebook.runtime.worker import NodeError, Worker
-from amp_notebook.trace.buffers import PHASE_UPDATE, WorkerBuffer
+from amp_notebook.trace.buffers import WorkerBuffer
 
 
 def small(min_update_frequency: int = 1, local_updates: bool = True):
@@ -60,14 +60,14 @@ def msg(plan, node: str, port: str, direction: int, payload, key: int = 0) -> Me
 def test_forward_routes_along_edges_and_a_loss_starts_the_backward_pass():
     plan, worker = small()
     x = np.ones((2, 3))
-    (out,) = worker.handle(msg(plan, "x", "in", FWD, x))
+    (out,) = worker.handle([msg(plan, "x", "in", FWD, x)])
     assert (plan.names[out.node], out.port, out.direction) == ("linear1", "in", FWD)
-    (h,) = worker.handle(out)
-    (r,) = worker.handle(h)
-    (logits,) = worker.handle(r)
-    assert worker.handle(logits) == []  # the loss waits for its target
-    (target,) = worker.handle(msg(plan, "target", "in", FWD, np.array([0, 1])))
-    (back,) = worker.handle(target)  # joined: loss reported, gradient sent back to linear2
+    (h,) = worker.handle([out])
+    (r,) = worker.handle([h])
+    (logits,) = worker.handle([r])
+    assert worker.handle([logits]) == []  # the loss waits for its target
+    (target,) = worker.handle([msg(plan, "target", "in", FWD, np.array([0, 1]))])
+    (back,) = worker.handle([target])  # joined: loss reported, gradient sent back to linear2
     assert (plan.names[back.node], back.port, back.direction) == ("linear2", "out", BWD)
     assert worker.reports and worker.reports[0][1]["n"] == 2
 
@@ -77,11 +77,11 @@ def test_backward_records_staleness_and_makes_an_update_due_at_min_update_freque
     node = plan.index["linear2"]
     x = np.ones((1, 4))
     for key in (0, 1):
-        worker.handle(Message(node, "in", FWD, x, State(key=key)))
+        worker.handle([Message(node, "in", FWD, x, State(key=key))])
     worker.contexts[node].version = 3  # two updates happened meanwhile elsewhere in a real run
-    worker.handle(Message(node, "out", BWD, np.ones((1, 2)), State(key=0)))
+    worker.handle([Message(node, "out", BWD, np.ones((1, 2)), State(key=0))])
     assert worker.due_updates == []  # one gradient of two
-    worker.handle(Message(node, "out", BWD, np.ones((1, 2)), State(key=1)))
+    worker.handle([Message(node, "out", BWD, np.ones((1, 2)), State(key=1))])
     assert worker.due_updates == [node]
     columns = worker.buffer.snapshot()[1]
     assert columns["value"].tolist() == [3, 3] and columns["key"].tolist() == [0, 1]
@@ -90,9 +90,8 @@ def test_backward_records_staleness_and_makes_an_update_due_at_min_update_freque
 def test_step_sends_outputs_before_the_update_and_releases_credits_after_it():
     plan, worker = small()
     credits = Credits()
-    credits.inject_key(0, 1)
     node = plan.index["linear2"]
-    worker.handle(Message(node, "in", FWD, np.ones((1, 4)), State(key=0)))  # cached for backward
+    worker.handle([Message(node, "in", FWD, np.ones((1, 4)), State(key=0))])  # cached for backward
     log: list[str] = []
     delivered: list[Message] = []
 
@@ -102,13 +101,14 @@ def test_step_sends_outputs_before_the_update_and_releases_credits_after_it():
         delivered.extend(msgs)
 
     bundle = [Message(node, "out", BWD, np.ones((1, 2)), State(key=0))]
-    done, flushed, end = worker.step(bundle, 5, ScriptedTime(log), credits, deliver)
+    credits.admit_key(0, bundle)
+    completed, end = worker.step(bundle, 5, ScriptedTime(log), credits, deliver)
     assert log == ["deliver", "update"]
     assert [plan.names[m.node] for m in delivered] == ["relu1"]
-    assert (done, flushed, end) == ([], [], 11.5)
+    assert (completed, end) == (None, 11.5)  # nothing completed
     assert credits.keys == {0: 1}  # the handled message gave its credit up, its output holds one
     events = worker.buffer.snapshot()[0]
-    assert events["phase"].tolist() == [BWD, PHASE_UPDATE]
+    assert events["phase"].tolist() == [BWD, UPDATE]
     assert events["start"].tolist() == [10.0, 11.0] and events["end"].tolist() == [11.0, 11.5]
     assert events["depth"].tolist() == [5, 5] and worker.contexts[node].version == 1
 
@@ -116,25 +116,25 @@ def test_step_sends_outputs_before_the_update_and_releases_credits_after_it():
 def test_step_reports_completed_keys_and_flushes():
     plan, worker = small(local_updates=False)
     credits = Credits()
-    credits.inject_key(4, 1)
     node = plan.index["linear2"]
-    worker.handle(Message(node, "in", FWD, np.ones((1, 4)), State(key=4)))
+    worker.handle([Message(node, "in", FWD, np.ones((1, 4)), State(key=4))])
     worker.contexts[node].train = False
     bundle = [Message(plan.index["relu1"], "out", BWD, np.ones((1, 4)), State(key=4))]
+    credits.admit_key(4, bundle)
     worker.contexts[plan.index["relu1"]].cache[State(key=4)] = (np.ones((1, 4)), np.ones((1, 4)))
-    done, flushed, _ = worker.step(bundle, 0, ScriptedTime([]), credits, lambda m, at: None)
-    assert (done, flushed) == ([], [])  # relu1 sends a gradient on to linear1: still a message of key 4
-    credits.inject_flush(0, 1)
+    completed, _ = worker.step(bundle, 0, ScriptedTime([]), credits, lambda m, at: None)
+    assert completed is None  # relu1 sends a gradient on to linear1: still a message of key 4
     worker.contexts[node].n_grads = 1
     worker.contexts[node].grads = {k: np.zeros_like(v) for k, v in worker.contexts[node].params.items()}
     worker.contexts[node].grad_keys.add(4)
     update = [Message(node, "", UPDATE, None, State(flush=0))]
+    credits.admit_flush(0, update)
     assert update[0].key == -1  # flush 0 shows as key -1 in the trace
-    done, flushed, _ = worker.step(update, 0, ScriptedTime([]), credits, lambda m, at: None)
-    assert (done, flushed) == ([], [0])
+    completed, _ = worker.step(update, 0, ScriptedTime([]), credits, lambda m, at: None)
+    assert completed == ([], [0])
 
 
 def test_an_error_in_an_op_names_node_direction_port_and_state():
     plan, worker = small()
     with pytest.raises(NodeError, match=r"Linear 'linear1' failed on a bwd message at port 'out' with state .*key=9"):
-        worker.handle(msg(plan, "linear1", "out", BWD, np.ones((1, 4)), key=9))  # nothing cached for key 9
+        worker.handle([msg(plan, "linear1", "out", BWD, np.ones((1, 4)), key=9)])  # nothing cached for key 9

@@ -140,12 +140,8 @@ def test_empty_trace_metrics():
 def test_buffer_snapshot_has_whole_rows_only():
     buf = WorkerBuffer()
     buf.record(1, 0, 7, 0.5, 0.75, 3)
-    # a writer caught in the middle of its next row: every column but `end` already appended
-    buf.node.append(2)
-    buf.phase.append(1)
-    buf.key.append(8)
-    buf.depth.append(0)
-    buf.start.append(0.9)
+    # the bytes of part of a next row (a writer appends whole rows at once; a reader must not rely on it)
+    buf.event_table.view.current.extend(buf.event_table.packer.pack(2, 1, 8, 0, 1, 0.9, 1.0)[:-8])
     rows, stale = buf.snapshot()
     assert {k: v.tolist() for k, v in rows.items()} == {
         "row": [0], "node": [1], "phase": [0], "key": [7], "depth": [3], "messages": [1], "start": [0.5], "end": [0.75]

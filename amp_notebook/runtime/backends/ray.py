@@ -22,19 +22,29 @@ their shares: a key cannot complete before its loss is known), the trace rows wr
 reply, and the actor's error if its step failed. The driver appends the reports to the session, the rows
 (moved onto its own clock) to the worker's trace buffer, adds the weights up, and hands completed keys and
 flushes to the session: the same events and actions as every backend. Between replies it runs functions
-queued by a background :class:`~amp_notebook.runtime.run.Run` (``call``). Changed thresholds
-(``min_update_frequency``, ``max_bundle``: the plan's lists are mirrored to the actors as they are assigned)
-and pause/resume reach every actor, acknowledged, before the Run's method returns.
+queued by a background :class:`~amp_notebook.runtime.run.Run` (``call``). The backend listens to the
+session's :class:`~amp_notebook.runtime.knobs.Knobs` and forwards every change to every actor: changed
+thresholds (``min_update_frequency``, ``max_bundle``) are acknowledged before the Run's method returns, a
+pause or resume before the next queued function runs.
 
-Epoch ends. No message is in flight, so the driver fetches every parameterized node's state from the
-actors (the session's contexts then hold the parameters as of that epoch end: results and checkpoints
-read them), averages replica groups exactly as the session does, and sends the averages back with the
-epoch's learning-rate schedule step.
+Epoch ends. No message is in flight; the session asks the backend to bring the node states back
+(``sync_state``: every parameterized node's state fetched from the actors, so the session's contexts hold
+the parameters as of that epoch end, which results and checkpoints read), averages replica groups itself,
+and hands the averages back (``epoch_ended``: sent to the actors with the epoch's learning-rate schedule
+step).
 
 Faults. A node's error in an actor stops the run and is re-raised in the driver as the same
-:class:`~amp_notebook.runtime.worker.NodeError`. An actor that dies (its process or machine lost) raises
-:class:`WorkerLostError`, naming the worker, the nodes it hosted and the machine. Whatever ends the run,
-every actor of it is killed before ``run`` returns or raises.
+:class:`~amp_notebook.runtime.worker.NodeError`; a NaN or infinity in a loss or a gradient, found by the
+actor's own checks (``on_nonfinite``, as a worker thread's), as the same
+:class:`~amp_notebook.runtime.numerics.NonFiniteError` naming node and key (the inputs are checked on the
+driver). An actor that dies (its process or machine lost), fails in the runtime's own code, or whose step
+thread ends raises :class:`~amp_notebook.runtime.restart.WorkerLostError`, naming the worker, the nodes it
+hosted and the machine; with ``max_failures`` the run restarts instead (:meth:`RayBackend.restart`: the
+actors killed, the session back at its last checkpoint, fresh actors). The driver loop keeps the watchdog
+(``watchdog_s``): each reply says how many messages the actor has handled, and keys in flight with none
+handled anywhere for that long stop the run with a
+:class:`~amp_notebook.runtime.watchdog.StuckRunError` and its diagnosis. Whatever ends the run, every
+actor of it is killed before ``run`` returns or raises.
 """
 
 from __future__ import annotations
@@ -44,25 +54,28 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from types import SimpleNamespace
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from amp_notebook.errors import AmpError
-from amp_notebook.ir.message import UPDATE, Message
+from amp_notebook.ir.message import Message
 from amp_notebook.ir.serialize import graph_to_dict
-from amp_notebook.optim import DEFAULT_OPTIMIZER, average_parameters
+from amp_notebook.optim import DEFAULT_OPTIMIZER
 from amp_notebook.runtime.backends import ray_cluster
 from amp_notebook.runtime.backends.ray_actor import encode, host_class, writable
-from amp_notebook.runtime.backends.ray_cluster import ClockOffset, alive_nodes, measure_offset, node_for
-from amp_notebook.runtime.backends.ray_credits import ZERO, Completion
+from amp_notebook.runtime.backends.ray_cluster import ClockOffset, ClusterError, alive_nodes, measure_offset, node_for
+from amp_notebook.runtime.backends.ray_credits import Completion
 from amp_notebook.runtime.backends.ray_rows import append_worker_rows
 from amp_notebook.runtime.controller import Action
+from amp_notebook.runtime.knobs import KnobChange
+from amp_notebook.runtime.numerics import NonFiniteError
+from amp_notebook.runtime.recover import drive, restart_session
+from amp_notebook.runtime.restart import WorkerLostError
 from amp_notebook.runtime.session import Session
+from amp_notebook.runtime.watchdog import Diagnosis, StuckRunError, Watchdog, diagnose
 from amp_notebook.runtime.worker import NodeError
 
 POLL_S = 0.25  # an actor answers its long poll at least this often (trace rows for a live dashboard)
@@ -70,91 +83,59 @@ WAIT_S = 0.05  # the driver looks at queued live changes at least this often
 START_TIMEOUT_S = 120.0  # actors not placed by then: the cluster lacks room for them
 
 
-class WorkerLostError(AmpError, RuntimeError):
-    """A worker's actor died (its process or its machine was lost); the run stopped."""
-
-    def __init__(self, worker: int, nodes: list[str], where: str, cause: BaseException) -> None:
-        self.worker, self.nodes, self.where = worker, nodes, where
-        super().__init__(
-            f"Ray worker {worker} (hosting nodes {nodes}, on {where}) died: {type(cause).__name__}: "
-            f"{str(cause).splitlines()[0] if str(cause) else ''}. The run stopped and its other actors were "
-            "killed; train again (from a checkpoint, if you saved one)"
-        )
-
-
-class _RemoteFlag:
-    """``paused`` as the Run sees it (set / clear / is_set), mirrored to every actor."""
-
-    def __init__(self, backend: RayBackend) -> None:
-        self._backend = backend
-        self._set = False
-
-    def set(self) -> None:
-        self._set = True
-        self._backend._send_paused(True)
-
-    def clear(self) -> None:
-        self._set = False
-        self._backend._send_paused(False)
-
-    def is_set(self) -> bool:
-        return self._set
-
-
-class _MirroredList(list):
-    """A plan's per-node knob list (``min_update_frequency``, ``max_bundle``) whose item assignments, made by
-    a live Run on the driver thread, reach every actor before the assignment returns."""
-
-    def __init__(self, items: list[int], changed: Callable[[], None]) -> None:
-        super().__init__(items)
-        self._changed = changed
-
-    def __setitem__(self, index: Any, value: Any) -> None:
-        super().__setitem__(index, value)
-        self._changed()
-
-
 class RayBackend:
+    """Worker actors on a Ray cluster (module docstring); implements :class:`~amp_notebook.runtime.backend.Backend`.
+    Owns the actors, their outboxes, the weighted-credit :class:`Completion` and the clock offsets; never
+    changes the session beyond the protocol's calls (knob changes reach the actors through its listener)."""
+
     def __init__(self, session: Session, address: str | None = None, num_cpus: int | None = None) -> None:
         self.session = session
         plan = session.plan
         workers = session.config.workers
         ray_cluster.connect(address, num_cpus)
-        self.run_id = uuid.uuid4().hex[:8]
-        self.completion = Completion()
-        self.outboxes: list[list[Any]] = [[] for _ in range(workers)]
+        self.ledger = Completion()  # made again by _fresh, as at each restart
         self.calls: queue.SimpleQueue[Callable[[], list[Action]]] = queue.SimpleQueue()
         self.started = threading.Event()
-        self.paused = _RemoteFlag(self)
-        self.threads: tuple[()] = ()  # the Run wakes worker threads after resume; actors are woken by the flag
-        self._acks: list[Any] = []
         self._lock = threading.Lock()
-        self.finished = False
         self.origin = 0.0
         self.wall_s = 0.0
         self.hosts: list[Any] = []
-        self.where: list[dict[str, Any]] = []
-        self.offsets: list[ClockOffset] = []
-        self.drift_s: list[float] = []
-        self.counts: list[dict[str, int]] = []
         self.missed_rows = 0
-        plan.min_update_frequency = _MirroredList(plan.min_update_frequency, self._send_knobs)
-        plan.max_bundle = _MirroredList(plan.max_bundle, self._send_knobs)
         self._hosted = [[plan.names[i] for i in range(len(plan.names)) if plan.owner[i] == w] for w in range(workers)]
-        session.average_replicas = self._epoch_end  # type: ignore[method-assign]  # params live in the actors
+        session.knobs.subscribe(self.knobs_changed)
+        self._fresh()
         try:
             self._deploy()
         except BaseException:
             self._kill()
             raise
 
+    def _fresh(self) -> None:
+        """The state of one set of actors: run id, ledger, outboxes, acknowledgements, progress, watchdog."""
+        workers = self.session.config.workers
+        self.run_id = uuid.uuid4().hex[:8]
+        self.ledger = Completion()
+        self.outboxes: list[list[Any]] = [[] for _ in range(workers)]
+        self._acks: list[Any] = []
+        self.finished = False
+        self.hosts = []
+        self.where: list[dict[str, Any]] = []
+        self.offsets: list[ClockOffset] = []
+        self.drift_s: list[float] = []
+        self.counts: list[dict[str, int]] = []
+        self.handled = [0] * workers  # messages each actor has handled, as its last reply said
+        watchdog_s = self.session.config.watchdog_s
+        self.watchdog = Watchdog(watchdog_s) if watchdog_s is not None else None
+        self._watched = 0.0
+
     # ------------------------------------------------------------------ deployment
     def _deploy(self) -> None:
-        session, plan, config = self.session, self.session.plan, self.session.config
-        setup = {  # the settings as JSON; the plan's per-node knobs and the optimizer as the run has them now
+        session, plan, config, knobs = self.session, self.session.plan, self.session.config, self.session.knobs
+        setup = {  # the settings as JSON; the live knobs and the optimizer as the run has them now
             "graph": graph_to_dict(plan.graph), "placement": {n: plan.owner[i] for i, n in enumerate(plan.names)},
             "config": config.as_json(), "optimizer": _default_optimizer_spec(plan),
-            "min_update_frequency": list(plan.min_update_frequency), "max_bundle": list(plan.max_bundle),
+            "min_update_frequency": list(knobs.min_update_frequency), "max_bundle": list(knobs.max_bundle),
+            "paused": knobs.paused,
         }  # fmt: skip
         nodes = alive_nodes()
         host = host_class()
@@ -169,27 +150,24 @@ class RayBackend:
         try:
             self.where = ray.get([h.start.remote(self.hosts) for h in self.hosts], timeout=START_TIMEOUT_S)
         except GetTimeoutError:
-            raise RuntimeError(
+            raise ClusterError(
                 f"the Ray cluster did not start {config.workers} worker actors within {START_TIMEOUT_S:.0f} s "
                 f"(nodes: {[n['NodeManagerAddress'] for n in nodes]}); is amp_notebook installed on every node?"
             ) from None
         except RayActorError as exc:
-            raise RuntimeError(f"a Ray worker actor failed to start: {exc}") from exc
+            raise ClusterError(
+                f"a Ray worker actor failed to start: {exc}; is the same version of amp_notebook installed on "
+                "every node of the cluster?"
+            ) from exc
         self.offsets = [measure_offset(h) for h in self.hosts]
 
     # ------------------------------------------------------------------ Backend protocol
     def inject(self, msgs: list[Message]) -> None:
-        """Messages from the controller (a key's inputs, or a flush's updates): weighed, then batched per worker."""
-        if not msgs:
-            return
-        owner = self.session.plan.owner
-        if msgs[0].direction == UPDATE:
-            self.completion.inject_flush(msgs[0].state["flush"], len(msgs))  # type: ignore[arg-type]
-            weights = [ZERO] * len(msgs)
-        else:
-            weights = self.completion.inject_key(msgs[0].key, len(msgs))
-        for m, w in zip(msgs, weights, strict=True):
-            self.outboxes[owner[m.node]].append(encode(m, w))
+        """Messages from the controller (a key's inputs, weighed by the ledger, or a flush's updates), batched
+        per worker."""
+        owner, share_of = self.session.plan.owner, self.ledger.share_of
+        for m in msgs:
+            self.outboxes[owner[m.node]].append(encode(m, share_of(m)))
 
     def now(self) -> float:
         return time.perf_counter() - self.origin
@@ -200,13 +178,19 @@ class RayBackend:
 
     # ------------------------------------------------------------------ the driver loop
     def run(self) -> None:
-        """Drive the run to the end in the calling thread; raises the first worker error."""
+        """Drive the run to the end in the calling thread; raises the first worker error (a lost worker only
+        once the session's restarts are spent)."""
+        self.origin = time.perf_counter()
+        self.started.set()
+        drive(self, self._drive)
+
+    def _drive(self) -> None:
         session = self.session
+        self.wall_s = 0.0
         try:
-            self.origin = time.perf_counter()
-            self.started.set()
             self.finished = session.begin(self)
             pending = {h.events.remote(POLL_S): w for w, h in enumerate(self.hosts)}
+            tick = self.watchdog.tick_s if self.watchdog is not None else None
             while not self.finished:
                 self._send_outboxes()
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=WAIT_S)
@@ -216,12 +200,37 @@ class RayBackend:
                     self.finished |= self._absorb(w, self._get(w, ref))
                     if not self.finished:
                         pending[self.hosts[w].events.remote(POLL_S)] = w
+                if tick is not None and not self.finished and time.monotonic() - self._watched >= tick:
+                    self.watch()
             self.wall_s = time.perf_counter() - self.origin
             self._finish(pending)
         finally:
             if not self.wall_s:
                 self.wall_s = time.perf_counter() - self.origin
             self._kill()
+
+    def restart(self, checkpoint: Any) -> None:
+        """After a lost worker: every actor killed, the session back at ``checkpoint``, fresh actors deployed
+        with its state (a new run id names them). The clock and the driver's trace buffers go on."""
+        self._kill()
+        restart_session(self.session, checkpoint)
+        self._fresh()
+        try:
+            self._deploy()
+        except BaseException:
+            self._kill()
+            raise
+
+    def watch(self) -> None:
+        """The watchdog's look (driver loop): raise :class:`StuckRunError` if keys are in flight and no actor
+        has handled a message for ``watchdog_s`` (by the counts their replies carry)."""
+        assert self.watchdog is not None
+        now = self._watched = time.monotonic()
+        if self.watchdog.stuck(sum(self.handled), self.ledger.busy(), self.session.knobs.paused, now):
+            raise StuckRunError(self.diagnose(
+                f"no message handled for {self.watchdog.idle_s(now):.1f} s while keys are in flight "
+                f"(watchdog_s={self.watchdog.timeout_s:g})"
+            ))  # fmt: skip
 
     def _get(self, w: int, ref: Any) -> Any:
         try:
@@ -238,19 +247,20 @@ class RayBackend:
         """One reply of worker ``w``: error, reports, trace rows, then returned weights. True once finished."""
         error = batch["error"]
         if error is not None:
-            raise _rebuild(error, w, self._hosted[w])
+            raise _rebuild(error, w, self._hosted[w], self._where(w))
         session = self.session
+        if not final and not batch["alive"]:
+            raise WorkerLostError(w, self._hosted[w], self._where(w), "its step thread ended while the run was going")
+        self.handled[w] = batch["handled"]
+        if batch["skipped"] and session.numerics is not None:
+            session.numerics.skipped.update(batch["skipped"])
         session.workers[w].reports.extend(batch["reports"])
         self.missed_rows += append_worker_rows(session.buffers[w], batch["rows"], self.offsets[w].offset_s)
         if final:
             return True
-        done, flushed = self.completion.absorb(batch["returned"], batch["flushes"])
+        done, flushed = self.ledger.absorb(batch["returned"], batch["flushes"])
         if not (done or flushed):
             return False
-        for key in done:  # the session's own ledger was given these keys by carry_out; they are done
-            session.credits.keys.pop(key, None)
-        for fid in flushed:
-            session.credits.flushes.pop(fid, None)
         return session.completed(done, flushed, self)
 
     def _send_outboxes(self) -> None:
@@ -261,23 +271,26 @@ class RayBackend:
 
     def _run_calls(self) -> None:
         """Functions queued by a live Run, after the actors acknowledged pause/resume (changed thresholds reach
-        the actors as the functions assign them: :class:`_MirroredList`)."""
+        the actors as the functions change the knobs: :meth:`knobs_changed`)."""
         if self.calls.empty():
             return
         self._wait_acks()
         while not self.calls.empty() and not self.finished:
             self.finished |= self.session.carry_out(self.calls.get_nowait()(), self)
 
-    def _send_knobs(self) -> None:
-        """The plan's thresholds changed (a live Run, on this thread): every actor takes them before we go on."""
-        plan = self.session.plan
-        knobs = (list(plan.min_update_frequency), list(plan.max_bundle))
-        for w, ref in enumerate([h.set_knobs.remote(*knobs) for h in self.hosts]):
+    def knobs_changed(self, change: KnobChange) -> None:
+        """Forward a change of the session's knobs to every actor. Thresholds change on the driver thread (a
+        live Run's queued function): every actor takes them before we go on. A pause or resume comes from the
+        caller's thread: its acknowledgements are awaited before the next queued function runs."""
+        if change.knob == "max_active_keys":  # the controller's, on the driver
+            return
+        refs = [h.change_knob.remote(change.knob, change.nodes, change.value) for h in self.hosts]
+        if change.knob == "paused":
+            with self._lock:
+                self._acks.extend(refs)
+            return
+        for w, ref in enumerate(refs):
             self._get(w, ref)
-
-    def _send_paused(self, paused: bool) -> None:
-        with self._lock:
-            self._acks.extend(h.set_paused.remote(paused) for h in self.hosts)
 
     def _wait_acks(self) -> None:
         with self._lock:
@@ -285,17 +298,19 @@ class RayBackend:
         for w, ref in enumerate(acks):
             self._get(w % len(self.hosts), ref)
 
-    # ------------------------------------------------------------------ epoch end and the end
-    def _epoch_end(self) -> None:
-        """The session's replica averaging, for a Ray run (module docstring: epoch ends)."""
+    # ------------------------------------------------------------------ node states, epoch ends and the end
+    def sync_state(self) -> None:
+        """Bring every parameterized node's state from the actors into the session's contexts (no message in
+        flight): what an epoch end averages and a mid-run checkpoint captures."""
         self._fetch_states()
-        plan = self.session.plan
+
+    def epoch_ended(self, nodes: Sequence[int]) -> None:
+        """The session averaged ``nodes`` (replicas): each actor takes its nodes' averages and steps its
+        optimizers' per-epoch schedules, before the next epoch's keys are admitted."""
+        plan, contexts = self.session.plan, self.session.contexts
         averaged: list[dict[str, dict[str, Any]]] = [{} for _ in self.hosts]
-        for group in plan.replica_groups:
-            holders = [SimpleNamespace(params=self.session.contexts[i].params) for i in group]
-            average_parameters(holders)  # the same arithmetic as the threaded backend
-            for i in group:
-                averaged[plan.owner[i]][plan.names[i]] = self.session.contexts[i].params
+        for i in nodes:
+            averaged[plan.owner[i]][plan.names[i]] = contexts[i].params
         for w, ref in enumerate([h.end_epoch.remote(averaged[w]) for w, h in enumerate(self.hosts)]):
             self._get(w, ref)
 
@@ -319,11 +334,6 @@ class RayBackend:
                 ctx.n_grads = state["n_grads"]
                 ctx.grad_keys = set(state["grad_keys"])
 
-    def sync_contexts(self) -> None:
-        """Bring every parameterized node's state from the actors into the session's contexts (no message in
-        flight): what ``Run.save`` captures mid-run, as the threaded backend's contexts always hold it."""
-        self._fetch_states()
-
     def _finish(self, pending: dict[Any, int]) -> None:
         """The run is finished: the last trace rows and reports, final parameters, clock drift."""
         finals = [h.final.remote() for h in self.hosts]
@@ -337,6 +347,20 @@ class RayBackend:
         self.session.collect_reports()
         ends = [measure_offset(h, pings=4) for h in self.hosts]
         self.drift_s = [end.offset_s - start.offset_s for end, start in zip(ends, self.offsets, strict=True)]
+
+    def diagnose(self, reason: str) -> Diagnosis:
+        """What is in flight (the ledger's weights still out), queued and held in each actor now."""
+        keys, flushes = self.ledger.in_flight()
+        facts = [self._get(w, ref) for w, ref in enumerate([h.activity.remote() for h in self.hosts])]
+        session = self.session
+        return diagnose(
+            reason, session.plan, session.contexts, keys, flushes, [f["depth"] for f in facts],
+            [f["doing"] for f in facts], held=[h for f in facts for h in f["held"]],
+        )  # fmt: skip
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Kill every actor of the run (they hold nothing the driver has not fetched once it has ended)."""
+        self._kill()
 
     def _kill(self) -> None:
         for h in self.hosts:
@@ -370,8 +394,11 @@ def _default_optimizer_spec(plan: Any) -> dict[str, Any]:
     return {"name": DEFAULT_OPTIMIZER}
 
 
-def _rebuild(error: dict[str, Any], worker: int, hosted: list[str]) -> BaseException:
-    """An actor's error, re-raised in the driver: a node's error as the same NodeError."""
+def _rebuild(error: dict[str, Any], worker: int, hosted: list[str], where: str) -> BaseException:
+    """An actor's error, re-raised in the driver: a node's error as the same NodeError, a NaN as the same
+    NonFiniteError, a failure of the runtime's own code as a lost worker."""
+    if error["kind"] == "nonfinite":
+        return NonFiniteError(error["node"], error["op"], error["what"], error["keys"], error["detail"])
     if error["kind"] == "node":
         from amp_notebook.ir.message import State
 
@@ -382,9 +409,9 @@ def _rebuild(error: dict[str, Any], worker: int, hosted: list[str]) -> BaseExcep
         exc = NodeError(error["node"], error["op"], error["direction"], error["port"], state, cause)
         exc.__cause__ = cause
         return exc
-    return RuntimeError(
-        f"Ray worker {worker} (hosting nodes {hosted}) failed in the runtime: {error['text']}\n{error['traceback']}"
-    )
+    lost = WorkerLostError(worker, hosted, where, f"the runtime's own code failed: {error['text']}")
+    lost.__cause__ = RuntimeError(f"in the actor:\n{error['traceback']}")
+    return lost
 
 
 def live_actors() -> list[dict[str, Any]]:

@@ -1,17 +1,20 @@
-"""One worker of a Ray run, in its own process: a mailbox, an inbox and a step thread, like a worker thread.
+"""One worker of a Ray run, in its own process: the same step loop as a worker thread.
 
 :class:`WorkerHost` is a Ray actor (made with :func:`host_class`). It builds the plan from the graph's
-JSON (the same :func:`~amp_notebook.runtime.plan.compile_plan` as the driver, with the driver's placement
-and thresholds), owns the node contexts placed on it, and runs a *step thread* that does what a worker
-thread of the threaded backend does: drain the mailbox into the :class:`~amp_notebook.runtime.inbox.Inbox`,
-take a bundle, run :meth:`~amp_notebook.runtime.worker.Worker.step` on it. What differs is passed in:
+JSON (the same :func:`~amp_notebook.runtime.plan.compile_plan` as the driver, with the driver's placement),
+its own :class:`~amp_notebook.runtime.knobs.Knobs` from the driver's values (the driver forwards every
+later change: :meth:`WorkerHost.change_knob`), owns the node contexts placed on it, and runs a *step
+thread*: the :class:`~amp_notebook.runtime.steploop.StepLoop` a worker thread of the threaded backend runs
+(drain the mailbox, take a bundle, :meth:`~amp_notebook.runtime.worker.Worker.step`, idle). What differs
+is passed in:
 
-* ``credits`` is a :class:`~amp_notebook.runtime.backends.ray_credits.WeightLedger` (weighted credit
-  recovery: completion across processes without a race; see that module);
+* the ledger is a :class:`~amp_notebook.runtime.backends.ray_credits.WeightLedger` (weighted credit
+  recovery: completion across processes without a race; see that module). Arriving messages give it their
+  weights on the mail thread, before the step thread can see them;
 * ``deliver`` puts messages for this worker straight into its own inbox and the others into one outbox
-  per destination; after the step each non-empty outbox goes out as *one* fire-and-forget call
-  (``peer.receive.remote(batch)``): several messages ready for the same worker travel together, and none
-  passes through the driver.
+  per destination, and sends each non-empty outbox as *one* fire-and-forget call
+  (``peer.receive.remote(batch)``): the messages a step emits for the same worker travel together, and
+  none passes through the driver.
 
 Three groups of methods run on their own threads, so none blocks another: ``receive`` (the mail), ``events``
 (a long poll: it waits until something was returned or ``timeout_s`` passed, then gives the driver the
@@ -28,28 +31,29 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from collections import deque
 from typing import Any
 
 import numpy as np
 import ray
 from threadpoolctl import threadpool_limits
 
-from amp_notebook.ir.message import Message, State
+from amp_notebook.ir.message import PHASES, Message, State
 from amp_notebook.ir.ops import NodeContext
 from amp_notebook.ir.serialize import graph_from_dict
 from amp_notebook.optim import make_optimizer
 from amp_notebook.runtime.backends.ray_credits import Weight, WeightLedger
 from amp_notebook.runtime.backends.ray_rows import read_new_rows
-from amp_notebook.runtime.backends.threads import MeasuredTime
 from amp_notebook.runtime.config import RunConfig
 from amp_notebook.runtime.inbox import Inbox
+from amp_notebook.runtime.knobs import Knobs
+from amp_notebook.runtime.numerics import Guard, NonFiniteError
 from amp_notebook.runtime.plan import compile_plan, end_epoch_optimizers
+from amp_notebook.runtime.steploop import StepLoop
+from amp_notebook.runtime.watchdog import held_states
 from amp_notebook.runtime.worker import NodeError, Worker
 from amp_notebook.trace.buffers import WorkerBuffer
 
 Wire = tuple[int, str, int, Any, tuple, bool, int, int]
-IDLE_WAIT_S = 0.05
 
 
 def encode(msg: Message, weight: Weight) -> Wire:
@@ -88,34 +92,32 @@ class WorkerHost:
         graph = graph_from_dict(setup["graph"])
         config = RunConfig.from_json(setup["config"], "Ray worker setup")
         plan = compile_plan(graph, setup["placement"], config.workers, 1, make_optimizer(setup["optimizer"]))
-        plan.min_update_frequency[:] = setup["min_update_frequency"]
-        plan.max_bundle[:] = setup["max_bundle"]
+        knobs = Knobs(1, setup["min_update_frequency"], setup["max_bundle"], setup["paused"])
         for ctx in contexts.values():  # arrays arrive read-only; optimizers update them in place
             ctx.params = writable(ctx.params)
             ctx.grads = writable(ctx.grads)
             ctx.opt_state = writable(ctx.opt_state)
         self.index = index
         self.plan = plan
+        self._knobs = knobs
         self.contexts = contexts
         self.worker = Worker(
-            index, plan, contexts, local_updates=config.mode == "amp", buffer=WorkerBuffer(config.trace_capacity),
-            clock=time.perf_counter, tracing=config.trace,
+            index, plan, contexts, local_updates=config.mode == "amp", knobs=knobs,
+            buffer=WorkerBuffer(config.trace_capacity), tracing=config.trace,
         )  # fmt: skip
-        self.inbox = Inbox(plan.max_bundle, config.priority, config.order, self.worker.bundle_cap)
-        self.ledger = WeightLedger(self.worker.reports)
-        self.mailbox: deque[tuple[Message, Weight]] = deque()
-        self.wake = threading.Event()
-        self.sleeping = False
-        self.paused = False
-        self.stopped = False
-        self.ready = threading.Event()  # set when the step thread may report (returns or an error)
+        if config.on_nonfinite != "ignore":  # losses and gradients are checked here; inputs on the driver
+            self.worker.numerics = Guard(config.on_nonfinite, plan, None)
+        self.skipped_sent = 0  # keys skipped for NaN/inf already shipped to the driver
+        self.ready = threading.Event()  # set when the step thread has something to report (returns or an error)
+        self.ledger = WeightLedger(self.worker.reports, self.ready)
+        inbox = Inbox(knobs, config.priority, config.order, self.worker.bundle_cap)
+        self.loop = StepLoop(self.worker, inbox, self.ledger, knobs)
         self.error: dict[str, Any] | None = None
         self.peers: list[Any] = []
         self.outboxes: list[list[Wire]] = [[] for _ in range(config.workers)]
         self.owner = plan.owner
         self.cursors: dict[str, int] = {}  # per trace table: the next row to ship
         self._ship_lock = threading.Lock()  # the events thread and ``final`` may ship at the same time
-        self.handled = 0
         self.calls_sent = 0
         self.messages_sent = 0
         self.thread = threading.Thread(target=self._run, name=f"amp-ray-worker-{index}", daemon=True)
@@ -132,21 +134,32 @@ class WorkerHost:
         """This process's clock (``time.perf_counter``): the driver aligns trace times with it."""
         return time.perf_counter()
 
-    def set_paused(self, paused: bool) -> bool:
-        self.paused = paused
-        self.wake.set()
-        return paused
-
-    def set_knobs(self, min_update_frequency: list[int], max_bundle: list[int]) -> None:
-        """Live changes of per-node thresholds (workers read them at every gradient / take)."""
-        self.plan.min_update_frequency[:] = min_update_frequency
-        self.plan.max_bundle[:] = max_bundle
+    def change_knob(self, knob: str, nodes: tuple[int, ...], value: Any) -> None:
+        """A change of the driver's knobs, made here too (the step thread reads them in place)."""
+        if knob == "paused":
+            self._knobs.set_paused(value)
+            self.loop.wake.set()
+        elif knob == "min_update_frequency":
+            self._knobs.set_min_update_frequency(nodes, value)
+        elif knob == "max_bundle":
+            self._knobs.set_max_bundle(nodes, value)
 
     def knobs(self) -> dict[str, Any]:
         """What this worker goes by now: per-node thresholds and whether forward work is paused."""
-        plan = self.plan
-        return {"min_update_frequency": list(plan.min_update_frequency), "max_bundle": list(plan.max_bundle),
-                "paused": self.paused}  # fmt: skip
+        return self._knobs.values()
+
+    def activity(self) -> dict[str, Any]:
+        """For a diagnosis: messages queued here, the bundle in hand (if any), the keys its nodes hold state for."""
+        loop, plan = self.loop, self.plan
+        bundle = loop.current
+        doing = "idle"
+        if not self.thread.is_alive():
+            doing = "thread ended" if self.error is None else "failed"
+        elif bundle is not None:
+            m = bundle[0]
+            doing = f"inside {plan.describe(m.node)} {PHASES[m.direction]} for key {m.key}"
+        contexts = [self.contexts.get(i, NodeContext(name)) for i, name in enumerate(plan.names)]
+        return {"depth": len(loop.inbox) + len(loop.mailbox), "doing": doing, "held": held_states(plan, contexts)}
 
     def node_states(self) -> dict[str, dict[str, Any]]:
         """Parameters, optimizer memory and version of the parameterized nodes placed here."""
@@ -164,25 +177,26 @@ class WorkerHost:
 
     def final(self) -> dict[str, Any]:
         """Stop stepping; the rows not shipped yet, the reports and the final node states."""
-        self.stopped = True
-        self.wake.set()
+        self.loop.stop()
         self.ready.set()
         if self.thread.is_alive():
             self.thread.join()
         batch = self._batch()
         batch["node_states"] = self.node_states()
-        batch["counts"] = {"handled": self.handled, "calls_sent": self.calls_sent,
+        batch["counts"] = {"handled": self.loop.handled, "calls_sent": self.calls_sent,
                            "messages_sent": self.messages_sent}  # fmt: skip
         return batch
 
     # ------------------------------------------------------------------ mail
     @ray.method(concurrency_group="mail")
     def receive(self, batch: list[Wire]) -> None:
-        append = self.mailbox.append
+        hold, append = self.ledger.hold, self.loop.mailbox.append
         for wire in batch:
-            append(decode(wire))
-        if self.sleeping:
-            self.wake.set()
+            msg, weight = decode(wire)
+            hold(msg, weight)  # before the step thread can take it
+            append(msg)
+        if self.loop.sleeping:
+            self.loop.wake.set()
 
     # ------------------------------------------------------------------ events (a long poll)
     @ray.method(concurrency_group="events")
@@ -195,13 +209,28 @@ class WorkerHost:
         with self._ship_lock:
             returned, flushes, reports = self.ledger.take()
             rows = read_new_rows(self.worker.buffer, self.cursors)
-        return {"returned": returned, "flushes": flushes, "reports": reports, "rows": rows, "error": self.error}
+            skipped = self._new_skipped()
+        return {"returned": returned, "flushes": flushes, "reports": reports, "rows": rows, "error": self.error,
+                "skipped": skipped, "handled": self.loop.handled, "alive": self.thread.is_alive()}  # fmt: skip
+
+    def _new_skipped(self) -> list[int]:
+        """Every key skipped here for NaN/inf so far (``on_nonfinite="skip"``), when some were added since the
+        last reply (the guard's set only grows), else none."""
+        guard = self.worker.numerics
+        if guard is None or len(guard.skipped) == self.skipped_sent:
+            return []
+        keys = sorted(guard.skipped)
+        self.skipped_sent = len(keys)
+        return keys
 
     # ------------------------------------------------------------------ the step thread
     def _run(self) -> None:
         try:
             with threadpool_limits(limits=1, user_api="blas"):
-                self._loop()
+                self.loop.run(self._deliver)
+        except NonFiniteError as exc:  # the guard's, from a loss or a gradient here
+            self.error = {"kind": "nonfinite", "node": exc.node, "op": exc.kind, "what": exc.what, "keys": exc.keys,
+                          "detail": exc.detail}  # fmt: skip
         except NodeError as exc:
             cause = exc.__cause__
             self.error = {
@@ -214,57 +243,26 @@ class WorkerHost:
             self.error = {"kind": "internal", "text": text, "traceback": traceback.format_exc()}
         finally:
             if self.error is not None:
-                self.stopped = True
-                self.ready.set()
-
-    def _loop(self) -> None:
-        mailbox, inbox, ledger = self.mailbox, self.inbox, self.ledger
-        push, pop, take, hold, begin = inbox.push, mailbox.popleft, inbox.take, ledger.hold, ledger.begin
-        step = self.worker.step
-        timer = MeasuredTime()
-        deliver = self._deliver
-        while not self.stopped:
-            while mailbox:
-                msg, weight = pop()
-                hold(msg, weight)
-                push(msg)
-            bundle = take(not self.paused)
-            if bundle is None:
-                self._idle()
-                continue
-            begin(bundle)
-            step(bundle, len(inbox) + len(mailbox), timer, ledger, deliver)
-            self.handled += len(bundle)
-            self._send()
-            if ledger.has_returns():
+                self.loop.stop()
                 self.ready.set()
 
     def _deliver(self, msgs: list[Message], at: float = 0.0) -> None:
-        """Messages for this worker go into its inbox now; the others wait in their outbox until the step ends."""
-        me, owner, outboxes, ledger = self.index, self.owner, self.outboxes, self.ledger
+        """A step's outgoing messages: for this worker into its inbox now (their weights stay in the ledger),
+        for the others into one outbox per destination, each sent as one call."""
+        me, owner, outboxes, weight_of = self.index, self.owner, self.outboxes, self.ledger.weight_of
+        push = self.loop.inbox.push  # the step thread's own inbox
         for m in msgs:
             dst = owner[m.node]
             if dst == me:
-                self.inbox.push(m)  # its weight stays in the ledger
+                push(m)
             else:
-                outboxes[dst].append(encode(m, ledger.weight_of(m)))
-
-    def _send(self) -> None:
-        for dst, box in enumerate(self.outboxes):
+                outboxes[dst].append(encode(m, weight_of(m)))
+        for dst, box in enumerate(outboxes):
             if box:
                 self.peers[dst].receive.remote(box)
                 self.calls_sent += 1
                 self.messages_sent += len(box)
-                self.outboxes[dst] = []
-
-    def _idle(self) -> None:
-        self.sleeping = True
-        self.wake.clear()
-        if self.mailbox or self.stopped or self.inbox.has_work(not self.paused):
-            self.sleeping = False
-            return
-        self.wake.wait(IDLE_WAIT_S)
-        self.sleeping = False
+                outboxes[dst] = []
 
 
 def _portable(exc: BaseException | None) -> BaseException | None:

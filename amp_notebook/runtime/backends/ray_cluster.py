@@ -43,12 +43,23 @@ from typing import Any
 
 import ray
 
+from amp_notebook.errors import AmpError
+
 PINGS = 8
 START_ATTEMPTS = 3  # a local start that times out (a machine too busy to start Ray's agents in time) is retried
 
 
+class ClusterError(AmpError, RuntimeError):
+    """The Ray cluster cannot be joined or cannot start what a run needs; the message says what failed and
+    what to do (start Ray, install the same amp_notebook on every node, pass its address)."""
+
+
 @dataclass(frozen=True)
 class ClockOffset:
+    """How a worker's clock relates to the driver's: driver time = worker time + ``offset_s``, within
+    ``error_s`` (half the best round trip of :func:`measure_offset`). Owns these two numbers, measured at
+    deployment; never adjusts a clock: the driver shifts the trace rows a worker ships by it."""
+
     offset_s: float  # driver time = worker time + offset_s
     error_s: float  # the estimate is within this of the truth (half the best round trip)
 
@@ -60,7 +71,7 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> None:
     """Join the cluster at ``address``, use the Ray already initialized, or start a local one (module doc)."""
     if ray.is_initialized():
         if address is not None and not _same_cluster(address):
-            raise RuntimeError(
+            raise ClusterError(
                 f"Ray is already connected to a cluster (at {ray.get_runtime_context().gcs_address}), not to "
                 f"{address!r}; call amp_notebook.runtime.backends.ray.shutdown() (or ray.shutdown()) first"
             )
@@ -86,7 +97,7 @@ def _start_local(cpus: int) -> None:
             break
         except Exception as exc:  # Ray raises a bare Exception when its processes start too slowly
             if attempt == START_ATTEMPTS or "timed out during startup" not in str(exc):
-                raise RuntimeError(
+                raise ClusterError(
                     f"could not start a local Ray ({attempt} attempt(s)): {exc}. On a busy machine Ray's own "
                     "processes may start too slowly; try again, or start one with `ray start --head` and pass "
                     "its address (address='127.0.0.1:6379')"
@@ -164,6 +175,6 @@ def measure_offset(actor: Any, pings: int = PINGS) -> ClockOffset:
 
 
 __all__ = [
-    "PINGS", "ClockOffset", "alive_nodes", "connect", "measure_offset", "node_for", "ray_process_environment",
-    "shutdown",
+    "PINGS", "ClockOffset", "ClusterError", "alive_nodes", "connect", "measure_offset", "node_for",
+    "ray_process_environment", "shutdown",
 ]  # fmt: skip

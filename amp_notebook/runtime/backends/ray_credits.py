@@ -32,8 +32,9 @@ RNN of length 9: about 9 bits), so the integers stay small.
 Flushes need no weights: an update message emits nothing, so each handled update is returned as a count
 of one, and the flush is complete when all its update messages have come back.
 
-:class:`WeightLedger` is the worker's side (it is the ``credits`` that :meth:`Worker.step` is given);
-:class:`Completion` is the controller's side.
+:class:`WeightLedger` is a worker's side, the :class:`~amp_notebook.runtime.ledger.StepLedger` that
+:meth:`Worker.step` is given; :class:`Completion` is the controller's side, the run's
+:class:`~amp_notebook.runtime.ledger.Ledger` (``runtime/ledger.py`` argues the split).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from amp_notebook.ir.message import UPDATE, Message
+from amp_notebook.runtime.ledger import Completed
 
 Weight = tuple[int, int]  # (num, exp): the value num / 2**exp
 ONE: Weight = (1, 0)
@@ -87,17 +89,20 @@ def is_one(weight: Weight) -> bool:
 class WeightLedger:
     """A worker's weights: of the messages it holds, of the bundle in hand, and returned but not yet shipped.
 
-    It stands in for :class:`~amp_notebook.runtime.credits.Credits` in :meth:`Worker.step` (``add`` and
-    ``release``, same meaning); completion is decided by the controller, so ``release`` returns no keys.
-    ``reports`` is the worker's report queue: reports a bundle made are moved here with their shares.
-    One thread steps (``hold``, ``begin``, ``add``, ``release``); another ships (``take``): a lock guards
-    what they share.
+    The step side of the ledger (:class:`~amp_notebook.runtime.ledger.StepLedger`): ``send_on`` and
+    ``release`` take the bundle in hand's weights and split them among what it emitted; completion is
+    decided by the controller, so ``release`` returns no keys. ``reports`` is the worker's report queue:
+    reports a bundle made are moved here with their shares. ``ready`` (an Event) is set whenever something
+    was returned, for whoever ships returns. The mail thread ``hold``s arriving messages, the step thread
+    steps, another ships (``take``): a lock guards what the last two share.
     """
 
-    def __init__(self, reports: deque[tuple[int, dict[str, Any]]]) -> None:
+    def __init__(self, reports: deque[tuple[int, dict[str, Any]]], ready: threading.Event | None = None) -> None:
         self.weights: dict[int, Weight] = {}  # id(message) -> weight, for messages held by this worker
         self.held: dict[int, Weight] = {}  # key -> weight of the bundle in hand
+        self._in_hand = False  # whether the bundle in hand has given its weights to `held`
         self._reports = reports
+        self._ready = ready
         self._lock = threading.Lock()
         self._returned: dict[int, Weight] = {}
         self._flushes: dict[int, int] = {}
@@ -112,8 +117,8 @@ class WeightLedger:
         """Give up the weight of a message that leaves this worker."""
         return self.weights.pop(id(msg), ZERO)
 
-    def begin(self, bundle: Sequence[Message]) -> None:
-        """The bundle about to be handled: its weights, per key, become the weight in hand."""
+    def _take_in_hand(self, bundle: Sequence[Message]) -> None:
+        """The bundle being handled: its weights, per key, become the weight in hand."""
         held = self.held
         for m in bundle:
             if m.direction == UPDATE:
@@ -121,21 +126,29 @@ class WeightLedger:
             w = self.weights.pop(id(m))
             key = m.key
             held[key] = plus(held[key], w) if key in held else w
+        self._in_hand = True
 
-    def add(self, outs: Sequence[Message]) -> None:
+    def send_on(self, bundle: Sequence[Message], outs: Sequence[Message]) -> None:
         """Outgoing messages leave before a local update: they get their shares, the bundle keeps one."""
+        if not self._in_hand:
+            self._take_in_hand(bundle)
         self._distribute(outs, keep=True)
 
-    def release(self, bundle: Sequence[Message], outs: Sequence[Message] = ()) -> tuple[list[int], list[int]]:
+    def release(self, bundle: Sequence[Message], outs: Sequence[Message]) -> Completed | None:
         """The bundle is done: ``outs`` get their shares, the rest is returned; handled updates count for
         their flush. Completion is the controller's to detect: no keys or flushes are returned here."""
+        if not self._in_hand:
+            self._take_in_hand(bundle)
+        self._in_hand = False
         flushes = [m.state["flush"] for m in bundle if m.direction == UPDATE]
         self._distribute(outs, keep=False)
         if flushes:
             with self._lock:
                 for fid in flushes:
                     self._flushes[fid] = self._flushes.get(fid, 0) + 1  # type: ignore[index]
-        return [], []
+            if self._ready is not None:
+                self._ready.set()
+        return None
 
     def _distribute(self, outs: Sequence[Message], keep: bool) -> None:
         by_key: dict[int, list[Message]] = {}
@@ -167,6 +180,8 @@ class WeightLedger:
             for key, w in returned:
                 ret[key] = plus(ret[key], w) if key in ret else w
             self._shipped_reports.extend(reports)
+        if returned and self._ready is not None:
+            self._ready.set()
 
     def has_returns(self) -> bool:
         return bool(self._returned or self._flushes)
@@ -181,23 +196,31 @@ class WeightLedger:
 
 
 class Completion:
-    """The controller's side: weight given to each key in flight, returned weight, flushes outstanding."""
+    """The controller's side (:class:`~amp_notebook.runtime.ledger.Ledger`): weight given to each key in flight,
+    returned weight, flushes outstanding. ``admit_key`` splits the key's weight among its messages;
+    whoever sends them takes each one's share with :meth:`share_of`."""
 
     def __init__(self) -> None:
         self.returned: dict[int, Weight] = {}
         self.flush_left: dict[int, int] = {}
+        self._shares: dict[int, Weight] = {}  # id(message) -> its share, until it is sent
 
-    def inject_key(self, key: int, n: int) -> list[Weight]:
-        """Weight 1 for a key admitted as ``n`` messages: their shares."""
+    def admit_key(self, key: int, msgs: Sequence[Message]) -> None:
+        """Weight 1 for a key admitted as ``msgs``: split among them."""
         if key in self.returned:
             raise ValueError(f"key {key} is already in flight")
         self.returned[key] = ZERO
-        return split(ONE, n)
+        for m, w in zip(msgs, split(ONE, len(msgs)), strict=True):
+            self._shares[id(m)] = w
 
-    def inject_flush(self, flush_id: int, n: int) -> None:
-        self.flush_left[flush_id] = self.flush_left.get(flush_id, 0) + n
+    def admit_flush(self, flush_id: int, msgs: Sequence[Message]) -> None:
+        self.flush_left[flush_id] = self.flush_left.get(flush_id, 0) + len(msgs)
 
-    def absorb(self, returned: dict[int, Weight], flushes: dict[int, int]) -> tuple[list[int], list[int]]:
+    def share_of(self, msg: Message) -> Weight:
+        """The share an admitted message carries (zero for a flush's update: flushes are counted)."""
+        return self._shares.pop(id(msg), ZERO)
+
+    def absorb(self, returned: dict[int, Weight], flushes: dict[int, int]) -> Completed:
         """Returns from one worker; the keys and flushes that are now complete (in key / flush order)."""
         done = []
         for key in sorted(returned):
@@ -217,9 +240,13 @@ class Completion:
                 flushed.append(fid)
         return done, flushed
 
-    def outstanding(self) -> dict[int, float]:
-        """Keys in flight and the fraction of their weight still out (diagnosis of a stuck run)."""
-        return {key: 1.0 - num / 2**exp for key, (num, exp) in self.returned.items()}
+    def in_flight(self) -> tuple[dict[int, float], dict[int, int]]:
+        """Keys in flight with the fraction of their weight still out, and flushes with their updates out."""
+        keys = {key: 1.0 - num / 2**exp for key, (num, exp) in self.returned.items()}
+        return keys, dict(self.flush_left)
+
+    def busy(self) -> bool:
+        return bool(self.returned) or bool(self.flush_left)
 
 
 __all__ = ["ONE", "Completion", "Weight", "WeightLedger", "is_one", "plus", "split"]

@@ -8,7 +8,7 @@ in order and none is dropped on the way (a shipment reports rows the actor dropp
 so the absolute row indices that member rows refer to are the same in the driver's buffer. The driver
 shifts the time columns of each table (its ``span``) by the worker's clock
 offset and appends the rows to that worker's buffer in the driver, through :func:`append_rows`, which
-keeps the buffer's one-writer protocol (the time column last, chunks sealed when full). The Trace,
+keeps the buffer's one-writer protocol (whole rows at once, chunks sealed when full). The Trace,
 dashboard, exports and reports then read a Ray run exactly as they read a threaded one.
 """
 
@@ -16,7 +16,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from amp_notebook.errors import AmpError
 from amp_notebook.trace.buffers import Columns, Table, WorkerBuffer
+
+
+class ShippedRowsError(AmpError, ValueError):
+    """Trace rows a Ray worker shipped that this driver cannot read: the two run different versions."""
 
 
 def append_rows(table: Table, cols: Columns, shift_s: float = 0.0) -> int:
@@ -25,32 +30,15 @@ def append_rows(table: Table, cols: Columns, shift_s: float = 0.0) -> int:
     names = [name for name, _ in table.columns]
     missing = [n for n in names if n not in cols]
     if missing:
-        raise ValueError(
+        raise ShippedRowsError(
             f"trace rows lack columns {missing} (got {sorted(cols)}): the driver and the Ray workers run different "
             "versions of amp_notebook; install the same version on every node"
         )
-    n = len(cols[table.last])
-    if n == 0:
+    if len(cols[table.last]) == 0:
         return 0
     times = set(table.span)
-    data = {}
-    for name, code in table.columns:
-        col = np.asarray(cols[name])
-        if name in times and shift_s:
-            col = col + shift_s
-        data[name] = np.ascontiguousarray(col, dtype=np.dtype(code))
-    done = 0
-    while done < n:
-        current = table.view.current
-        have = len(current[table.last])
-        if have >= table.chunk_rows:
-            current = table.seal()
-            have = 0
-        take = min(n - done, table.chunk_rows - have)
-        for name, _ in table.columns:  # in order: the time column, last, counts complete rows
-            current[name].frombytes(data[name][done : done + take].tobytes())
-        done += take
-    return n
+    shifted = {name: np.asarray(cols[name]) + shift_s if name in times and shift_s else cols[name] for name in names}
+    return table.append(shifted)
 
 
 def tables(buffer: WorkerBuffer) -> dict[str, Table]:
@@ -77,4 +65,4 @@ def append_worker_rows(buffer: WorkerBuffer, shipment: dict[str, tuple[Columns, 
     return missed
 
 
-__all__ = ["append_rows", "append_worker_rows", "read_new_rows", "tables"]
+__all__ = ["ShippedRowsError", "append_rows", "append_worker_rows", "read_new_rows", "tables"]

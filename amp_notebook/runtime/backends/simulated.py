@@ -17,7 +17,7 @@ key completions (whose admissions inject messages), then workers picking their n
 that frees up at t sees everything that reached it at t; the sequence number breaks the remaining ties in
 the order events were scheduled, which makes runs deterministic. Three kinds of event:
 
-* ``FREE(w)`` at time t: worker w takes its next message (backward first). It runs ``Worker.handle`` at
+* ``FREE(w)`` at time t: worker w takes its next message (backward first). It runs ``Worker.step`` at
   once and computes the message's cost c, so the worker is busy on ``[t, t + c]``; local updates the
   handling made due (``amp`` mode) follow, each ``[end, end + update cost]``. Trace rows get these
   virtual times. The worker's next ``FREE`` is scheduled at the end. Running the math at the start is
@@ -34,24 +34,36 @@ the order events were scheduled, which makes runs deterministic. Three kinds of 
   that virtual time: admitted keys' messages are injected into their Input nodes' workers with no link
   cost; a flush sends update messages to every parameterized node's worker.
 
-``wall_s`` is the virtual makespan; ``Worker.clock`` reads the virtual clock, so staleness rows share
-the trace's time base. A simulation whose events run out before the controller has finished (a lost
-message) raises :class:`~amp_notebook.runtime.watchdog.StuckRunError` with the same diagnosis as the
-threaded backend's watchdog: keys in flight, queues, and the nodes still holding state for a key.
+``wall_s`` is the virtual makespan; the step's timer (:class:`VirtualTime`) reads the virtual clock, so
+staleness rows share the trace's time base. Completion is counted in one
+:class:`~amp_notebook.runtime.credits.Credits` ledger, as on threads. A simulation whose events run out
+before the controller has finished (a lost message) raises
+:class:`~amp_notebook.runtime.watchdog.StuckRunError` with the same diagnosis as the threaded backend's
+watchdog: keys in flight, queues, and the nodes still holding state for a key.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+import itertools
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from numpy import ndarray
+
+from amp_notebook.errors import RunStateError
 from amp_notebook.ir.message import Message
 from amp_notebook.runtime.blas import single_threaded_blas
+from amp_notebook.runtime.controller import Action
 from amp_notebook.runtime.costs import CostModel, CostTable
+from amp_notebook.runtime.credits import Credits
 from amp_notebook.runtime.inbox import Inbox
+from amp_notebook.runtime.knobs import KnobChange
 from amp_notebook.runtime.session import Session
-from amp_notebook.runtime.watchdog import StuckRunError, diagnose
+from amp_notebook.runtime.watchdog import Diagnosis, StuckRunError, diagnose
+from amp_notebook.runtime.worker import Deliver
 
 ARRIVE, COMPLETE, FREE = 0, 1, 2  # at equal times: arrivals, then completions, then free workers
 
@@ -59,16 +71,13 @@ ARRIVE, COMPLETE, FREE = 0, 1, 2  # at equal times: arrivals, then completions, 
 class VirtualTime:
     """The step's clock in the simulator: the virtual now, advanced by what the cost model charges."""
 
-    def __init__(self, backend: SimulatedBackend) -> None:
-        self.backend = backend
-        self.bundle_seconds = backend.table.bundle
-        self.update_s = backend.table.update_s
+    def __init__(self, table: CostTable) -> None:
+        self.now = 0.0  # set by the simulator before each step
+        self.handled = table.ends  # (start, bundle) -> when it ends: one call per step
+        self.update_s = table.update_s
 
     def start(self) -> float:
-        return self.backend.virtual_now
-
-    def handled(self, start: float, bundle: Sequence[Message]) -> float:
-        return start + self.bundle_seconds(bundle)
+        return self.now
 
     def update_start(self, previous_end: float) -> float:
         return previous_end
@@ -78,7 +87,9 @@ class VirtualTime:
 
 
 class SimulatedBackend:
-    """Runs a session to the end in virtual time; ``wall_s`` is the makespan, ``stats()`` the link use."""
+    """Runs a session to the end in virtual time; ``wall_s`` is the makespan, ``stats()`` the link use.
+    Implements :class:`~amp_notebook.runtime.backend.Backend`. Owns the event heap, the inboxes, the
+    virtual clock and the credit ledger; never changes the session beyond the protocol's calls."""
 
     def __init__(self, session: Session, costs: CostModel | None = None) -> None:
         self.session = session
@@ -86,15 +97,12 @@ class SimulatedBackend:
         self.table: CostTable = self.costs.compile(session.plan)
         config = session.config
         workers = config.workers
-        self.virtual_now = 0.0
-        for worker in session.workers:
-            worker.clock = self.now
-        self.inboxes = [
-            Inbox(session.plan.max_bundle, config.priority, config.order, w.bundle_cap) for w in session.workers
-        ]
+        self.ledger = Credits()
+        self.started = threading.Event()
+        self.inboxes = [Inbox(session.knobs, config.priority, config.order, w.bundle_cap) for w in session.workers]
         self.busy = [False] * workers
         self.heap: list[tuple[float, int, int, int, Any]] = []  # (time, kind, seq, worker, payload)
-        self.seq = 0
+        self._seq = itertools.count()
         self.finished = False
         self.origin = 0.0
         self.wall_s = 0.0
@@ -102,13 +110,15 @@ class SimulatedBackend:
         self.bundles = 0
         self.link_bytes = [[0] * workers for _ in range(workers)]
         self.link_messages = [[0] * workers for _ in range(workers)]
-        self._sender = 0  # the worker whose step is delivering messages now
-        self._timer = VirtualTime(self)
+        self._timer = VirtualTime(self.table)
+        self._calls: deque[Callable[[], list[Action]]] = deque()
+        session.knobs.subscribe(self.knobs_changed)
 
     # ------------------------------------------------------------------ driver
     def run(self) -> None:
         """Process events until the controller finishes the run (BLAS on one thread: one simulator thread,
         and the same reduction order every run)."""
+        self.started.set()
         with single_threaded_blas():
             self.finished = self.session.begin(self)
             self._loop()
@@ -116,69 +126,79 @@ class SimulatedBackend:
 
     def _loop(self) -> None:
         session = self.session
-        heap = self.heap
+        heap, seq, calls = self.heap, self._seq, self._calls
         pop, push = heapq.heappop, heapq.heappush
         workers, inboxes, busy = session.workers, self.inboxes, self.busy
-        credits, timer, deliver = session.credits, self._timer, self.deliver
-        while heap and not self.finished:
+        ledger, timer = self.ledger, self._timer
+        delivers = [self._deliver_from(w) for w in range(len(workers))]
+        messages = bundles = 0
+        finished = self.finished
+        while calls and not finished:  # queued while the run began
+            finished = session.carry_out(calls.popleft()(), self)
+        while heap and not finished:
             t, kind, _, w, obj = pop(heap)
-            self.virtual_now = t
+            timer.now = t
             if kind == FREE:
                 inbox = inboxes[w]
                 bundle = inbox.take()
                 if bundle is None:
                     busy[w] = False
                     continue
-                self._sender = w
-                done, flushed, end = workers[w].step(bundle, len(inbox), timer, credits, deliver)
-                self.messages += len(bundle)
-                self.bundles += 1
-                if done or flushed:
-                    self.seq += 1
-                    push(heap, (end, COMPLETE, self.seq, 0, (done, flushed)))
-                self.seq += 1
-                push(heap, (end, FREE, self.seq, w, None))
+                completed, end = workers[w].step(bundle, inbox.size, timer, ledger, delivers[w])
+                messages += len(bundle)
+                bundles += 1
+                if completed is not None:
+                    push(heap, (end, COMPLETE, next(seq), 0, completed))
+                push(heap, (end, FREE, next(seq), w, None))
             elif kind == ARRIVE:
                 inboxes[w].push(obj)
                 if not busy[w]:
                     busy[w] = True
-                    self.seq += 1
-                    push(heap, (t, FREE, self.seq, w, None))
+                    push(heap, (t, FREE, next(seq), w, None))
             else:
-                self.finished = session.completed(obj[0], obj[1], self)
-        if not self.finished:
-            keys, flushes = session.credits.outstanding(), dict(session.credits.flushes)
+                self.messages, self.bundles = self.messages + messages, self.bundles + bundles
+                messages = bundles = 0
+                finished = session.completed(obj[0], obj[1], self)
+                while calls and not finished:  # queued by the session's callbacks
+                    finished = session.carry_out(calls.popleft()(), self)
+        self.finished = finished
+        self.messages, self.bundles = self.messages + messages, self.bundles + bundles
+        if not finished:
             raise StuckRunError(
-                diagnose(
+                self.diagnose(
                     f"the simulation of graph {session.graph.name!r} ran out of events at virtual time "
-                    f"{self.virtual_now:.6g} s with the controller not finished",
-                    session.plan,
-                    session.contexts,
-                    keys,
-                    flushes,
-                    [len(i) for i in self.inboxes],
-                    ["idle"] * len(self.inboxes),
+                    f"{self.virtual_now:.6g} s with the controller not finished"
                 )
             )
 
-    def deliver(self, msgs: list[Message], at: float) -> None:
-        """Messages a step emitted at virtual time ``at``: into the sender's own inbox at once (only it can
-        see them, after its step), to another worker after the link's latency and transfer time."""
-        w = self._sender
-        owner = self.session.plan.owner
+    def _deliver_from(self, w: int) -> Deliver:
+        """Worker ``w``'s delivery: messages a step emitted at virtual time ``at`` go into its own inbox at once
+        (only it can see them, after its step), to another worker after the link's latency and transfer time."""
+        owner, heap, seq, push = self.session.plan.owner, self.heap, self._seq, heapq.heappush
         table = self.table
+        message_bytes, cache = table.message_bytes, table._cache
         latency, seconds_per_bit = table.latency[w], table.seconds_per_bit[w]
-        for m in msgs:
-            dst = owner[m.node]
-            if dst == w:
-                self.inboxes[w].push(m)
-                continue
-            nbytes = table.message_bytes(m.node, m.direction, m.payload)
-            self.link_bytes[w][dst] += nbytes
-            self.link_messages[w][dst] += 1
-            self.seq += 1
-            heapq.heappush(self.heap, (at + latency[dst] + 8 * nbytes * seconds_per_bit[dst], ARRIVE, self.seq, dst, m))
+        link_bytes, link_messages = self.link_bytes[w], self.link_messages[w]
+        own = self.inboxes[w].push
 
+        def deliver(msgs: list[Message], at: float) -> None:
+            for m in msgs:
+                dst = owner[m.node]
+                if dst == w:
+                    own(m)
+                    continue
+                payload = m.payload  # probe the cost cache with its key (CostTable._lookup) before asking it
+                hit = None
+                if payload.__class__ is ndarray:
+                    hit = cache.get((m.node, m.direction, payload.shape, payload.dtype))
+                nbytes = hit[2] if hit is not None else message_bytes(m.node, m.direction, payload)
+                link_bytes[dst] += nbytes
+                link_messages[dst] += 1
+                push(heap, (at + latency[dst] + 8 * nbytes * seconds_per_bit[dst], ARRIVE, next(seq), dst, m))
+
+        return deliver
+
+    # ------------------------------------------------------------------ the Backend protocol
     def inject(self, msgs: list[Message]) -> None:
         """Messages from the controller land in their workers' inboxes now, with no link cost."""
         owner = self.session.plan.owner
@@ -187,11 +207,42 @@ class SimulatedBackend:
             self.inboxes[w].push(m)
             if not self.busy[w]:
                 self.busy[w] = True
-                self.seq += 1
-                heapq.heappush(self.heap, (self.virtual_now, FREE, self.seq, w, None))
+                heapq.heappush(self.heap, (self._timer.now, FREE, next(self._seq), w, None))
 
     def now(self) -> float:
-        return self.virtual_now
+        return self._timer.now
+
+    @property
+    def virtual_now(self) -> float:
+        """The virtual time of the event in hand (the clock lives in the step's timer)."""
+        return self._timer.now
+
+    def call(self, fn: Callable[[], list[Action]]) -> None:
+        """Run ``fn() -> actions`` after the event in hand (the simulator's one thread is its driver)."""
+        self._calls.append(fn)
+
+    def knobs_changed(self, change: KnobChange) -> None:
+        """Inboxes and workers read the knobs in place."""
+
+    def sync_state(self) -> None:
+        """Nothing to bring back: the workers step the session's own contexts."""
+
+    def epoch_ended(self, nodes: Sequence[int]) -> None:
+        """Nothing to hand back: the workers read the session's contexts and optimizers."""
+
+    def diagnose(self, reason: str) -> Diagnosis:
+        """What is in flight, queued and held now (no worker is ever inside a step between events)."""
+        keys, flushes = self.ledger.in_flight()
+        session = self.session
+        depths = [len(i) for i in self.inboxes]
+        return diagnose(reason, session.plan, session.contexts, keys, flushes, depths, ["idle"] * len(depths))
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Nothing runs outside ``run``."""
+
+    def restart(self, checkpoint: Any) -> None:
+        """Never called: simulated workers are never lost (nothing raises a WorkerLostError here)."""
+        raise RunStateError("restart: a simulated run loses no worker, so there is nothing to restart")
 
     # ------------------------------------------------------------------ results
     def stats(self) -> dict[str, Any]:
