@@ -17,6 +17,9 @@ worker and drives the run from the calling thread, as the Python engine's backen
 * live knobs: the engine starts from the session's :class:`~amp_notebook.runtime.knobs.Knobs` and listens to
   them; ``max_bundle``, ``min_update_frequency`` and ``paused`` are atomics the workers read per bundle
   (:meth:`knobs_changed` forwards each change); ``max_active_keys`` and stop are the controller's;
+* the trace: the driver folds the workers' trace buffers (``engine/trace.py``) whenever the workers have
+  handled a chunk's worth of messages since the last fold, so a run nobody reads holds at most its
+  ``trace_capacity`` rows per worker plus what is written between two wakes of the driver;
 * the watchdog reads the engine's counters (messages handled, ledger in flight) and a stuck run's diagnosis
   reads what each worker is inside, what is queued, and what each node holds;
 * a failure on a worker stops every worker; the driver raises it as the Python engine would
@@ -39,6 +42,8 @@ from amp_notebook.engine.errors import failure_exception
 from amp_notebook.ir.message import PHASES, Message
 from amp_notebook.runtime.blas import single_threaded_blas
 from amp_notebook.runtime.knobs import KnobChange
+from amp_notebook.runtime.recover import drive, restart_session
+from amp_notebook.runtime.restart import WorkerLostError
 from amp_notebook.runtime.session import DataError
 from amp_notebook.runtime.watchdog import Diagnosis, StuckRunError, Watchdog, diagnose
 
@@ -92,6 +97,8 @@ class NativeBackend:
         self._join_timeout: float | None = None
         self._lr = self._learning_rates()
         self._owner = session.plan.owner
+        self._folded_at = 0  # messages handled at the last fold of the trace buffers
+        self._fold_rows = min(b.event_table.chunk_rows for b in session.buffers)
         self._shut = False
         session.knobs.subscribe(self.knobs_changed)
 
@@ -157,36 +164,53 @@ class NativeBackend:
 
     # ------------------------------------------------------------ driver
     def run(self) -> None:
-        """Drive the run to the end in the calling thread; raises the first worker error."""
-        session = self.session
-        engine = self.engine
-        tick = self.watchdog.tick_s if self.watchdog is not None else WAIT_S
+        """Drive the run to the end in the calling thread; raises the first worker error (a lost worker only
+        once the session's restarts are spent)."""
         with single_threaded_blas():
             self.origin = time.perf_counter()
             self.started.set()
-            engine.start()
-            try:
-                self.finished = session.begin(self)
-                while not self.finished:
-                    done, flushed, failed = engine.wait(min(tick, WAIT_S))
-                    if failed:
-                        self._collect()
+            drive(self, self._drive)
+
+    def restart(self, checkpoint: Any) -> None:
+        """After a lost worker: the engine's threads joined, the session back at ``checkpoint``, a fresh engine
+        assembled on it (writing on into the same trace buffers)."""
+        self.shutdown(STUCK_JOIN_S)
+        restart_session(self.session, checkpoint)
+        self.engine = assemble(self.session)
+        self.ledger = NativeLedger(self.engine)
+        self.finished = self._shut = False
+        self._join_timeout = None
+        self._lr = self._learning_rates()
+        self._folded_at = 0
+
+    def _drive(self) -> None:
+        session = self.session
+        engine = self.engine
+        tick = self.watchdog.tick_s if self.watchdog is not None else WAIT_S
+        engine.start()
+        try:
+            self.finished = session.begin(self)
+            while not self.finished:
+                done, flushed, failed = engine.wait(min(tick, WAIT_S))
+                if failed:
+                    self._collect()
+                    self.sync_state()
+                    raise failure_exception(engine.failure(), session)
+                if done or flushed:
+                    self._collect()
+                    if not engine.busy():  # quiescent: an epoch end (or a checkpoint) reads the contexts
                         self.sync_state()
-                        raise failure_exception(engine.failure(), session)
-                    if done or flushed:
-                        self._collect()
-                        if not engine.busy():  # quiescent: an epoch end (or a checkpoint) reads the contexts
-                            self.sync_state()
-                        self.finished = session.completed(done, flushed, self)
-                    while self._calls and not self.finished:
-                        self.finished = session.carry_out(self._calls.popleft()(), self)
-                    if self.watchdog is not None and time.monotonic() - self._watched >= tick:
-                        self.watch()
-            finally:
-                self.wall_s = time.perf_counter() - self.origin
-                self.shutdown(self._join_timeout)
-                self._collect()
-                self.sync_state()
+                    self.finished = session.completed(done, flushed, self)
+                while self._calls and not self.finished:
+                    self.finished = session.carry_out(self._calls.popleft()(), self)
+                if self.watchdog is not None and time.monotonic() - self._watched >= tick:
+                    self.watch()
+                self._fold()
+        finally:
+            self.wall_s = time.perf_counter() - self.origin
+            self.shutdown(self._join_timeout)
+            self._collect()
+            self.sync_state()
 
     def watch(self) -> None:
         """The watchdog's look: raise :class:`StuckRunError` if a worker thread ended or no message was handled
@@ -195,7 +219,11 @@ class NativeBackend:
         now = self._watched = time.monotonic()
         ended = [w for w, (life, *_) in enumerate(self.engine.activity()) if life == 2]
         if ended and not self.engine.failure():
-            raise StuckRunError(self.diagnose(f"worker thread(s) {ended} ended while the run was going"))
+            w = ended[0]
+            plan = self.session.plan
+            nodes = [plan.names[i] for i in range(len(plan.names)) if plan.owner[i] == w]
+            raise WorkerLostError(w, nodes, f"native worker thread amp-native-{w}",
+                                  f"its thread ended while the run was going (worker thread(s) {ended})")  # fmt: skip
         if self.watchdog.stuck(self.engine.handled(), self.ledger.busy(), self.session.knobs.paused, now):
             diagnosis = self.diagnose(
                 f"no message handled for {self.watchdog.idle_s(now):.1f} s while keys are in flight "
@@ -206,6 +234,15 @@ class NativeBackend:
             raise StuckRunError(diagnosis)
 
     # ------------------------------------------------------------ helpers
+    def _fold(self) -> None:
+        """Fold the trace buffers once a chunk may have filled: a handled message writes at most one row of
+        each kind (a bundle of n messages: one event row, n member rows, a staleness row per gradient)."""
+        handled = self.engine.handled()
+        if handled - self._folded_at >= self._fold_rows:
+            self._folded_at = handled
+            for buffer in self.session.buffers:
+                buffer.fold()
+
     def _refused(self, msgs: list[Message], exc: Exception) -> DataError:
         culprit = msgs[0]
         for m in msgs:  # which one (converting again, posting nothing)

@@ -10,7 +10,8 @@ value beyond int64, where Python's ints grow), said as such.
 
 A native run's failure (:func:`failure_exception`) becomes the exception the Python engine raises for the
 same message: a NodeError naming node, direction, port and state around the op's own exception, or the
-numerics guard's NonFiniteError.
+numerics guard's NonFiniteError; a failure of the engine's own code in a worker (not an op's) is a lost
+worker, a :class:`~amp_notebook.runtime.restart.WorkerLostError`, which ``max_failures`` may restart.
 """
 
 from __future__ import annotations
@@ -80,6 +81,13 @@ def failure_exception(failure: dict[str, Any], session: Session) -> BaseExceptio
 
     plan = session.plan
     kind, node = failure["kind"], failure["node"]
+    if kind == "internal" and failure["worker"] >= 0:  # the engine's own code failed in a worker: it is lost
+        from amp_notebook.runtime.restart import WorkerLostError
+
+        w = failure["worker"]
+        nodes = [plan.names[i] for i in range(len(plan.names)) if plan.owner[i] == w]
+        return WorkerLostError(w, nodes, f"native worker thread amp-native-{w}", f"the native engine failed: "
+                               f"{failure['message']}")  # fmt: skip
     if node < 0:  # the loop's own failure, no message in hand
         return RuntimeError(f"the native engine failed: {failure['message']}")
     op, direction, states = plan.ops[node], failure["direction"], failure["states"]

@@ -44,6 +44,11 @@ every backend, and none can be done from outside it:
 * ``stats()``: what the backend measured about itself, JSON-ready (``TrainResult.backend_stats``; ``{}``
   when it has nothing beyond the trace).
 * ``shutdown(timeout)``: stop and join (or kill) every worker; safe to call twice or before ``run``.
+* ``restart(checkpoint)``: after a lost worker (a :class:`~amp_notebook.runtime.restart.WorkerLostError`
+  that ended a drive of the run), stop every worker, put the session back at ``checkpoint``
+  (:func:`~amp_notebook.runtime.recover.restart_session`) and make fresh workers on it, so that the next
+  drive goes on from there. Only :func:`~amp_notebook.runtime.recover.drive` calls it, inside ``run``, as
+  the session's ``restarts`` allow (``max_failures``). The clock (``origin``) and the trace buffers go on.
 
 What a backend may call on the session: ``begin``, ``completed``, ``carry_out`` (driver thread only),
 ``collect_reports``; and read ``plan``, ``contexts``, ``workers`` (the state machines its loops step),
@@ -69,6 +74,7 @@ from amp_notebook.runtime.knobs import KnobChange
 from amp_notebook.runtime.ledger import Ledger
 
 if TYPE_CHECKING:
+    from amp_notebook.runtime.checkpoint import Checkpoint
     from amp_notebook.runtime.watchdog import Diagnosis
 
 
@@ -120,6 +126,10 @@ class Backend(Protocol):
 
     def shutdown(self, timeout: float | None = None) -> None:
         """Stop every worker and wait for it (at most ``timeout`` s each)."""
+        ...
+
+    def restart(self, checkpoint: Checkpoint) -> None:
+        """After a lost worker: every worker stopped, the session back at ``checkpoint``, fresh workers."""
         ...
 
 

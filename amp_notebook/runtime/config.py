@@ -288,6 +288,8 @@ class RunConfig:
                                   none="start a local Ray")
     checkpoint_every: int = setting(1, "the epochs between checkpoints (train(..., checkpoint=path))", minimum=1,
                                     resumed=False)
+    max_failures: int = setting(0, "the times a run restarts from its last checkpoint after losing a worker (a "
+                                "worker thread, native worker or Ray actor that died)", minimum=0, resumed=False)
     # fmt: on
 
     def __post_init__(self) -> None:

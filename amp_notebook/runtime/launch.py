@@ -105,6 +105,7 @@ def result_of(
         auto_placement=auto,
         engine=session.engine.name,
         python_nodes=session.engine.python_nodes if session.engine.native else tuple(session.plan.names),
+        restarts=tuple(session.restarts.made),
     )
 
 

@@ -59,7 +59,7 @@ class NonFiniteError(NodeError):  # a NodeError, hence an AmpError and a Runtime
     """NaN or infinity in an input, a loss or a gradient; ``node``, ``what`` and ``keys`` say where."""
 
     def __init__(self, node: str, kind: str, what: str, keys: list[int], detail: str) -> None:
-        self.node, self.kind, self.what, self.keys = node, kind, what, list(keys)
+        self.node, self.kind, self.what, self.keys, self.detail = node, kind, what, list(keys), detail
         self.direction = {"input": "fwd", "loss": "fwd", "gradient": "update"}[what]
         self.port = ""
         self.state = State(key=keys[0]) if len(keys) == 1 else None
@@ -84,7 +84,7 @@ class Guard:
     """The checks of one run (``on_nonfinite`` "raise" or "skip"), shared by its workers; ``skipped`` holds
     the keys skipped so far (set operations are atomic under the GIL, so workers add to it without a lock)."""
 
-    def __init__(self, mode: str, plan: Plan, dataset: Dataset) -> None:
+    def __init__(self, mode: str, plan: Plan, dataset: Dataset | None) -> None:
         if mode not in ("raise", "skip"):
             raise SettingError("on_nonfinite", f"on_nonfinite: expected one of {ON_NONFINITE}, got {mode!r}")
         self.skip = mode == "skip"
@@ -93,7 +93,9 @@ class Guard:
         self.skipped: set[int] = set()
 
     def inputs_ok(self, info: KeyInfo) -> bool:
-        """Check an admitted key's float payloads: True to run it, False to skip it (or raise)."""
+        """Check an admitted key's float payloads: True to run it, False to skip it (or raise). On the driver,
+        which holds the dataset (a Ray actor's guard checks losses and gradients only)."""
+        assert self.dataset is not None
         plan = self.plan
         for name in plan.inputs:
             x = info.batch.inputs.get(name)

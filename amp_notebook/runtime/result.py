@@ -23,6 +23,7 @@ from amp_notebook.errors import RunStateError
 from amp_notebook.ir.serialize import save_params
 from amp_notebook.runtime.checkpoint import Checkpoint, capture
 from amp_notebook.runtime.config import RunConfig
+from amp_notebook.runtime.restart import Restart
 from amp_notebook.runtime.session import EpochStats, Session
 from amp_notebook.trace.metrics import staleness_summary, utilization
 from amp_notebook.trace.trace import Trace
@@ -55,6 +56,7 @@ class TrainResult:
     auto_placement: AutoPlacement | None = None  # placement="auto": the choice and what it was judged by
     engine: str = "python"  # what ran the workers: "native" worker loops or the Python engine
     python_nodes: tuple[str, ...] = ()  # nodes whose op ran in Python (every node on the Python engine)
+    restarts: tuple[Restart, ...] = ()  # max_failures: each restart after a lost worker (runtime/restart.py)
 
     @property
     def val_accuracy(self) -> list[float | None]:
@@ -99,6 +101,8 @@ class TrainResult:
             "placement": self.placement,
             "placement_strategy": self.placement_strategy,
             "nonfinite_skipped": self.nonfinite_skipped,
+            "restarts": len(self.restarts),
+            "restart_causes": [r.as_dict() for r in self.restarts],
             "engine_used": self.engine,
             "python_nodes": list(self.python_nodes),
             **({"autoplace": {**self.auto_placement.summary(), "measured_per_s": self.train_instances_per_s}}

@@ -126,7 +126,6 @@ class Run:
         finished: Callable[[TrainResult], None] | None = None,
     ) -> None:
         self._session = session
-        self._controller: Controller = session.controller
         self._backend = backend
         self._driver = _Driver(backend, make_result, finished)
         self._paused = False
@@ -156,7 +155,7 @@ class Run:
         """Where the run is now: state, epoch, keys done, admitted and in flight, instances trained, elapsed s,
         moving averages of the training loss and accuracy (None before the first loss report), keys skipped
         for NaN/inf (``on_nonfinite="skip"``), the error if it failed and, if it got stuck, the diagnosis."""
-        session, controller = self._session, self._controller
+        session, controller = self._session, self._session.controller
         plan, knobs = session.plan, session.knobs
         done = self._driver.done.is_set()
         error = self._driver.error
@@ -177,6 +176,8 @@ class Run:
             "recent_loss": session.recent_loss,
             "recent_accuracy": session.recent_accuracy,
             "nonfinite_skipped": session.nonfinite_skipped,
+            "restarts": len(session.restarts),
+            "last_restart": session.restarts.made[-1].as_dict() if session.restarts.made else None,
             "error": None if error is None else f"{type(error).__name__}: {error}",
             "diagnosis": error.diagnosis.as_dict() if isinstance(error, StuckRunError) else None,
         }
@@ -199,7 +200,7 @@ class Run:
     @property
     def mode(self) -> str:
         """``amp``, ``sync`` or ``pipeline``."""
-        return self._controller.mode
+        return self._session.controller.mode
 
     @property
     def result(self) -> TrainResult | None:
@@ -226,7 +227,7 @@ class Run:
         if self._ended():
             return
         self._session.knobs.set_paused(True)
-        self._apply(self._controller.pause)
+        self._apply(self._session.controller.pause)
         self._paused = True
 
     def resume(self) -> None:
@@ -234,7 +235,7 @@ class Run:
         if self._ended() or not self._paused:
             return
         self._session.knobs.set_paused(False)  # the backend wakes workers holding forward work
-        self._apply(self._controller.resume)
+        self._apply(self._session.controller.resume)
         self._paused = False
 
     def stop(self, wait: bool = True, timeout: float | None = None) -> None:
@@ -288,7 +289,7 @@ class Run:
                 ) from self._driver.error
             return self.wait().checkpoint(meta)
         self._require_live("save")
-        backend, controller, knobs = self._backend, self._controller, self._session.knobs
+        backend, controller, knobs = self._backend, self._session.controller, self._session.knobs
         held = self._paused
         self._apply(controller.pause)
         if held:  # a paused run holds its forward work: let the keys in flight finish
@@ -330,7 +331,7 @@ class Run:
     def set_max_active_keys(self, k: int) -> None:
         """Keys in flight at most (``amp`` and ``pipeline`` modes); takes effect at once, no restart."""
         Controller._check_keys(k)
-        if self._controller.mode == "sync":
+        if self._session.controller.mode == "sync":
             raise SettingError(
                 "max_active_keys",
                 "max_active_keys: a sync run admits one key at a time whatever max_active_keys says; "
@@ -348,7 +349,7 @@ class Run:
             raise SettingError(
                 "min_update_frequency", f"min_update_frequency for {which}: expected an int >= 1, got {m!r}"
             )
-        mode = self._controller.mode
+        mode = self._session.controller.mode
         if mode != "amp":
             raise SettingError(
                 "min_update_frequency",

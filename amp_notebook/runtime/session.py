@@ -30,6 +30,7 @@ from amp_notebook.runtime.knobs import Knobs
 from amp_notebook.runtime.numerics import Guard
 from amp_notebook.runtime.placement import place
 from amp_notebook.runtime.plan import Plan, average_replicas, compile_plan, end_epoch_optimizers
+from amp_notebook.runtime.restart import Restarts
 from amp_notebook.runtime.worker import Worker
 
 if TYPE_CHECKING:
@@ -99,7 +100,10 @@ class Session:
         optimizer: Optimizer | None = None,
         params: dict[str, dict[str, np.ndarray]] | None = None,
         engine: EngineChoice = PYTHON,
+        knobs: Knobs | None = None,
+        buffers: list[Any] | None = None,
     ) -> None:
+        """``knobs`` and ``buffers``: those of a session this one replaces (:meth:`take_state_of`)."""
         graph.validate(require_loss=True)
         self.graph = graph
         self.engine = engine  # what runs the workers of a threaded run (engine/choice.py); its trace buffers
@@ -115,7 +119,7 @@ class Session:
         if max_bundle is None:
             max_bundle = default_max_bundle(config.mode, config.backend)
         caps = resolve_max_bundle(self.plan, max_bundle)
-        self.knobs = Knobs(config.max_active_keys, self.plan.min_update_frequency, caps)
+        self.knobs = knobs if knobs is not None else Knobs(config.max_active_keys, self.plan.min_update_frequency, caps)
         initial = params if params is not None else graph.init_params(config.seed, self.dtype)
         self.contexts: list[NodeContext] = []
         for i, name in enumerate(self.plan.names):
@@ -139,7 +143,7 @@ class Session:
             config.validate,
             average_every=config.average_every,
         )
-        self.buffers = [engine.trace_buffer(config.trace_capacity) for _ in range(config.workers)]
+        self.buffers = buffers or [engine.trace_buffer(config.trace_capacity) for _ in range(config.workers)]
         self.workers = [
             Worker(
                 w, self.plan,
@@ -165,6 +169,7 @@ class Session:
         self.on_key_done: Callable[[KeyInfo], None] | None = None
         self.replica_averages = 0  # averages within epochs (average_every), besides each epoch's end
         self.on_epoch: Callable[[EpochStats], bool | None] | None = None
+        self.restarts = Restarts(config.max_failures)  # the restart policy and its record (runtime/restart.py)
 
     # ------------------------------------------------------------ actions -> messages
     def inject(self, info: KeyInfo) -> list[Message]:
@@ -187,6 +192,19 @@ class Session:
     def begin(self, backend: Backend) -> bool:
         """Start the run: the controller's first actions. Returns True if the run is already finished."""
         return self.carry_out(self.controller.start(), backend)
+
+    def take_state_of(self, fresh: Session) -> None:
+        """Become ``fresh`` (a session of the same graph, data and settings, built on this one's knobs and
+        trace buffers and put at a checkpoint's state): after a lost worker, :func:`~amp_notebook.runtime.
+        recover.restart_session` builds it, so the rest of the run is what a resumed run does. What is the
+        run's, not the checkpoint's, stays: the trace buffers (the trace goes on), the live knobs (the values
+        set while it ran, the controller's ``max_active_keys`` and pause too), the callbacks, the restart record
+        and the data's fingerprint."""
+        fresh.controller.max_active_keys = self.knobs.max_active_keys
+        if self.controller.paused:
+            fresh.controller.pause()
+        kept = {"on_key_done", "on_epoch", "restarts", "data_fingerprint"}
+        vars(self).update({name: value for name, value in vars(fresh).items() if name not in kept})
 
     def completed(self, keys: list[int], flushes: list[int], backend: Backend) -> bool:
         """Keys and flushes whose credits reached zero: bookkeeping, then the controller's events and the
@@ -295,6 +313,7 @@ class Session:
         stats.finish(now_s)
         self.history.append(stats)
         self.current = EpochStats(epoch + 1)
+        self.restarts.epoch_ended(len(self.history), self.config.checkpoint_every)
         if self.on_epoch is not None and self.on_epoch(stats):
             self.controller.stop()  # the callback asked to stop: admit no further epoch
         return stats

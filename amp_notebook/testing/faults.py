@@ -11,8 +11,9 @@ with one fault that fires once, at the k-th matching event:
   with a :class:`~amp_notebook.runtime.watchdog.StuckRunError` whose diagnosis shows the key in flight;
 * ``nan``: a message's payload becomes NaN: a :class:`~amp_notebook.runtime.numerics.NonFiniteError`
   before any parameter is updated with it;
-* ``glue``: the worker thread's own code fails (its inbox raises): that error, re-raised at the caller;
-* ``vanish``: a worker thread ends without a word (its loop returns): a StuckRunError (thread ended).
+* ``glue``: the worker thread's own code fails (its inbox raises): a lost worker, a
+  :class:`~amp_notebook.runtime.restart.WorkerLostError` naming it, caused by that error;
+* ``vanish``: a worker thread ends without a word (its loop returns): a WorkerLostError (thread ended).
 
 The node, direction or phase and ``k`` are drawn at random from what a clean run of the same setup does
 (counted once per setup), so every fault fires. Each case measures the seconds from the moment the fault
@@ -46,6 +47,7 @@ import numpy as np
 
 from amp_notebook.ir.message import BWD, FWD, UPDATE, Message
 from amp_notebook.runtime.backends.threads import ThreadedBackend
+from amp_notebook.runtime.restart import WorkerLostError
 from amp_notebook.runtime.session import Session
 from amp_notebook.runtime.steploop import StepLoop
 from amp_notebook.runtime.watchdog import StuckRunError
@@ -238,8 +240,8 @@ EXPECTED: dict[str, tuple[type[BaseException], ...]] = {
     "op": (NodeError,),
     "drop": (StuckRunError,),
     "nan": (),  # filled in below: NonFiniteError, once the numerics module is importable
-    "glue": (InjectedFaultError,),
-    "vanish": (StuckRunError,),
+    "glue": (WorkerLostError,),
+    "vanish": (WorkerLostError,),
 }
 try:
     from amp_notebook.runtime.numerics import NonFiniteError
@@ -302,6 +304,9 @@ def _as_expected(fault: Fault, error: BaseException) -> bool:
     if fault.kind == "drop":
         d = error.diagnosis  # type: ignore[attr-defined]
         return bool(d.keys_in_flight or d.flushes_in_flight)
+    if fault.kind in ("glue", "vanish"):  # names the worker; glue carries the injected error as its cause
+        glue = isinstance(error.__cause__, InjectedFaultError)
+        return error.worker == fault.worker and glue == (fault.kind == "glue")  # type: ignore[attr-defined]
     return True
 
 

@@ -61,9 +61,13 @@ def _digits() -> Dataset:
     return load_digits_dataset(batch_size=50, seed=0)
 
 
-def start(setup: Setup, install: Callable[[Session, ThreadedBackend], None] | None = None) -> tuple[Run, Session]:
-    """A background run of ``setup`` with ``install(session, backend)`` applied before its threads start."""
+def start(
+    setup: Setup, install: Callable[[Session, ThreadedBackend], None] | None = None, **changes: Any
+) -> tuple[Run, Session]:
+    """A background run of ``setup`` (its settings with ``changes``) with ``install(session, backend)`` applied
+    before its threads start."""
     graph, data, config, optimizer = setup.build()
+    config = config.replace(**changes) if changes else config
     session = Session(graph, data, config, make_optimizer(optimizer))
     backend = ThreadedBackend(session)
     if install is not None:

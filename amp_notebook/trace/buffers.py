@@ -15,7 +15,13 @@ message, so the keys of a bundle can be listed; each gradient a parameterized no
 * with a ``capacity``, sealed chunks that would let the table exceed ``capacity`` rows are **dropped**,
   oldest first, and their totals are added to the totals of dropped rows. Old rows are dropped whole,
   never decimated: what the table holds is every row of the most recent span (between
-  ``capacity - chunk_rows`` and ``capacity`` rows), so a Gantt of a recent window is exact.
+  ``capacity - chunk_rows`` and ``capacity`` rows), so a Gantt of a recent window is exact;
+* the staleness and member tables also **follow** the event table: once it has dropped rows, a sealed
+  chunk of theirs that ends before the oldest event row held is dropped too (:func:`drop_old`). A worker's
+  buffer thus holds one recent span in all three tables, and its memory stops growing when the event table
+  is full. (The other tables fill more slowly, a row per gradient or per bundled message against a row per
+  handled message or bundle, so on their own they went on growing long after the Gantt's rows were full;
+  the members of a dropped bundle row named a row no reader could find.)
 
 Totals never drop: busy seconds and rows per phase per worker, and each node's staleness histogram
 (count, sum, mean, max, percentiles), are the dropped chunks' totals + the sealed chunks' (computed once)
@@ -91,6 +97,23 @@ class _View(NamedTuple):
     dropped: Any  # totals of the rows no longer held
 
 
+def drop_old(
+    sealed: tuple[Sealed, ...], dropped: Any, max_sealed: int | None, horizon: float | None
+) -> tuple[tuple[Sealed, ...], Any]:
+    """The sealed chunks still held, oldest first, and the dropped rows' totals, after dropping the oldest
+    chunks beyond ``max_sealed`` and those that end before ``horizon`` (the oldest event time a followed
+    table holds; None: nothing to follow)."""
+    start = 0
+    if max_sealed is not None:
+        start = max(0, len(sealed) - max_sealed)
+    if horizon is not None:
+        while start < len(sealed) and sealed[start].hi < horizon:
+            start += 1
+    for chunk in sealed[:start]:
+        dropped = dropped + chunk.totals
+    return sealed[start:], dropped
+
+
 class Table:
     """One kind of row (events, staleness or bundle members) as bounded chunks; see the module docstring."""
 
@@ -102,6 +125,7 @@ class Table:
         zero: Any,
         capacity: int | None,
         numbered: bool = False,
+        follows: Table | None = None,
     ) -> None:
         self.columns = columns
         self.last = columns[-1][0]
@@ -115,6 +139,7 @@ class Table:
         self.packer = struct.Struct("<" + "".join(code for _, code in columns))  # the writer's: one row's bytes
         self.row_bytes = self.packer.size
         self.chunk_bytes = self.chunk_rows * self.row_bytes
+        self.follows = follows  # a table (same writer) whose oldest row held bounds what this one keeps
         self.view = _View((), bytearray(), 0, zero)
 
     # ------------------------------------------------------------------ writer
@@ -129,14 +154,21 @@ class Table:
         lo = float(cols[lo_col].min()) if n else 0.0
         hi = float(cols[hi_col].max()) if n else 0.0
         kept = (*view.sealed, Sealed(view.current_first, cols, self.summarize(cols), lo, hi))
-        dropped = view.dropped
-        if self.max_sealed is not None:
-            while len(kept) > self.max_sealed:
-                dropped = dropped + kept[0].totals
-                kept = kept[1:]
+        horizon = self.follows.horizon() if self.follows is not None else None
+        kept, dropped = drop_old(kept, view.dropped, self.max_sealed, horizon)
         current = bytearray()
         self.view = _View(kept, current, view.current_first + n, dropped)  # one atomic publish
         return current
+
+    def horizon(self) -> float | None:
+        """Writer only: the earliest start of the rows held once some were dropped (None before: all held)."""
+        view = self.view
+        if view.sealed:
+            first = view.sealed[0]
+            return first.lo if first.first > 0 else None
+        if view.current_first == 0 or self._current_len(view) == 0:
+            return None
+        return float(np.frombuffer(view.current, dtype=self.row, count=1)[self.span[0]][0])
 
     def append(self, cols: Columns) -> int:
         """Writer only: append rows given as columns (every column of the table, in any numeric type), chunk by
@@ -251,8 +283,9 @@ class WorkerBuffer:
     def __init__(self, capacity: int | None = DEFAULT_CAPACITY) -> None:
         self.event_table = Table(EVENT_COLUMNS, ("start", "end"), EventTotals.of, EventTotals(), capacity, True)
         self.staleness_table = Table(STALENESS_COLUMNS, ("time", "time"), StalenessTotals.of, StalenessTotals(),
-                                     capacity)  # fmt: skip
-        self.member_table = Table(MEMBER_COLUMNS, ("time", "time"), RowCount.of, RowCount(), capacity)
+                                     capacity, follows=self.event_table)  # fmt: skip
+        self.member_table = Table(MEMBER_COLUMNS, ("time", "time"), RowCount.of, RowCount(), capacity,
+                                  follows=self.event_table)  # fmt: skip
         self._events, self._event_bytes = self.event_table.view.current, self.event_table.chunk_bytes
         self._event_row = self.event_table.packer.pack
         self._staleness, self._staleness_bytes = self.staleness_table.view.current, self.staleness_table.chunk_bytes
@@ -316,5 +349,5 @@ class WorkerBuffer:
 
 __all__ = [
     "DEFAULT_CAPACITY", "EVENT_COLUMNS", "MEMBER_COLUMNS", "PHASES", "STALENESS_COLUMNS", "Sealed", "Table",
-    "WorkerBuffer", "check_capacity", "chunk_rows_for",
+    "WorkerBuffer", "check_capacity", "chunk_rows_for", "drop_old",
 ]  # fmt: skip

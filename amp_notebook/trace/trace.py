@@ -3,10 +3,11 @@
 ``Trace`` reads the per-worker buffers (live, while the run goes, or after it) and gives columns as
 numpy arrays with times in seconds since the run started (virtual seconds for the simulator).
 
-Buffers hold at most ``capacity`` recent rows per worker (``train(..., trace_capacity=...)``), so
-:meth:`Trace.events` and :meth:`Trace.staleness` give the rows still held, while :meth:`Trace.event_totals`
-and :meth:`Trace.staleness_totals` are exact over the whole run (the metrics use them). :meth:`Trace.window`
-and :meth:`Trace.since` read a time window or only the new rows (:mod:`amp_notebook.trace.window`).
+Buffers hold at most ``capacity`` recent rows per worker (``train(..., trace_capacity=...)``), staleness
+rows no older than the oldest event row held, so :meth:`Trace.events` and :meth:`Trace.staleness` give
+the rows of one recent span, while :meth:`Trace.event_totals` and :meth:`Trace.staleness_totals` are exact
+over the whole run (the metrics use them). :meth:`Trace.window` and :meth:`Trace.since` read a time window
+or only the new rows (:mod:`amp_notebook.trace.window`).
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ import json
 import math
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ from amp_notebook.ui.messages import CONTROL_ACTIONS, refusal
 
 STATIC = Path(__file__).parent / "static"
 MAX_DOWNLOAD_BYTES = 64 * 2**20  # larger exports are written to a file only
+MAX_ERRORS = 100  # errors a dashboard keeps (the latest): a browser that sends junk for hours holds no more
 SLIDER_MAX = {"max_active_keys": 64, "min_update_frequency": 1000, "max_bundle": 64}  # or the run's value if larger
 
 
@@ -115,7 +117,7 @@ class Dashboard(anywidget.AnyWidget):
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
         self._feed: LiveFeed | None = None
-        self.errors: list[str] = []  # errors of browser requests (also shown in the widget)
+        self.errors: deque[str] = deque(maxlen=MAX_ERRORS)  # the latest errors of requests (also shown in the widget)
         self.feed_busy_s = 0.0  # time the feed thread spent reading, packing and sending frames
         self.on_msg(self._on_msg)
         if run is not None:

@@ -36,6 +36,7 @@ from amp_notebook.runtime.credits import Credits
 from amp_notebook.runtime.inbox import Inbox
 from amp_notebook.runtime.knobs import KnobChange
 from amp_notebook.runtime.launch import backend_for, build_session
+from amp_notebook.runtime.recover import restart_session
 from amp_notebook.runtime.reference import train_reference
 from amp_notebook.runtime.run import Run
 from amp_notebook.runtime.session import RunConfig, Session
@@ -151,6 +152,13 @@ class TurnTakingBackend:
 
     def shutdown(self, timeout: float | None = None) -> None:
         self.shut = True
+
+    def restart(self, checkpoint: Any) -> None:
+        restart_session(self.session, checkpoint)
+        self.ledger = Credits()
+        config = self.session.config
+        self.inboxes = [Inbox(self.session.knobs, config.priority, config.order, w.bundle_cap)
+                        for w in self.session.workers]  # fmt: skip
 
 
 def small_rnn(replicas: int = 1):
@@ -271,6 +279,7 @@ def test_every_backend_implements_every_method_of_the_protocol(cls):
     methods = protocol_methods()
     assert set(methods) == {
         "run", "inject", "now", "call", "knobs_changed", "sync_state", "epoch_ended", "diagnose", "stats", "shutdown",
+        "restart",
     }  # fmt: skip
     for name, expected in methods.items():
         fn = getattr(cls, name, None)

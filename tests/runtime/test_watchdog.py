@@ -77,9 +77,15 @@ def test_the_simulator_that_runs_out_of_events_gives_the_same_diagnosis():
     assert list(d.keys_in_flight) == [2] and "Linear 'linear3' still waits for key 2" in d.conclusion
 
 
-def test_a_worker_thread_that_ends_without_a_word_stops_the_run():
-    error = stuck_error(Setup("mlp", "amp"), Fault("vanish", k=5, worker=1))
-    assert "ended" in error.diagnosis.reason and error.diagnosis.workers[1] == "thread ended"
+def test_a_worker_thread_that_ends_without_a_word_stops_the_run_as_a_lost_worker():
+    from amp_notebook.runtime.restart import WorkerLostError
+
+    fault = Fault("vanish", k=5, worker=1)
+    run, _ = faults.start(Setup("mlp", "amp"), faults.installer(fault))
+    with pytest.raises(WorkerLostError) as err:  # max_failures=N would restart the run instead
+        run.wait(timeout=HANG_GUARD_S)
+    assert fault.fired_at is not None
+    assert err.value.worker == 1 and "its thread ended while the run was going" in str(err.value)
 
 
 def test_status_carries_the_diagnosis():

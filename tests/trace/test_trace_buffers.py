@@ -67,6 +67,45 @@ def test_small_capacity_holds_recent_rows_and_exact_totals(capacity):
         assert t.busy_s > float(np.sum(rows["end"] - rows["start"]))
 
 
+def stream(buf: WorkerBuffer, steps: int) -> None:
+    """A worker's rows at one row per time unit: every 10th a bundle of 2 messages (2 member rows) and one
+    gradient (a staleness row) per 10 steps: the follower tables fill ten times slower than the events."""
+    for i in range(steps):
+        if i % 10 == 0:
+            buf.record_bundle(1, 0, [i, i + 1], float(i), i + 0.5, 0)
+        else:
+            buf.record(1, 0, i, float(i), i + 0.5, 0)
+        if i % 10 == 5:
+            buf.record_staleness(1, i, i % 3, i + 0.5)
+
+
+@pytest.mark.parametrize("steps", [20_000, 60_000])
+def test_staleness_and_member_rows_follow_the_event_span(steps):
+    capacity = 800  # chunks of 100 rows
+    buf, full = WorkerBuffer(capacity), WorkerBuffer(None)
+    stream(buf, steps)
+    stream(full, steps)
+    oldest = float(buf.snapshot()[0]["start"][0])
+    # a follower drops chunks when it seals one of its own: it may hold two chunks' span before the events'
+    slack = 2 * 10 * chunk_rows_for(capacity)
+    stale, members = buf.snapshot()[1], buf.members()
+    assert len(stale["time"]) and stale["time"][0] >= oldest - slack  # not a full capacity of old gradients
+    assert len(members["time"]) and members["time"][0] >= oldest - slack
+    assert len(stale["time"]) <= capacity // 10 + 2 * chunk_rows_for(capacity)  # the same however long the run
+    assert len(members["time"]) <= 2 * (capacity // 10) + 2 * chunk_rows_for(capacity)
+    all_stale = full.snapshot()[1]  # what is held is the most recent rows, whole
+    np.testing.assert_array_equal(stale["time"], all_stale["time"][len(all_stale["time"]) - len(stale["time"]) :])
+    assert buf.staleness_totals().histogram == full.staleness_totals().histogram  # exact over every row
+    assert buf.member_table.totals().rows == full.member_table.totals().rows == 2 * (steps // 10)
+
+
+def test_staleness_rows_without_event_rows_keep_their_capacity():
+    buf = WorkerBuffer(800)  # a run with tracing off still measures staleness: nothing to follow
+    for i in range(5_000):
+        buf.record_staleness(1, i, 0, float(i))
+    assert 800 - chunk_rows_for(800) <= len(buf.snapshot()[1]["time"]) <= 800
+
+
 def test_totals_match_numpy_on_what_was_written():
     buf = WorkerBuffer(50)
     written = fill(buf, 999, seed=3)

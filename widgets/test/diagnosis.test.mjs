@@ -2,7 +2,7 @@
 // (runtime/watchdog.py Diagnosis.as_dict) and the count of keys skipped for NaN/inf.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { diagnosisLines, skippedText } from "../src/dashboard/diagnosis.js";
+import { diagnosisLines, restartText, skippedText } from "../src/dashboard/diagnosis.js";
 
 const stuck = {
   reason: "no message handled for 1.0 s while keys are in flight (watchdog_s=1)",
@@ -42,4 +42,14 @@ test("the skip count shows only when keys were skipped", () => {
   assert.equal(skippedText({}), "");
   assert.equal(skippedText({ nonfinite_skipped: 1 }), " · skipped 1 key (NaN/inf)");
   assert.equal(skippedText({ nonfinite_skipped: 4 }), " · skipped 4 keys (NaN/inf)");
+});
+
+test("restarts show only after a lost worker, with the last one's worker, epoch and cause", () => {
+  assert.equal(restartText({ restarts: 0, last_restart: null }), "");
+  assert.equal(restartText({}), "");
+  const last = { number: 2, worker: 1, cause: "RayActorError: the actor died", epoch: 3, at_s: 12.5 };
+  assert.equal(
+    restartText({ restarts: 2, last_restart: last }),
+    " · restarted 2× (last: worker 1 lost, back to epoch 3: RayActorError: the actor died)",
+  );
 });

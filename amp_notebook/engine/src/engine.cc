@@ -120,6 +120,12 @@ void Engine::set_min_update_frequency(const std::vector<int>& which, int64_t m) 
   for (auto& w : workers) w->wake();
 }
 
+void Engine::doom(int w) {
+  doomed_.store(w, std::memory_order_relaxed);
+  knob_version_.fetch_add(1, std::memory_order_acq_rel);
+  for (auto& worker : workers) worker->wake();
+}
+
 void Engine::set_paused(bool p) {
   paused_.store(p, std::memory_order_relaxed);
   knob_version_.fetch_add(1, std::memory_order_acq_rel);

@@ -52,6 +52,7 @@ struct Failure {
   enum Kind : int { kNone = 0, kOp, kExpression, kPython, kNonFiniteLoss, kNonFiniteGradient, kInternal };
   Kind kind = kNone;
   int node = -1;
+  int worker = -1;        // the worker that failed
   int direction = 0;
   int port = 0;           // the messages' port (input port forward, output port backward, kLossPort)
   std::string message;    // OpError / C++ exception text
@@ -109,6 +110,10 @@ class Engine {
   void set_max_bundle(const std::vector<int>& nodes, int64_t m);
   void set_min_update_frequency(const std::vector<int>& nodes, int64_t m);
   void set_paused(bool paused);
+  // Fault injection (the restart harness): worker `w` fails in its own loop at its next bundle, as a native
+  // worker whose own code fails would. Read with the live knobs, so it costs the loop nothing.
+  void doom(int w);
+  int doomed() const { return doomed_.load(std::memory_order_relaxed); }
   int64_t max_bundle(int node) const { return max_bundle_[node].load(std::memory_order_relaxed); }
   int64_t min_update_frequency(int node) const { return muf_[node].load(std::memory_order_relaxed); }
   bool paused() const { return paused_.load(std::memory_order_relaxed); }
@@ -131,6 +136,7 @@ class Engine {
  private:
   std::unique_ptr<std::atomic<int64_t>[]> max_bundle_, muf_;
   std::atomic<bool> paused_{false};
+  std::atomic<int> doomed_{-1};
   std::atomic<uint64_t> knob_version_{0};
   std::atomic<bool> stopping_{false};
   std::atomic<bool> failed_{false};

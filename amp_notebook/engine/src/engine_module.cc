@@ -251,6 +251,7 @@ class EngineHandle {
                                   "internal"};
     d["kind"] = kinds[f.kind];
     d["node"] = f.node;
+    d["worker"] = f.worker;
     d["direction"] = f.direction;
     d["port"] = f.port;
     d["message"] = f.message;
@@ -273,6 +274,7 @@ class EngineHandle {
     for (int i : which)
       if (i < 0 || i >= static_cast<int>(added_.size())) throw nb::value_error("knob: no such node");
     if (knob == "paused") engine_->set_paused(value != 0);
+    else if (knob == "fail") engine_->doom(static_cast<int>(value));  // fault injection: that worker fails
     else if (value < 1) throw nb::value_error("knob: expected a value >= 1");
     else if (knob == "max_bundle") engine_->set_max_bundle(which, value);
     else if (knob == "min_update_frequency") engine_->set_min_update_frequency(which, value);

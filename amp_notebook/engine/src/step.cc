@@ -112,6 +112,7 @@ void Worker::step(std::vector<Message>& bundle, int32_t depth) {
     }
   } catch (...) {
     Failure f = failure_of(std::current_exception(), bundle);
+    f.worker = index_;
     if (update_node >= 0 && f.kind != Failure::kNonFiniteGradient) {
       f.node = update_node;
       f.direction = kUpdate;
@@ -132,7 +133,9 @@ void Worker::step(std::vector<Message>& bundle, int32_t depth) {
     engine_.ledger.release(Span<const Credit>(credits_.data(), credits_.size()),
                            Span<const int64_t>(out_keys_.data(), out_keys_.size()), &done_, &flushed_);
   } catch (...) {
-    engine_.fail(failure_of(std::current_exception(), bundle));
+    Failure f = failure_of(std::current_exception(), bundle);
+    f.worker = index_;
+    engine_.fail(std::move(f));
     return;
   }
   deliver(outs_);

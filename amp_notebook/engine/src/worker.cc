@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include <stdexcept>
 #include <string>
 
 #include "engine.h"
@@ -60,6 +61,7 @@ void Worker::run() {
   } catch (const std::exception& e) {  // the loop's own failure (allocation): stop the run, say what
     Failure f;
     f.kind = Failure::kInternal;
+    f.worker = index_;
     f.message = std::string("worker ") + std::to_string(index_) + ": " + e.what();
     engine_.fail(std::move(f));
   }
@@ -117,6 +119,7 @@ bool Worker::take(std::vector<Message>* bundle) {
   const uint64_t version = engine_.knob_version();
   if (version != knobs_seen_) {  // copy the live knobs once per change, not per bundle
     knobs_seen_ = version;
+    if (engine_.doomed() == index_) throw std::runtime_error("a fatal error injected into this worker's loop");
     const size_t n = engine_.nodes.size();
     max_bundle_.resize(n);
     muf_.resize(n);

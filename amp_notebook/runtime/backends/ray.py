@@ -34,9 +34,17 @@ and hands the averages back (``epoch_ended``: sent to the actors with the epoch'
 step).
 
 Faults. A node's error in an actor stops the run and is re-raised in the driver as the same
-:class:`~amp_notebook.runtime.worker.NodeError`. An actor that dies (its process or machine lost) raises
-:class:`WorkerLostError`, naming the worker, the nodes it hosted and the machine. Whatever ends the run,
-every actor of it is killed before ``run`` returns or raises.
+:class:`~amp_notebook.runtime.worker.NodeError`; a NaN or infinity in a loss or a gradient, found by the
+actor's own checks (``on_nonfinite``, as a worker thread's), as the same
+:class:`~amp_notebook.runtime.numerics.NonFiniteError` naming node and key (the inputs are checked on the
+driver). An actor that dies (its process or machine lost), fails in the runtime's own code, or whose step
+thread ends raises :class:`~amp_notebook.runtime.restart.WorkerLostError`, naming the worker, the nodes it
+hosted and the machine; with ``max_failures`` the run restarts instead (:meth:`RayBackend.restart`: the
+actors killed, the session back at its last checkpoint, fresh actors). The driver loop keeps the watchdog
+(``watchdog_s``): each reply says how many messages the actor has handled, and keys in flight with none
+handled anywhere for that long stop the run with a
+:class:`~amp_notebook.runtime.watchdog.StuckRunError` and its diagnosis. Whatever ends the run, every
+actor of it is killed before ``run`` returns or raises.
 """
 
 from __future__ import annotations
@@ -53,7 +61,6 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from amp_notebook.errors import AmpError
 from amp_notebook.ir.message import Message
 from amp_notebook.ir.serialize import graph_to_dict
 from amp_notebook.optim import DEFAULT_OPTIMIZER
@@ -64,25 +71,16 @@ from amp_notebook.runtime.backends.ray_credits import Completion
 from amp_notebook.runtime.backends.ray_rows import append_worker_rows
 from amp_notebook.runtime.controller import Action
 from amp_notebook.runtime.knobs import KnobChange
+from amp_notebook.runtime.numerics import NonFiniteError
+from amp_notebook.runtime.recover import drive, restart_session
+from amp_notebook.runtime.restart import WorkerLostError
 from amp_notebook.runtime.session import Session
-from amp_notebook.runtime.watchdog import Diagnosis, diagnose
+from amp_notebook.runtime.watchdog import Diagnosis, StuckRunError, Watchdog, diagnose
 from amp_notebook.runtime.worker import NodeError
 
 POLL_S = 0.25  # an actor answers its long poll at least this often (trace rows for a live dashboard)
 WAIT_S = 0.05  # the driver looks at queued live changes at least this often
 START_TIMEOUT_S = 120.0  # actors not placed by then: the cluster lacks room for them
-
-
-class WorkerLostError(AmpError, RuntimeError):
-    """A worker's actor died (its process or its machine was lost); the run stopped."""
-
-    def __init__(self, worker: int, nodes: list[str], where: str, cause: BaseException) -> None:
-        self.worker, self.nodes, self.where = worker, nodes, where
-        super().__init__(
-            f"Ray worker {worker} (hosting nodes {nodes}, on {where}) died: {type(cause).__name__}: "
-            f"{str(cause).splitlines()[0] if str(cause) else ''}. The run stopped and its other actors were "
-            "killed; train again (from a checkpoint, if you saved one)"
-        )
 
 
 class RayBackend:
@@ -95,29 +93,40 @@ class RayBackend:
         plan = session.plan
         workers = session.config.workers
         ray_cluster.connect(address, num_cpus)
-        self.run_id = uuid.uuid4().hex[:8]
-        self.ledger = Completion()
-        self.outboxes: list[list[Any]] = [[] for _ in range(workers)]
+        self.ledger = Completion()  # made again by _fresh, as at each restart
         self.calls: queue.SimpleQueue[Callable[[], list[Action]]] = queue.SimpleQueue()
         self.started = threading.Event()
-        self._acks: list[Any] = []
         self._lock = threading.Lock()
-        self.finished = False
         self.origin = 0.0
         self.wall_s = 0.0
         self.hosts: list[Any] = []
-        self.where: list[dict[str, Any]] = []
-        self.offsets: list[ClockOffset] = []
-        self.drift_s: list[float] = []
-        self.counts: list[dict[str, int]] = []
         self.missed_rows = 0
         self._hosted = [[plan.names[i] for i in range(len(plan.names)) if plan.owner[i] == w] for w in range(workers)]
         session.knobs.subscribe(self.knobs_changed)
+        self._fresh()
         try:
             self._deploy()
         except BaseException:
             self._kill()
             raise
+
+    def _fresh(self) -> None:
+        """The state of one set of actors: run id, ledger, outboxes, acknowledgements, progress, watchdog."""
+        workers = self.session.config.workers
+        self.run_id = uuid.uuid4().hex[:8]
+        self.ledger = Completion()
+        self.outboxes: list[list[Any]] = [[] for _ in range(workers)]
+        self._acks: list[Any] = []
+        self.finished = False
+        self.hosts = []
+        self.where: list[dict[str, Any]] = []
+        self.offsets: list[ClockOffset] = []
+        self.drift_s: list[float] = []
+        self.counts: list[dict[str, int]] = []
+        self.handled = [0] * workers  # messages each actor has handled, as its last reply said
+        watchdog_s = self.session.config.watchdog_s
+        self.watchdog = Watchdog(watchdog_s) if watchdog_s is not None else None
+        self._watched = 0.0
 
     # ------------------------------------------------------------------ deployment
     def _deploy(self) -> None:
@@ -169,13 +178,19 @@ class RayBackend:
 
     # ------------------------------------------------------------------ the driver loop
     def run(self) -> None:
-        """Drive the run to the end in the calling thread; raises the first worker error."""
+        """Drive the run to the end in the calling thread; raises the first worker error (a lost worker only
+        once the session's restarts are spent)."""
+        self.origin = time.perf_counter()
+        self.started.set()
+        drive(self, self._drive)
+
+    def _drive(self) -> None:
         session = self.session
+        self.wall_s = 0.0
         try:
-            self.origin = time.perf_counter()
-            self.started.set()
             self.finished = session.begin(self)
             pending = {h.events.remote(POLL_S): w for w, h in enumerate(self.hosts)}
+            tick = self.watchdog.tick_s if self.watchdog is not None else None
             while not self.finished:
                 self._send_outboxes()
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=WAIT_S)
@@ -185,12 +200,37 @@ class RayBackend:
                     self.finished |= self._absorb(w, self._get(w, ref))
                     if not self.finished:
                         pending[self.hosts[w].events.remote(POLL_S)] = w
+                if tick is not None and not self.finished and time.monotonic() - self._watched >= tick:
+                    self.watch()
             self.wall_s = time.perf_counter() - self.origin
             self._finish(pending)
         finally:
             if not self.wall_s:
                 self.wall_s = time.perf_counter() - self.origin
             self._kill()
+
+    def restart(self, checkpoint: Any) -> None:
+        """After a lost worker: every actor killed, the session back at ``checkpoint``, fresh actors deployed
+        with its state (a new run id names them). The clock and the driver's trace buffers go on."""
+        self._kill()
+        restart_session(self.session, checkpoint)
+        self._fresh()
+        try:
+            self._deploy()
+        except BaseException:
+            self._kill()
+            raise
+
+    def watch(self) -> None:
+        """The watchdog's look (driver loop): raise :class:`StuckRunError` if keys are in flight and no actor
+        has handled a message for ``watchdog_s`` (by the counts their replies carry)."""
+        assert self.watchdog is not None
+        now = self._watched = time.monotonic()
+        if self.watchdog.stuck(sum(self.handled), self.ledger.busy(), self.session.knobs.paused, now):
+            raise StuckRunError(self.diagnose(
+                f"no message handled for {self.watchdog.idle_s(now):.1f} s while keys are in flight "
+                f"(watchdog_s={self.watchdog.timeout_s:g})"
+            ))  # fmt: skip
 
     def _get(self, w: int, ref: Any) -> Any:
         try:
@@ -207,8 +247,13 @@ class RayBackend:
         """One reply of worker ``w``: error, reports, trace rows, then returned weights. True once finished."""
         error = batch["error"]
         if error is not None:
-            raise _rebuild(error, w, self._hosted[w])
+            raise _rebuild(error, w, self._hosted[w], self._where(w))
         session = self.session
+        if not final and not batch["alive"]:
+            raise WorkerLostError(w, self._hosted[w], self._where(w), "its step thread ended while the run was going")
+        self.handled[w] = batch["handled"]
+        if batch["skipped"] and session.numerics is not None:
+            session.numerics.skipped.update(batch["skipped"])
         session.workers[w].reports.extend(batch["reports"])
         self.missed_rows += append_worker_rows(session.buffers[w], batch["rows"], self.offsets[w].offset_s)
         if final:
@@ -349,8 +394,11 @@ def _default_optimizer_spec(plan: Any) -> dict[str, Any]:
     return {"name": DEFAULT_OPTIMIZER}
 
 
-def _rebuild(error: dict[str, Any], worker: int, hosted: list[str]) -> BaseException:
-    """An actor's error, re-raised in the driver: a node's error as the same NodeError."""
+def _rebuild(error: dict[str, Any], worker: int, hosted: list[str], where: str) -> BaseException:
+    """An actor's error, re-raised in the driver: a node's error as the same NodeError, a NaN as the same
+    NonFiniteError, a failure of the runtime's own code as a lost worker."""
+    if error["kind"] == "nonfinite":
+        return NonFiniteError(error["node"], error["op"], error["what"], error["keys"], error["detail"])
     if error["kind"] == "node":
         from amp_notebook.ir.message import State
 
@@ -361,9 +409,9 @@ def _rebuild(error: dict[str, Any], worker: int, hosted: list[str]) -> BaseExcep
         exc = NodeError(error["node"], error["op"], error["direction"], error["port"], state, cause)
         exc.__cause__ = cause
         return exc
-    return RuntimeError(
-        f"Ray worker {worker} (hosting nodes {hosted}) failed in the runtime: {error['text']}\n{error['traceback']}"
-    )
+    lost = WorkerLostError(worker, hosted, where, f"the runtime's own code failed: {error['text']}")
+    lost.__cause__ = RuntimeError(f"in the actor:\n{error['traceback']}")
+    return lost
 
 
 def live_actors() -> list[dict[str, Any]]:

@@ -46,6 +46,7 @@ from amp_notebook.runtime.backends.ray_rows import read_new_rows
 from amp_notebook.runtime.config import RunConfig
 from amp_notebook.runtime.inbox import Inbox
 from amp_notebook.runtime.knobs import Knobs
+from amp_notebook.runtime.numerics import Guard, NonFiniteError
 from amp_notebook.runtime.plan import compile_plan, end_epoch_optimizers
 from amp_notebook.runtime.steploop import StepLoop
 from amp_notebook.runtime.watchdog import held_states
@@ -104,6 +105,9 @@ class WorkerHost:
             index, plan, contexts, local_updates=config.mode == "amp", knobs=knobs,
             buffer=WorkerBuffer(config.trace_capacity), tracing=config.trace,
         )  # fmt: skip
+        if config.on_nonfinite != "ignore":  # losses and gradients are checked here; inputs on the driver
+            self.worker.numerics = Guard(config.on_nonfinite, plan, None)
+        self.skipped_sent = 0  # keys skipped for NaN/inf already shipped to the driver
         self.ready = threading.Event()  # set when the step thread has something to report (returns or an error)
         self.ledger = WeightLedger(self.worker.reports, self.ready)
         inbox = Inbox(knobs, config.priority, config.order, self.worker.bundle_cap)
@@ -205,13 +209,28 @@ class WorkerHost:
         with self._ship_lock:
             returned, flushes, reports = self.ledger.take()
             rows = read_new_rows(self.worker.buffer, self.cursors)
-        return {"returned": returned, "flushes": flushes, "reports": reports, "rows": rows, "error": self.error}
+            skipped = self._new_skipped()
+        return {"returned": returned, "flushes": flushes, "reports": reports, "rows": rows, "error": self.error,
+                "skipped": skipped, "handled": self.loop.handled, "alive": self.thread.is_alive()}  # fmt: skip
+
+    def _new_skipped(self) -> list[int]:
+        """Every key skipped here for NaN/inf so far (``on_nonfinite="skip"``), when some were added since the
+        last reply (the guard's set only grows), else none."""
+        guard = self.worker.numerics
+        if guard is None or len(guard.skipped) == self.skipped_sent:
+            return []
+        keys = sorted(guard.skipped)
+        self.skipped_sent = len(keys)
+        return keys
 
     # ------------------------------------------------------------------ the step thread
     def _run(self) -> None:
         try:
             with threadpool_limits(limits=1, user_api="blas"):
                 self.loop.run(self._deliver)
+        except NonFiniteError as exc:  # the guard's, from a loss or a gradient here
+            self.error = {"kind": "nonfinite", "node": exc.node, "op": exc.kind, "what": exc.what, "keys": exc.keys,
+                          "detail": exc.detail}  # fmt: skip
         except NodeError as exc:
             cause = exc.__cause__
             self.error = {

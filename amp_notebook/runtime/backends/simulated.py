@@ -53,6 +53,7 @@ from typing import Any
 
 from numpy import ndarray
 
+from amp_notebook.errors import RunStateError
 from amp_notebook.ir.message import Message
 from amp_notebook.runtime.blas import single_threaded_blas
 from amp_notebook.runtime.controller import Action
@@ -238,6 +239,10 @@ class SimulatedBackend:
 
     def shutdown(self, timeout: float | None = None) -> None:
         """Nothing runs outside ``run``."""
+
+    def restart(self, checkpoint: Any) -> None:
+        """Never called: simulated workers are never lost (nothing raises a WorkerLostError here)."""
+        raise RunStateError("restart: a simulated run loses no worker, so there is nothing to restart")
 
     # ------------------------------------------------------------------ results
     def stats(self) -> dict[str, Any]:

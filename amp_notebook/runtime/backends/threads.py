@@ -17,10 +17,14 @@ so workers overlap their matrix work; BLAS is pinned to one thread per worker so
 the cores.
 
 Errors raised in a node stop every worker; the driver joins all threads and re-raises the error, which
-names the node, direction, port and message state. While it waits for events, the driver also keeps the
-watchdog (``runtime/watchdog.py``): each loop counts the messages it has handled and shows the bundle it is
-inside; if messages are in flight and none has been handled for ``watchdog_s`` seconds, or a worker thread
-has ended, the run stops with a :class:`~amp_notebook.runtime.watchdog.StuckRunError` and its diagnosis.
+names the node, direction, port and message state. An error in a worker thread's own code (outside every
+node), or a worker thread that ended without one, is a lost worker: a
+:class:`~amp_notebook.runtime.restart.WorkerLostError` naming it, which a run with ``max_failures``
+survives (:meth:`ThreadedBackend.restart`: every thread joined, the session put back at its last
+checkpoint, fresh threads; :mod:`amp_notebook.runtime.restart`). While it waits for events, the driver also
+keeps the watchdog (``runtime/watchdog.py``): each loop counts the messages it has handled and shows the
+bundle it is inside; if messages are in flight and none has been handled for ``watchdog_s`` seconds, the
+run stops with a :class:`~amp_notebook.runtime.watchdog.StuckRunError` and its diagnosis.
 """
 
 from __future__ import annotations
@@ -37,10 +41,12 @@ from amp_notebook.runtime.controller import Action
 from amp_notebook.runtime.credits import Credits
 from amp_notebook.runtime.inbox import Inbox
 from amp_notebook.runtime.knobs import KnobChange
+from amp_notebook.runtime.recover import drive, restart_session
+from amp_notebook.runtime.restart import WorkerLostError
 from amp_notebook.runtime.session import Session
 from amp_notebook.runtime.steploop import StepLoop
 from amp_notebook.runtime.watchdog import Diagnosis, StuckRunError, Watchdog, diagnose
-from amp_notebook.runtime.worker import Deliver
+from amp_notebook.runtime.worker import Deliver, NodeError
 
 STUCK_JOIN_S = 5.0  # how long a stuck run's shutdown waits for a worker still inside a step
 
@@ -52,11 +58,21 @@ class ThreadedBackend:
 
     def __init__(self, session: Session) -> None:
         self.session = session
-        config = session.config
+        self.ledger = Credits()  # made again by _build, as at each restart
+        self.started = threading.Event()  # set once `origin` is fixed (a background Run waits for it)
+        self.origin = 0.0
+        self.wall_s = 0.0
+        watchdog_s = session.config.watchdog_s
+        self.watchdog = Watchdog(watchdog_s) if watchdog_s is not None else None
+        self._build()
+        session.knobs.subscribe(self.knobs_changed)
+
+    def _build(self) -> None:
+        """The ledger, event queue, step loops and (unstarted) threads of the session's workers."""
+        session, config = self.session, self.session.config
         self.ledger = Credits()
         self.events: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self.stopped = False
-        self.started = threading.Event()  # set once `origin` is fixed (a background Run waits for it)
         report = self._report
         self.loops = [
             StepLoop(worker, Inbox(session.knobs, config.priority, config.order, worker.bundle_cap), self.ledger,
@@ -69,20 +85,24 @@ class ThreadedBackend:
         ]
         self._owner = session.plan.owner
         self.finished = False
-        self.origin = 0.0
-        self.wall_s = 0.0
-        watchdog_s = config.watchdog_s
-        self.watchdog = Watchdog(watchdog_s) if watchdog_s is not None else None
         self._join_timeout: float | None = None  # bounded only for a stuck worker that may never return
         self._watched = 0.0  # when the watchdog last looked
-        session.knobs.subscribe(self.knobs_changed)
 
     # ------------------------------------------------------------ worker threads
     def _work(self, w: int) -> None:
         try:
             self.loops[w].run(self._deliver_from(w))
-        except BaseException as exc:  # report anything, including errors in our own glue
+        except NodeError as exc:  # a node's own error (a NaN included)
             self.fail(exc)
+        except BaseException as exc:  # our own glue failed: the worker is lost
+            lost = self._lost(w, f"{type(exc).__name__}: {exc}")
+            lost.__cause__ = exc
+            self.fail(lost)
+
+    def _lost(self, w: int, reason: str) -> WorkerLostError:
+        plan = self.session.plan
+        nodes = [plan.names[i] for i in range(len(plan.names)) if plan.owner[i] == w]
+        return WorkerLostError(w, nodes, f"thread amp-worker-{w} of this process", reason)
 
     def _deliver_from(self, me: int) -> Deliver:
         """Worker ``me``'s delivery: its own nodes' messages into its inbox, the others' into their mailboxes."""
@@ -136,35 +156,46 @@ class ThreadedBackend:
     def epoch_ended(self, nodes: Sequence[int]) -> None:
         """Nothing to hand back: the workers read the session's contexts and optimizers."""
 
+    def restart(self, checkpoint: Any) -> None:
+        """After a lost worker: join every thread, put the session back at ``checkpoint``, build fresh loops
+        and threads on it (started by the next drive). The clock and the trace go on."""
+        self.shutdown(STUCK_JOIN_S)
+        restart_session(self.session, checkpoint)
+        self._build()
+
     def run(self) -> None:
-        """Drive the run to the end in the calling thread; raises the first worker error."""
-        session = self.session
+        """Drive the run to the end in the calling thread; raises the first worker error (a lost worker only
+        once the session's restarts are spent)."""
         with single_threaded_blas():
             self.origin = time.perf_counter()
             self.started.set()
-            for t in self.threads:
-                t.start()
-            try:
-                self.finished = session.begin(self)
-                tick = self.watchdog.tick_s if self.watchdog is not None else None
-                while not self.finished:
-                    try:
-                        event = self.events.get(timeout=tick)
-                    except queue.Empty:
-                        self.watch()
-                        continue
-                    kind = event[0]
-                    if kind == "error":
-                        raise event[1]
-                    if kind == "done":
-                        self.finished = session.completed(event[1], event[2], self)
-                    elif kind == "call":
-                        self.finished = session.carry_out(event[1](), self)
-                    if tick is not None and time.monotonic() - self._watched >= tick:
-                        self.watch()  # events keep coming: look at most once a tick
-            finally:
-                self.wall_s = time.perf_counter() - self.origin
-                self.shutdown(self._join_timeout)
+            drive(self, self._drive)
+
+    def _drive(self) -> None:
+        session = self.session
+        for t in self.threads:
+            t.start()
+        try:
+            self.finished = session.begin(self)
+            tick = self.watchdog.tick_s if self.watchdog is not None else None
+            while not self.finished:
+                try:
+                    event = self.events.get(timeout=tick)
+                except queue.Empty:
+                    self.watch()
+                    continue
+                kind = event[0]
+                if kind == "error":
+                    raise event[1]
+                if kind == "done":
+                    self.finished = session.completed(event[1], event[2], self)
+                elif kind == "call":
+                    self.finished = session.carry_out(event[1](), self)
+                if tick is not None and time.monotonic() - self._watched >= tick:
+                    self.watch()  # events keep coming: look at most once a tick
+        finally:
+            self.wall_s = time.perf_counter() - self.origin
+            self.shutdown(self._join_timeout)
 
     def watch(self) -> None:
         """The watchdog's look (driver thread): raise :class:`StuckRunError` if a worker thread has ended or no
@@ -173,7 +204,7 @@ class ThreadedBackend:
         now = self._watched = time.monotonic()
         ended = [w for w, t in enumerate(self.threads) if not t.is_alive()]
         if ended and self.events.empty():  # a thread that failed has queued its error: that comes first
-            raise StuckRunError(self.diagnose(f"worker thread(s) {ended} ended while the run was going"))
+            raise self._lost(ended[0], f"its thread ended while the run was going (worker thread(s) {ended})")
         progress = sum(loop.handled for loop in self.loops)
         if self.watchdog.stuck(progress, self.ledger.busy(), self.session.knobs.paused, now):
             diagnosis = self.diagnose(

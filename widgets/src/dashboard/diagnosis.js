@@ -44,3 +44,11 @@ export function skippedText(status) {
   const n = (status && status.nonfinite_skipped) || 0;
   return n ? ` · skipped ${n} key${n === 1 ? "" : "s"} (NaN/inf)` : "";
 }
+
+// Restarts after a lost worker (train(..., max_failures=N)): how many, and the last one's worker and cause.
+export function restartText(status) {
+  const n = (status && status.restarts) || 0;
+  if (!n) return "";
+  const last = status.last_restart || {};
+  return ` · restarted ${n}× (last: worker ${last.worker} lost, back to epoch ${last.epoch}: ${last.cause})`;
+}
