@@ -28,6 +28,7 @@ from amp_notebook.trace.buffers import (
     EVENT_COLUMNS,
     MEMBER_COLUMNS,
     STALENESS_COLUMNS,
+    BufferReads,
     Columns,
     Sealed,
     Table,
@@ -95,7 +96,7 @@ class NativeTable(Table):
         raise AttributeError("a native table is written by the engine, not by Python")
 
 
-class NativeWorkerBuffer:
+class NativeWorkerBuffer(BufferReads):
     """A native ``TraceBuffer`` (``native``: the engine's worker writes it) with the reader half of
     :class:`~amp_notebook.trace.buffers.WorkerBuffer`, holding at most ``capacity`` rows per kind."""
 
@@ -116,25 +117,6 @@ class NativeWorkerBuffer:
         first: the others follow its oldest row)."""
         for table in (self.event_table, self.staleness_table, self.member_table):
             table.view  # noqa: B018 (rebuilding the view is the fold)
-
-    def snapshot(self) -> tuple[dict, dict]:
-        return self.event_table.read()[0], self.staleness_table.read()[0]
-
-    def members(self) -> dict:
-        return self.member_table.read()[0]
-
-    def event_totals(self) -> EventTotals:
-        return self.event_table.totals()
-
-    def staleness_totals(self) -> StalenessTotals:
-        return self.staleness_table.totals()
-
-    @property
-    def total_rows(self) -> int:
-        return self.event_table.written()
-
-    def __len__(self) -> int:
-        return self.event_table.held()
 
 
 __all__ = ["NativeTable", "NativeWorkerBuffer"]

@@ -270,7 +270,41 @@ class Table:
         return view.current_first + self._current_len(view)
 
 
-class WorkerBuffer:
+class BufferReads:
+    """The reader half of a worker's trace, shared by :class:`WorkerBuffer` and the native engine's buffer:
+    both hold an ``event_table``, a ``staleness_table`` and a ``member_table``."""
+
+    __slots__ = ()
+    event_table: Table
+    staleness_table: Table
+    member_table: Table
+
+    def snapshot(self) -> tuple[Columns, Columns]:
+        """Copies of the held event and staleness rows, each in time order (the order they were written)."""
+        return self.event_table.read()[0], self.staleness_table.read()[0]
+
+    def members(self) -> Columns:
+        """The member rows of the bundles held: event row index (as ``event_table.written()`` counts rows),
+        key, and the bundle's start time."""
+        return self.member_table.read()[0]
+
+    def event_totals(self) -> EventTotals:
+        return self.event_table.totals()
+
+    def staleness_totals(self) -> StalenessTotals:
+        return self.staleness_table.totals()
+
+    @property
+    def total_rows(self) -> int:
+        """Event rows written over the whole run, held or dropped."""
+        return self.event_table.written()
+
+    def __len__(self) -> int:
+        """Event rows held now (at most ``capacity``)."""
+        return self.event_table.held()
+
+
+class WorkerBuffer(BufferReads):
     """One worker's trace: an event table, a staleness table and a bundle-member table, each holding at most
     ``capacity`` rows (``None``: every row). The current chunks and row packers are attributes, for the
     writer's hot path."""
@@ -322,32 +356,9 @@ class WorkerBuffer:
         rows += self._staleness_row(node, key, staleness, time)
 
     # ------------------------------------------------------------------ readers (any thread)
-    def snapshot(self) -> tuple[Columns, Columns]:
-        """Copies of the held event and staleness rows, each in time order (the order they were written)."""
-        return self.event_table.read()[0], self.staleness_table.read()[0]
-
-    def members(self) -> Columns:
-        """The member rows of the bundles held: event row index (as ``event_table.written()`` counts rows),
-        key, and the bundle's start time."""
-        return self.member_table.read()[0]
-
-    def event_totals(self) -> EventTotals:
-        return self.event_table.totals()
-
-    def staleness_totals(self) -> StalenessTotals:
-        return self.staleness_table.totals()
-
-    @property
-    def total_rows(self) -> int:
-        """Event rows written over the whole run, held or dropped."""
-        return self.event_table.written()
-
-    def __len__(self) -> int:
-        """Event rows held now (at most ``capacity``)."""
-        return self.event_table.held()
 
 
 __all__ = [
-    "DEFAULT_CAPACITY", "EVENT_COLUMNS", "MEMBER_COLUMNS", "PHASES", "STALENESS_COLUMNS", "Sealed", "Table",
-    "WorkerBuffer", "check_capacity", "chunk_rows_for", "drop_old",
+    "DEFAULT_CAPACITY", "EVENT_COLUMNS", "MEMBER_COLUMNS", "PHASES", "STALENESS_COLUMNS", "BufferReads", "Sealed",
+    "Table", "WorkerBuffer", "check_capacity", "chunk_rows_for", "drop_old",
 ]  # fmt: skip
