@@ -102,6 +102,19 @@ class Outcome:
 
 
 # ------------------------------------------------------------------------------------------- faults
+def await_fault(run: Any) -> tuple[BaseException | None, bool, float | None]:
+    """Wait for a faulted run: (what reached the caller, whether it hung past ``HANG_S`` and was stopped, when
+    the error was caught on ``time.perf_counter``)."""
+    try:
+        run.wait(timeout=HANG_S)
+    except TimeoutError:
+        run.stop(timeout=5)
+        return None, True, None
+    except BaseException as exc:  # what reached the caller
+        return exc, False, time.perf_counter()
+    return None, False, None
+
+
 def draw(setup: Setup, kind: str, rng: random.Random) -> Fault:
     """A fault of ``kind`` that a run of ``setup`` will reach (``k`` within the first half of its events)."""
     c = census(setup)
@@ -254,17 +267,7 @@ except ImportError:  # pragma: no cover (the numerics module lands with the nume
 def run_case(setup: Setup, fault: Fault) -> Outcome:
     before = {t for t in threading.enumerate() if t.name.startswith("amp-")}
     run, session = start(setup, installer(fault))
-    error: BaseException | None = None
-    hung = False
-    caught_at = None
-    try:
-        run.wait(timeout=HANG_S)
-    except TimeoutError:
-        hung = True
-        run.stop(timeout=5)
-    except BaseException as exc:  # what reached the caller
-        error = exc
-        caught_at = time.perf_counter()
+    error, hung, caught_at = await_fault(run)
     deadline = time.monotonic() + LEAK_GRACE_S
     for t in {t for t in threading.enumerate() if t.name.startswith("amp-")} - before:
         t.join(max(0.0, deadline - time.monotonic()))

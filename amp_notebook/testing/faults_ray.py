@@ -58,7 +58,6 @@ from amp_notebook.runtime.session import Session
 from amp_notebook.runtime.watchdog import StuckRunError
 from amp_notebook.runtime.worker import NodeError
 from amp_notebook.testing.faults import (
-    HANG_S,
     LEAK_GRACE_S,
     CampaignReport,
     Fault,
@@ -67,6 +66,7 @@ from amp_notebook.testing.faults import (
     _break,
     _failing_inbox,
     _vanishing,
+    await_fault,
     draw,
 )
 from amp_notebook.testing.runs import MODES, Setup, is_float
@@ -197,17 +197,7 @@ def run_case(setup: Setup, fault: RemoteFault) -> Outcome:
 
     before = {t for t in threading.enumerate() if t.name.startswith("amp-")}
     run, _, backend = start(setup, fault)
-    error: BaseException | None = None
-    hung = False
-    caught_at = None
-    try:
-        run.wait(timeout=HANG_S)
-    except TimeoutError:
-        hung = True
-        run.stop(timeout=5)
-    except BaseException as exc:  # what reached the caller
-        error = exc
-        caught_at = time.perf_counter()
+    error, hung, caught_at = await_fault(run)
     prefix = f"amp-worker-{backend.run_id}-"
     deadline = time.monotonic() + LEAK_GRACE_S
     while True:
