@@ -21,10 +21,12 @@ nodes).
 Each (node, direction, port) *group* keeps its waiting messages sorted by rank (the key, or the arrival
 number), and each direction a heap of groups ordered by their best rank. A message joins its group's
 list (an append, as ranks mostly arrive in order); a group enters the heap when it gets its first
-message, or again when a message with a better rank arrives or after a take left some of its messages
-(the older entry goes stale and is skipped when it surfaces). Taking pops the best group and cuts its
-first messages off as the bundle. So heap work is paid per bundle, not per message. A lone message is a
-bundle of one: the same path, with its shortest branch first.
+message, or again when a message with a better rank arrives or after a take left some of its messages.
+A heap entry names the message that was first in its group when it was pushed (its arrival number); it
+is *live* while that message is still first, and a stale one is skipped when it surfaces, so no other
+book is kept. Taking pops the best group and cuts its first messages off as the bundle. So heap work is
+paid per bundle, not per message. A lone message is a bundle of one: the same path, with its shortest
+branch first.
 
 ``max_bundle`` is a live knob (:class:`~amp_notebook.runtime.knobs.Knobs`): the inbox reads the per-node
 caps in place at every take, so a changed cap applies to the next bundle, messages already waiting
@@ -53,8 +55,7 @@ class Inbox:
     order they leave in; used by the one thread that steps the worker; never touches a mailbox, a thread or a
     message's payload, and reads ``max_bundle`` from the session's knobs in place."""
 
-    __slots__ = ("_bwd", "_by_key", "_fifo", "_fwd", "_groups", "_largest", "_live", "_seq", "limit", "max_bundle",
-                 "size")  # fmt: skip
+    __slots__ = ("_bwd", "_by_key", "_fifo", "_fwd", "_groups", "_largest", "_seq", "limit", "max_bundle", "size")
 
     def __init__(
         self,
@@ -75,7 +76,6 @@ class Inbox:
         self._bwd: list[Entry] = []  # backward messages and flush updates: a heap of group entries
         self._fwd: list[Entry] = []  # forward messages
         self._groups: dict[Group, list[tuple[int, int, Message]]] = {}  # sorted by (rank, arrival)
-        self._live: dict[Group, int] = {}  # group -> the entry number of its live heap entry
         self._seq = 0
         self.size = 0  # messages waiting
 
@@ -99,7 +99,6 @@ class Inbox:
             if waiting[0] is not item:
                 return
         heappush(self._bwd if msg.direction else self._fwd, (rank, seq, group))  # FWD is 0
-        self._live[group] = seq
 
     def has_work(self, allow_forward: bool = True) -> bool:
         """Whether :meth:`take` would return a bundle."""
@@ -111,25 +110,25 @@ class Inbox:
 
     def take(self, allow_forward: bool = True) -> list[Message] | None:
         """The next bundle (one message and those that join it), or None when nothing may be taken."""
-        bwd, fwd, live = self._bwd, self._fwd, self._live
+        bwd, fwd, groups = self._bwd, self._fwd, self._groups
         heap = None
-        if bwd and (live.get(bwd[0][2]) == bwd[0][1] or self._top(bwd) is not None):
-            heap = bwd
-        if (
-            allow_forward
-            and fwd
-            and (heap is None or self._fifo)
-            and (live.get(fwd[0][2]) == fwd[0][1] or self._top(fwd) is not None)
-            and (heap is None or fwd[0][0] < bwd[0][0])
-        ):
-            heap = fwd
+        if bwd:
+            top = bwd[0]
+            waiting = groups.get(top[2])
+            if (waiting is not None and waiting[0][1] == top[1]) or self._top(bwd) is not None:
+                heap = bwd
+        if allow_forward and fwd and (heap is None or self._fifo):
+            top = fwd[0]
+            waiting = groups.get(top[2])
+            live = (waiting is not None and waiting[0][1] == top[1]) or self._top(fwd) is not None
+            if live and (heap is None or fwd[0][0] < bwd[0][0]):
+                heap = fwd
         if heap is None:
             return None
         group = self._largest_group(heap is fwd) if self._largest else heappop(heap)[2]
-        waiting = self._groups[group]
+        waiting = groups[group]
         if len(waiting) == 1:  # a lone message: the shortest branch
-            del self._groups[group]
-            del live[group]
+            del groups[group]
             self.size -= 1
             return [waiting[0][2]]
         node = group[0]
@@ -137,17 +136,14 @@ class Inbox:
         if self.max_bundle[node] > 1:
             cap = self.max_bundle[node] if self.limit is None else self.limit(node, group[1])
         if len(waiting) <= cap:
-            del self._groups[group]
-            del live[group]
+            del groups[group]
             self.size -= len(waiting)
             return [item[2] for item in waiting]
         bundle = [item[2] for item in waiting[:cap]]
         del waiting[:cap]
         self.size -= cap
-        rank = waiting[0][0]
-        seq = self._seq = self._seq + 1
-        heappush(heap, (rank, seq, group))
-        live[group] = seq
+        first = waiting[0]
+        heappush(heap, (first[0], first[1], group))  # live: it names the group's new first message
         return bundle
 
     def _largest_group(self, forward: bool) -> Group:
@@ -157,11 +153,12 @@ class Inbox:
         return max((g for g in groups if (g[1] == FWD) == forward), key=lambda g: (len(groups[g]), -groups[g][0][0]))
 
     def _top(self, heap: list[Entry]) -> Entry | None:
-        """The heap's first live entry (entries superseded by a better one of the same group are dropped)."""
-        live = self._live
+        """The heap's first live entry (one whose message is still first in its group); stale ones are dropped."""
+        groups = self._groups
         while heap:
             entry = heap[0]
-            if live.get(entry[2]) == entry[1]:
+            waiting = groups.get(entry[2])
+            if waiting is not None and waiting[0][1] == entry[1]:
                 return entry
             heappop(heap)
         return None
