@@ -44,6 +44,12 @@ def _check_value(name: str, value: object) -> None:
         )
 
 
+def _message_key(fields: Mapping[str, StateValue]) -> int:
+    """The ``key`` of a message with these state fields (:class:`Message`): the key, or ``-1 - flush id``."""
+    key = fields.get("key")
+    return key if key is not None else -1 - fields.get("flush", 0)  # type: ignore[return-value,operator]
+
+
 class State(Mapping[str, StateValue]):
     """An immutable, hashable record of small named fields (always including ``key``).
 
@@ -52,7 +58,7 @@ class State(Mapping[str, StateValue]):
     State(key=3, t=1)
     """
 
-    __slots__ = ("_fields", "_hash", "_items")
+    __slots__ = ("_fields", "_hash", "_items", "_message_key")
 
     def __init__(self, _fields: Mapping[str, StateValue] | None = None, **fields: StateValue) -> None:
         merged = dict(_fields) if _fields else {}
@@ -62,6 +68,7 @@ class State(Mapping[str, StateValue]):
         self._fields = merged
         self._items = tuple(sorted(merged.items()))
         self._hash = hash(self._items)
+        self._message_key = _message_key(merged)
 
     @classmethod
     def _of_checked(cls, fields: dict[str, StateValue]) -> State:
@@ -71,6 +78,7 @@ class State(Mapping[str, StateValue]):
         items = tuple(sorted(fields.items()))
         state._items = items
         state._hash = hash(items)
+        state._message_key = _message_key(fields)
         return state
 
     def __getitem__(self, name: str) -> StateValue:
@@ -141,8 +149,7 @@ class Message:
         self.payload = payload
         self.state = state
         self.train = train
-        key = state._fields.get("key")
-        self.key: int = key if key is not None else -1 - state._fields.get("flush", 0)  # type: ignore[assignment,operator]
+        self.key: int = state._message_key  # worked out once per state, which many messages share
 
     def __repr__(self) -> str:
         return (
