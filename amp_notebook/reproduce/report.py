@@ -168,8 +168,20 @@ def table2_section(result: dict[str, Any], figure: Any) -> str:
                 f"{html.escape(paper.PAPER)}; "
                 f"DyNet on the tagger, same machine: {paper.DYNET_TAGGER['without_autobatching']} sentences/s "
                 f"without autobatching, {paper.DYNET_TAGGER['with_autobatching']} with.</p>")  # fmt: skip
-    return (figure(fig) + table + _loaded_note(rows, "peer_load_1min") + settings + _data_note(result)
-            + _notes(result))  # fmt: skip
+    return (figure(fig) + table + _loaded_note(rows, "peer_load_1min") + _diverged_note(rows) + settings
+            + _data_note(result) + _notes(result))  # fmt: skip
+
+
+def _diverged_note(rows: list[dict[str, Any]]) -> str:
+    """Which rows' runs diverged (NaN/inf) and ran again from the next seed; empty when none did."""
+    hit = [f"{r['model']} ({r['backend']}, max_active_keys {r['mak']}): seeds {r['diverged_runs']}"
+           for r in rows if r.get("diverged_runs")]  # fmt: skip
+    if not hit:
+        return ""
+    return (
+        f"<p class='note'>Training diverged (a NaN or infinity) in some timed runs, which then ran again from "
+        f"the next seed; the figures are the runs that finished: {html.escape('; '.join(hit))}.</p>"
+    )
 
 
 def table1_section(result: dict[str, Any], figure: Any) -> str:

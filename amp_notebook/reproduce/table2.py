@@ -32,6 +32,12 @@ ops (the rows' ``engine``); only its clock comes from the calibration. Placement
 heavy node per device while there are at most 16), backward-first inboxes (the paper's appendix A). One run
 per row: the simulator is deterministic given the calibration (which varies between invocations with this
 machine's load; ``calibration_s`` keeps it). No peer on this backend.
+
+**Diverged runs.** Asynchrony can make training unstable (the paper saw it on the MLP as max_active_keys
+grew; here the MLP at max_active_keys 4 diverges in about one run in ten). A timed run whose training
+diverges stops at its first NaN or infinity, so it is run again from the next seed, at most
+``DIVERGE_TRIES`` runs; the figure is the run that finished, and each row's ``diverged_runs`` lists the
+seeds that diverged (empty: none). Three diverged runs in a row end the table with the error.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ from amp_notebook.reproduce.machine import load_1min, loaded
 from amp_notebook.reproduce.workloads import DEFAULT_ENGINE, MODELS, Workload, available
 from amp_notebook.runtime.autoplace import autoplace, measure_costs
 from amp_notebook.runtime.costs import CostModel
+from amp_notebook.runtime.numerics import NonFiniteError
 from amp_notebook.runtime.train import TrainResult, train
 
 THREADS: dict[str, Any] = {"workers": 2, "priority": "fifo"}
@@ -57,6 +64,7 @@ SIMULATED: dict[str, Any] = {"workers": 16, "priority": "backward_first", "place
                              "engine": "python"}  # fmt: skip
 HEAVY_KINDS = ("linear", "embedding")
 TIMED_KEYS = 120  # the fewest training keys a throughput figure is timed over
+DIVERGE_TRIES = 3  # runs a figure may take when training diverges (module docstring)
 
 
 _CALIBRATIONS: dict[tuple[Any, ...], CostModel] = {}
@@ -145,14 +153,25 @@ def row(model: str, backend: str, mak: int, engine: str, ours: float | None, bas
     }  # fmt: skip
 
 
-def _train(w: Workload, seed: int, **knobs: Any) -> TrainResult:
-    with warnings.catch_warnings():  # 16 devices for a model with fewer heavy nodes leave some idle
-        warnings.simplefilter("ignore", UserWarning)
-        epochs = 1 if w.meta.get("quick") else -(-TIMED_KEYS // len(w.data.train))  # ceil: TIMED_KEYS keys
-        r = train(w.graph, w.data, mode="amp", epochs=epochs, validate=False, trace=False, seed=seed,
-                  optimizer=w.optimizer, **{**w.settings, **knobs})  # fmt: skip
-    assert isinstance(r, TrainResult)
-    return r
+def _train(w: Workload, seed: int, diverged: list[int] | None = None, **knobs: Any) -> TrainResult:
+    """One timed run of ``w``. A run whose training diverges (a NaN or infinity stops it) is run again from the
+    next seed, at most ``DIVERGE_TRIES`` runs in all; each diverged run's seed goes into ``diverged``."""
+    epochs = 1 if w.meta.get("quick") else -(-TIMED_KEYS // len(w.data.train))  # ceil: TIMED_KEYS keys
+    for attempt in range(DIVERGE_TRIES):
+        try:
+            with warnings.catch_warnings():  # 16 devices for a model with fewer heavy nodes leave some idle
+                warnings.simplefilter("ignore", UserWarning)
+                r = train(w.graph, w.data, mode="amp", epochs=epochs, validate=False, trace=False,
+                          seed=seed + attempt, optimizer=w.optimizer, **{**w.settings, **knobs})  # fmt: skip
+        except NonFiniteError:
+            if diverged is not None:
+                diverged.append(seed + attempt)
+            if attempt == DIVERGE_TRIES - 1:
+                raise
+            continue
+        assert isinstance(r, TrainResult)
+        return r
+    raise AssertionError("unreachable: the last try returns or raises")
 
 
 def thread_placements(
@@ -178,12 +197,13 @@ def threads_rows(
                   for w in members}  # fmt: skip
 
     ran: dict[tuple[str, int], str] = {}  # the engine each row ran on
+    diverged: dict[tuple[str, int], list[int]] = {}  # the seeds of each row's diverged runs
 
     def rate(w: Workload, k: int) -> Callable[[], float]:
         knobs = {"max_active_keys": k, "placement": placements[w.name][k], **THREADS}
 
         def once() -> float:
-            r = _train(w, seed, **knobs)
+            r = _train(w, seed, diverged.setdefault((w.name, k), []), **knobs)
             ran[(w.name, k)] = r.engine
             return r.train_instances_per_s
 
@@ -220,10 +240,10 @@ def threads_rows(
                 peer_per_s=peer_rate if is_base else None, peer_runs_per_s=peer_runs if is_base else None,
                 peer_load_1min=peer_load if is_base and peer_load else None,
                 peer_loaded=loaded(peer_load) if is_base and peer_load else None,
-                placement={n: placements[w.name][k][n] for n in heavy},
+                placement={n: placements[w.name][k][n] for n in heavy}, diverged_runs=diverged[(w.name, k)],
             ))  # fmt: skip
             _progress(f"  threads, {w.name}, max_active_keys {k}: {value:,.0f} instances/s "
-                      f"(rounds {[round(v) for v in rounds]})")  # fmt: skip
+                      f"(rounds {[round(v) for v in rounds]}){_diverged_note(diverged[(w.name, k)])}")  # fmt: skip
     if peer_rate is not None:
         _progress(f"  {base.peer_name}: {peer_rate:,.0f} instances/s (load {peer_load})")
     return rows
@@ -231,17 +251,26 @@ def threads_rows(
 
 def simulated_rows(members: list[Workload], costs: dict[str, CostModel], seed: int) -> list[dict[str, Any]]:
     """The paper's 16 cores, calibrated from this machine (module docstring): one run per row."""
-    rates = {(w.name, k): _train(w, seed, max_active_keys=k, backend="simulated", costs=costs[w.name],
-                                 **SIMULATED).train_instances_per_s
+    diverged: dict[tuple[str, int], list[int]] = {}
+    rates = {(w.name, k): _train(w, seed, diverged.setdefault((w.name, k), []), max_active_keys=k,
+                                 backend="simulated", costs=costs[w.name], **SIMULATED).train_instances_per_s
              for w in members for k in paper.table2_keys(w.name)}  # fmt: skip
     base = rates[(members[0].name, 1)]
     rows = []
     for w in members:
         for k in paper.table2_keys(w.name):
             _progress(f"  simulated 16 cores, {w.name}, max_active_keys {k}: {rates[(w.name, k)]:,.0f} "
-                      "instances/s (virtual)")  # fmt: skip
-            rows.append(row(w.name, "simulated", k, SIMULATED["engine"], rates[(w.name, k)], base))
+                      f"instances/s (virtual){_diverged_note(diverged[(w.name, k)])}")  # fmt: skip
+            rows.append(row(w.name, "simulated", k, SIMULATED["engine"], rates[(w.name, k)], base,
+                            diverged_runs=diverged[(w.name, k)]))  # fmt: skip
     return rows
+
+
+def _diverged_note(seeds: list[int]) -> str:
+    """What the progress line says of a row's diverged runs."""
+    if not seeds:
+        return ""
+    return f"; {len(seeds)} run(s) diverged (NaN/inf) and ran again from the next seed (seeds {seeds})"
 
 
 def _progress(message: str) -> None:

@@ -234,3 +234,32 @@ def test_to_target_stops_at_the_target_and_reports_epochs_and_time() -> None:
     w.target = below
     missed = table1.to_target(w, 1, 0, workers=1)
     assert missed["epochs_to_target"] is None and missed["time_to_target_s"] is None and len(missed["curve"]) == 1
+
+
+def test_a_diverged_timed_run_runs_again_from_the_next_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from amp_notebook.reproduce.workloads import available
+    from amp_notebook.runtime.numerics import NonFiniteError
+
+    (w,) = available(["mlp"], True, 0, {}, engine="python")
+    real = table2.train
+    seeds: list[int] = []
+
+    def nan_once(*args: object, **kwargs: object) -> object:
+        seeds.append(kwargs["seed"])  # type: ignore[arg-type]
+        if len(seeds) == 1:
+            raise NonFiniteError("loss", "SoftmaxCrossEntropy", "loss", [3], "the loss of key 3 is nan")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(table2, "train", nan_once)
+    diverged: list[int] = []
+    r = table2._train(w, 5, diverged, max_active_keys=1, workers=1)
+    assert seeds == [5, 6] and diverged == [5] and r.train_instances_per_s > 0
+
+    def nan_always(*args: object, **kwargs: object) -> object:
+        raise NonFiniteError("loss", "SoftmaxCrossEntropy", "loss", [3], "the loss of key 3 is nan")
+
+    monkeypatch.setattr(table2, "train", nan_always)
+    diverged = []
+    with pytest.raises(NonFiniteError, match="key 3"):
+        table2._train(w, 0, diverged, max_active_keys=1, workers=1)
+    assert diverged == [0, 1, 2] == list(range(table2.DIVERGE_TRIES))
