@@ -1,4 +1,4 @@
-// See optim.h. Each loop is one numpy statement of optim.py, in the same order; T is the parameters' dtype.
+// See optim.h. T is the parameters' dtype.
 #include "optim.h"
 
 #include <cmath>
@@ -9,27 +9,38 @@ namespace amp {
 
 namespace {
 
+// Each update is one pass over the elements: per element, the numpy statements of optim.py in their order,
+// each result rounded to T where numpy stores it, so the values are those of the statement-by-statement
+// loops (one pass instead of one per statement keeps the arrays in cache and lets the loop vectorize; no
+// reduction is involved, so no order of summation changes). The accumulators end as numpy leaves them.
+
 template <class T>
 void sgd(OptimizerState& opt, Tensor& p, Tensor& g, double scale) {
   T* pd = p.data<T>();
   T* gd = g.data<T>();
-  const T factor = static_cast<T>(opt.lr.load(std::memory_order_relaxed) * scale);  // g *= lr * scale
+  const T factor = static_cast<T>(opt.lr.load(std::memory_order_relaxed) * scale);
   const int64_t n = p.size();
-  for (int64_t i = 0; i < n; ++i) gd[i] *= factor;
-  for (int64_t i = 0; i < n; ++i) pd[i] -= gd[i];  // p -= g
+  for (int64_t i = 0; i < n; ++i) {
+    const T step = gd[i] * factor;  // g *= lr * scale
+    pd[i] -= step;                  // p -= g
+    gd[i] = step;
+  }
 }
 
 template <class T>
 void momentum(OptimizerState& opt, Tensor& p, Tensor& g, Tensor& velocity, double scale) {
   T* pd = p.data<T>();
-  T* gd = g.data<T>();
+  const T* gd = g.data<T>();
   T* vd = velocity.data<T>();
   const T mu = static_cast<T>(opt.momentum), s = static_cast<T>(scale);
   const T lr = static_cast<T>(opt.lr.load(std::memory_order_relaxed));
   const int64_t n = p.size();
-  for (int64_t i = 0; i < n; ++i) vd[i] *= mu;        // v *= momentum
-  for (int64_t i = 0; i < n; ++i) vd[i] += s * gd[i];  // v += scale * g
-  for (int64_t i = 0; i < n; ++i) pd[i] -= lr * vd[i];  // p -= lr * v
+  for (int64_t i = 0; i < n; ++i) {
+    T v = vd[i] * mu;  // v *= momentum
+    v += s * gd[i];    // v += scale * g
+    pd[i] -= lr * v;   // p -= lr * v
+    vd[i] = v;
+  }
 }
 
 template <class T>
@@ -42,25 +53,29 @@ void adam(OptimizerState& opt, Tensor& p, Tensor& g, Tensor& m, Tensor& v, Tenso
   const int64_t n = p.size();
   const T s = static_cast<T>(scale), b1 = static_cast<T>(opt.beta1), b2 = static_cast<T>(opt.beta2);
   const T one_b1 = static_cast<T>(1 - opt.beta1), one_b2 = static_cast<T>(1 - opt.beta2);
-  for (int64_t i = 0; i < n; ++i) gd[i] *= s;                  // g *= scale
-  for (int64_t i = 0; i < n; ++i) md[i] *= b1;                 // m *= beta1
-  for (int64_t i = 0; i < n; ++i) tmp[i] = gd[i] * one_b1;     // np.multiply(g, 1 - beta1, out=tmp)
-  for (int64_t i = 0; i < n; ++i) md[i] += tmp[i];             // m += tmp
-  for (int64_t i = 0; i < n; ++i) vd[i] *= b2;                 // v *= beta2
-  for (int64_t i = 0; i < n; ++i) gd[i] *= gd[i];              // g *= g
-  for (int64_t i = 0; i < n; ++i) gd[i] *= one_b2;             // g *= 1 - beta2
-  for (int64_t i = 0; i < n; ++i) vd[i] += gd[i];              // v += g
   const double t = static_cast<double>(opt.t);
   // lr = self.lr * np.sqrt(1 - beta2**t) / (1 - beta1**t): a numpy float64
   const double lr = opt.lr.load(std::memory_order_relaxed) * std::sqrt(1 - std::pow(opt.beta2, t)) /
                     (1 - std::pow(opt.beta1, t));
   const T eps = static_cast<T>(opt.eps);
-  for (int64_t i = 0; i < n; ++i) gd[i] = std::sqrt(vd[i]);    // np.sqrt(v, out=g)
-  for (int64_t i = 0; i < n; ++i) gd[i] += eps;                // g += eps
-  for (int64_t i = 0; i < n; ++i)                              // np.multiply(m, lr, out=tmp): in float64
-    tmp[i] = static_cast<T>(static_cast<double>(md[i]) * lr);
-  for (int64_t i = 0; i < n; ++i) tmp[i] /= gd[i];             // tmp /= g
-  for (int64_t i = 0; i < n; ++i) pd[i] -= tmp[i];             // p -= tmp
+  for (int64_t i = 0; i < n; ++i) {
+    const T gi = gd[i] * s;                                   // g *= scale
+    T mi = md[i] * b1;                                        // m *= beta1
+    mi += gi * one_b1;                                        // np.multiply(g, 1 - beta1, out=tmp); m += tmp
+    T vi = vd[i] * b2;                                        // v *= beta2
+    T g2 = gi * gi;                                           // g *= g
+    g2 *= one_b2;                                             // g *= 1 - beta2
+    vi += g2;                                                 // v += g
+    T den = std::sqrt(vi);                                    // np.sqrt(v, out=g)
+    den += eps;                                               // g += eps
+    T step = static_cast<T>(static_cast<double>(mi) * lr);    // np.multiply(m, lr, out=tmp): in float64
+    step /= den;                                              // tmp /= g
+    pd[i] -= step;                                            // p -= tmp
+    md[i] = mi;
+    vd[i] = vi;
+    gd[i] = den;
+    tmp[i] = step;
+  }
 }
 
 template <class T>
