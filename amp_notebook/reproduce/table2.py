@@ -157,21 +157,22 @@ def _train(w: Workload, seed: int, diverged: list[int] | None = None, **knobs: A
     """One timed run of ``w``. A run whose training diverges (a NaN or infinity stops it) is run again from the
     next seed, at most ``DIVERGE_TRIES`` runs in all; each diverged run's seed goes into ``diverged``."""
     epochs = 1 if w.meta.get("quick") else -(-TIMED_KEYS // len(w.data.train))  # ceil: TIMED_KEYS keys
-    for attempt in range(DIVERGE_TRIES):
+    tries = 0
+    while True:
         try:
             with warnings.catch_warnings():  # 16 devices for a model with fewer heavy nodes leave some idle
                 warnings.simplefilter("ignore", UserWarning)
                 r = train(w.graph, w.data, mode="amp", epochs=epochs, validate=False, trace=False,
-                          seed=seed + attempt, optimizer=w.optimizer, **{**w.settings, **knobs})  # fmt: skip
+                          seed=seed + tries, optimizer=w.optimizer, **{**w.settings, **knobs})  # fmt: skip
         except NonFiniteError:
             if diverged is not None:
-                diverged.append(seed + attempt)
-            if attempt == DIVERGE_TRIES - 1:
+                diverged.append(seed + tries)
+            tries += 1
+            if tries == DIVERGE_TRIES:
                 raise
             continue
         assert isinstance(r, TrainResult)
         return r
-    raise AssertionError("unreachable: the last try returns or raises")
 
 
 def thread_placements(
