@@ -34,7 +34,7 @@ per row: the simulator is deterministic given the calibration (which varies betw
 machine's load; ``calibration_s`` keeps it). No peer on this backend.
 
 **Diverged runs.** Asynchrony can make training unstable (the paper saw it on the MLP as max_active_keys
-grew; here the MLP at max_active_keys 4 diverges in about one run in ten). A timed run whose training
+grew; here the MLP at max_active_keys 4 diverged in 3 of 21 runs). A timed run whose training
 diverges stops at its first NaN or infinity, so it is run again from the next seed, at most
 ``DIVERGE_TRIES`` runs; the figure is the run that finished, and each row's ``diverged_runs`` lists the
 seeds that diverged (empty: none). Three diverged runs in a row end the table with the error.
