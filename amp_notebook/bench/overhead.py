@@ -4,9 +4,10 @@ The graph is :func:`~amp_notebook.runtime.costs.noop_chain`: Input -> Linear(1, 
 MSE, on keys of one instance of width 1, so almost all the time goes to the runtime's own glue: taking a
 message, running a trivial op, tracing it, counting credits and routing to the next worker. Identity nodes
 alternate between the two workers so every hop crosses threads (the worst case). One message per call
-(``max_bundle`` 1: ``bench bundling`` measures bundles) and plain SGD for the Linear node's updates (the
-optimizer's own arithmetic is not the runtime's glue; a fixed one keeps the figure comparable across
-versions). Figure: wall time / messages handled.
+(``max_bundle`` 1: ``bench bundling`` measures bundles) and plain SGD at lr 0.01 for the Linear node's
+updates (the optimizer's own arithmetic is not the runtime's glue, and a fixed one keeps the figure
+comparable across versions; at lr 0.1, 16 keys of stale gradients on random targets can diverge within a
+few thousand keys). Figure: wall time / messages handled.
 
 Both engines run the same chain in the same process, interleaved with the order flipped every round:
 ``us_per_message`` is the Python engine's (the figure this benchmark has always reported),
@@ -26,7 +27,7 @@ from amp_notebook.runtime.train import train
 chain = noop_chain  # the name other benchmarks and tutorial 08 import
 
 SETTINGS: dict[str, Any] = {"mode": "amp", "max_active_keys": 16, "validate": False, "dtype": "float64",
-                            "max_bundle": 1, "optimizer": "sgd"}  # fmt: skip
+                            "max_bundle": 1, "optimizer": {"name": "sgd", "lr": 0.01}}  # fmt: skip
 
 
 def run(repeats: int = 5, keys: int = 2000, chain_workers: int = 2, quick: bool = False) -> dict[str, Any]:

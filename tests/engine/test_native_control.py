@@ -199,3 +199,18 @@ def test_the_summary_says_which_nodes_went_through_python(digits):
     assert result.summary()["engine_used"] == "native" and result.python_nodes == ()
     result = train(mlp_with(Refuses(), "mine"), Dataset("d", digits.train[:3], [], 10), engine="native", epochs=1)
     assert result.python_nodes == ("mine",)
+
+
+def test_the_recorded_queue_depth_never_dips_below_zero() -> None:
+    # Every hop of the no-op chain crosses to the other worker, which may drain and take a posted message at
+    # once: the poster must count it before it becomes visible. Counted after, 6 such runs recorded 118
+    # negative depths here.
+    from amp_notebook.bench.common import constant_dataset
+    from amp_notebook.runtime.costs import noop_chain
+
+    g, data = noop_chain(workers=2), constant_dataset(3000, 1)
+    for _ in range(4):
+        r = train(g, data, workers=2, engine="native", mode="amp", max_active_keys=16, validate=False,
+                  max_bundle=1, optimizer={"name": "sgd", "lr": 0.01})  # fmt: skip
+        depth = np.asarray(r.trace.events()["depth"])
+        assert len(depth) > 100_000 and depth.min() >= 0, f"{int((depth < 0).sum())} negative depths"

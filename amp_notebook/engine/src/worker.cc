@@ -72,6 +72,10 @@ void Worker::run() {
 }
 
 void Worker::post(Message&& msg) {
+  // Count the message before it becomes visible: the owner may drain and take it as soon as the lock is
+  // released, and its decrements must find this increment already made (the unlock orders the two), or
+  // the queue depth it records would dip below zero.
+  queued.fetch_add(1, std::memory_order_relaxed);
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -79,7 +83,6 @@ void Worker::post(Message&& msg) {
     wake = sleeping_;
   }
   mail_.fetch_add(1, std::memory_order_release);
-  queued.fetch_add(1, std::memory_order_relaxed);
   if (wake) cv_.notify_one();
 }
 
