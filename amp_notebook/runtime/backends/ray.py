@@ -103,12 +103,7 @@ class RayBackend:
         self.missed_rows = 0
         self._hosted = [[plan.names[i] for i in range(len(plan.names)) if plan.owner[i] == w] for w in range(workers)]
         session.knobs.subscribe(self.knobs_changed)
-        self._fresh()
-        try:
-            self._deploy()
-        except BaseException:
-            self._kill()
-            raise
+        self._start_actors()
 
     def _fresh(self) -> None:
         """The state of one set of actors: run id, ledger, outboxes, acknowledgements, progress, watchdog."""
@@ -214,6 +209,10 @@ class RayBackend:
         with its state (a new run id names them). The clock and the driver's trace buffers go on."""
         self._kill()
         restart_session(self.session, checkpoint)
+        self._start_actors()
+
+    def _start_actors(self) -> None:
+        """Fresh state and a new set of actors; any actor already started is killed if the deployment fails."""
         self._fresh()
         try:
             self._deploy()
