@@ -39,6 +39,7 @@ def test_the_pending_list_is_not_stale() -> None:
 
 def test_the_core_classes_say_what_they_own_and_never_touch() -> None:
     from amp_notebook.engine.backend import NativeBackend
+    from amp_notebook.engine.simulated import NativeSimulatedBackend
     from amp_notebook.ir.interpret import Interpreter
     from amp_notebook.runtime.backend import Backend
     from amp_notebook.runtime.backends.simulated import SimulatedBackend
@@ -53,7 +54,7 @@ def test_the_core_classes_say_what_they_own_and_never_touch() -> None:
     from amp_notebook.trace.trace import Trace
 
     core = [Controller, RunConfig, Interpreter, Trace, Worker, Inbox, Plan, Credits, Session, EpochStats, Backend]
-    core += [ThreadedBackend, SimulatedBackend, NativeBackend]
+    core += [ThreadedBackend, SimulatedBackend, NativeBackend, NativeSimulatedBackend]
     try:
         from amp_notebook.runtime.backends.ray import RayBackend
         from amp_notebook.runtime.backends.ray_cluster import ClockOffset

@@ -195,7 +195,7 @@ class NativeBackend:
                 if failed:
                     self._collect()
                     self.sync_state()
-                    raise failure_exception(engine.failure(), session)
+                    raise self._failure()
                 if done or flushed:
                     self._collect()
                     if not engine.busy():  # quiescent: an epoch end (or a checkpoint) reads the contexts
@@ -242,6 +242,13 @@ class NativeBackend:
             self._folded_at = handled
             for buffer in self.session.buffers:
                 buffer.fold()
+
+    def _failure(self) -> BaseException:
+        """The exception a worker's failure raises; the engine forgets its Python exception, which would otherwise
+        hold the driver's frames (and so the engine) alive through a cycle the collector cannot see."""
+        exc = failure_exception(self.engine.failure(), self.session)
+        self.engine.forget_python_failure()
+        return exc
 
     def _refused(self, msgs: list[Message], exc: Exception) -> DataError:
         culprit = msgs[0]

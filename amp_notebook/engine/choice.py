@@ -1,8 +1,10 @@
-"""Which engine runs a threaded run's workers: the ``engine`` setting, resolved before the session is built.
+"""Which engine runs a run's workers: the ``engine`` setting, resolved before the session is built.
 
-* ``"python"``: the Python engine (``runtime/backends/threads.py``): every op, one core for the glue.
-* ``"native"``: the native worker loops (``engine/backend.py``). Asked for by name, it must run: if the
-  extension is not built, the backend is not ``threads``, the dtype is one the engine does not compute in
+* ``"python"``: the Python engine (``runtime/backends/threads.py``, ``runtime/backends/simulated.py``): every
+  op, one core for the glue.
+* ``"native"``: the native worker loops (``engine/backend.py``; on simulated hardware, the native workers
+  stepped in virtual time: ``engine/simulated.py``). Asked for by name, it must run: if the
+  extension is not built, the backend is Ray, the dtype is one the engine does not compute in
   (float16), or the graph cannot be compiled for it (an expression with ``/``, more state fields than slots),
   the call raises an :class:`~amp_notebook.errors.AmpError` that says why and what to change. Never a silent
   fallback.
@@ -94,10 +96,10 @@ def choose_engine(graph: Graph, dataset: Dataset, config: RunConfig) -> EngineCh
 
 def _obstacle(config: RunConfig) -> str:
     """Why the native engine cannot run with these settings ("" when it can), with the fix."""
-    if config.backend != "threads":
+    if config.backend not in ("threads", "simulated"):
         return (
-            f"it runs the worker threads of backend='threads', and this run uses backend={config.backend!r}; "
-            "pass backend='threads' or engine='auto'"
+            f"it runs the workers of backend='threads' or 'simulated', and this run uses "
+            f"backend={config.backend!r}; pass one of those or engine='auto'"
         )
     if config.dtype not in NATIVE_DTYPES:
         return f"it computes in {' or '.join(NATIVE_DTYPES)}, not dtype={config.dtype!r}; pick one of those"

@@ -88,6 +88,8 @@ def failure_exception(failure: dict[str, Any], session: Session) -> BaseExceptio
         nodes = [plan.names[i] for i in range(len(plan.names)) if plan.owner[i] == w]
         return WorkerLostError(w, nodes, f"native worker thread amp-native-{w}", f"the native engine failed: "
                                f"{failure['message']}")  # fmt: skip
+    if kind == "python" and node < 0:  # a Python error outside any node (a simulation's cost model): as it is
+        return failure["python"]
     if node < 0:  # the loop's own failure, no message in hand
         return RuntimeError(f"the native engine failed: {failure['message']}")
     op, direction, states = plan.ops[node], failure["direction"], failure["states"]

@@ -281,9 +281,9 @@ class RunConfig:
                                 "skip the key, or ignore it", choices=ON_NONFINITE)
     backend: str = setting("threads", "where the workers run: threads here, simulated hardware in virtual "
                            "time, or Ray actors", choices=BACKENDS, resumed=False)
-    engine: str = setting("auto", "what runs the threads backend's workers: native loops without the GIL, the "
-                          "Python engine, or auto (native when it is built and runs the graph)", choices=ENGINES,
-                          resumed=False)
+    engine: str = setting("auto", "what runs the workers of the threads and simulated backends: native loops "
+                          "without the GIL, the Python engine, or auto (native when it is built and runs the "
+                          "graph)", choices=ENGINES, resumed=False)
     address: str | None = setting(None, "the Ray cluster's 'host:port' (backend 'ray')", resumed=False,
                                   none="start a local Ray")
     checkpoint_every: int = setting(1, "the epochs between checkpoints (train(..., checkpoint=path))", minimum=1,

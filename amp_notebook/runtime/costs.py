@@ -303,8 +303,11 @@ class CostTable:
 
     def _lookup(self, node: int, direction: int, payload: Any) -> tuple[float, float, int]:
         """(per-call overhead seconds, work seconds, bytes), cached by (node, direction, shape, dtype)."""
-        shape = getattr(payload, "shape", ())
-        dtype = getattr(payload, "dtype", None)
+        return self.of_shape(node, direction, getattr(payload, "shape", ()), getattr(payload, "dtype", None))
+
+    def of_shape(self, node: int, direction: int, shape: tuple[int, ...], dtype: Any) -> tuple[float, float, int]:
+        """(per-call overhead seconds, work seconds, bytes) of a message whose payload has this shape and dtype
+        (None: no payload), cached; the native simulator asks this once per distinct key."""
         key = (node, direction, shape, dtype)
         hit = self._cache.get(key)
         if hit is None:

@@ -68,6 +68,10 @@ def backend_for(session: Session, costs: CostModel | None = None) -> Backend:
     """The backend ``session.config.backend`` names, ready to ``run()``; ``costs`` describe simulated hardware."""
     backend = session.config.backend
     if backend == "simulated":
+        if session.engine.native:
+            from amp_notebook.engine.simulated import NativeSimulatedBackend
+
+            return NativeSimulatedBackend(session, costs)
         from amp_notebook.runtime.backends.simulated import SimulatedBackend
 
         return SimulatedBackend(session, costs)

@@ -54,6 +54,21 @@ def test_the_native_inbox_gives_the_python_inboxs_bundles(priority, order, max_b
         assert native.has_work(True) == python.has_work(True)
 
 
+def test_a_partly_taken_group_keeps_its_place_among_equal_keys() -> None:
+    """Messages of one key for two nodes: the node whose messages arrived first gives all of them (one per take)
+    before the other node's, which arrived later: a partly taken group re-enters under its next message's
+    arrival number, in both inboxes."""
+    max_bundle = [1, 1]
+    python = Inbox(Knobs(1, [1, 1], max_bundle), "backward_first", "oldest_key")
+    native = engine.native().Inbox("backward_first", "oldest_key")
+    for i, node in enumerate([0, 0, 0, 1]):
+        python.push(Message(node, "x", 0, i, State(key=1)))
+        native.push(i, node, 0, 0, 1)
+    taken = [python.take()[0].payload for _ in range(4)]
+    assert taken == [0, 1, 2, 3]
+    assert [native.take(True, max_bundle, None) for _ in range(4)] == [[0], [1], [2], [3]]
+
+
 credit_step = st.one_of(
     st.tuples(st.just("inject"), st.integers(0, 4), st.integers(1, 3)),
     st.tuples(st.just("flush"), st.integers(0, 2), st.integers(1, 3)),

@@ -25,6 +25,7 @@ import pytest
 
 from amp_notebook import engine, models
 from amp_notebook.engine.backend import NativeBackend
+from amp_notebook.engine.simulated import NativeSimulatedBackend
 from amp_notebook.ir.interpret import Interpreter
 from amp_notebook.ir.message import UPDATE, Message
 from amp_notebook.optim import DEFAULT_OPTIMIZER, make_optimizer
@@ -266,7 +267,7 @@ def protocol_methods() -> dict[str, inspect.Signature]:
 
 
 def backend_classes() -> list[type]:
-    classes: list[type] = [ThreadedBackend, SimulatedBackend, NativeBackend, TurnTakingBackend]
+    classes: list[type] = [ThreadedBackend, SimulatedBackend, NativeBackend, NativeSimulatedBackend, TurnTakingBackend]
     try:
         from amp_notebook.runtime.backends.ray import RayBackend
     except ImportError:  # without the [ray] extra
@@ -288,7 +289,7 @@ def test_every_backend_implements_every_method_of_the_protocol(cls):
         assert got == [p.name for p in expected.parameters.values()], f"{cls.__name__}.{name}{inspect.signature(fn)}"
     attributes = set(Backend.__annotations__)
     assert attributes == {"ledger", "started", "origin", "wall_s"}
-    init = inspect.getsource(cls.__init__)
+    init = "".join(inspect.getsource(c.__init__) for c in cls.__mro__ if "__init__" in vars(c) and c is not object)
     for attribute in attributes:
         assert f"self.{attribute} =" in init, f"{cls.__name__} does not set {attribute}"
     assert "knobs.subscribe(self.knobs_changed)" in init, f"{cls.__name__} does not listen to the session's knobs"
@@ -305,6 +306,7 @@ PACKAGE_BACKENDS = [
     pytest.param("threads", "python", id="threads"),
     pytest.param("threads", "native", id="native", marks=NATIVE_SKIP),
     pytest.param("simulated", "python", id="simulated"),
+    pytest.param("simulated", "native", id="native-simulated", marks=NATIVE_SKIP),
 ]
 
 
@@ -312,8 +314,9 @@ def package_backend(graph, dataset, backend: str, engine_name: str, **settings: 
     config = RunConfig(workers=2, backend=backend, engine=engine_name, dtype="float64", **settings)
     session, _ = build_session(graph, dataset, config)
     runner = backend_for(session)
-    classes = {"threads": ThreadedBackend, "simulated": SimulatedBackend}
-    assert type(runner) is (NativeBackend if engine_name == "native" else classes[backend])
+    classes = {("threads", "python"): ThreadedBackend, ("threads", "native"): NativeBackend,
+               ("simulated", "python"): SimulatedBackend, ("simulated", "native"): NativeSimulatedBackend}  # fmt: skip
+    assert type(runner) is classes[backend, engine_name]
     return session, runner
 
 

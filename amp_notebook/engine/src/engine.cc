@@ -81,6 +81,14 @@ void Engine::fail(Failure&& f) {
   stop();
 }
 
+void Engine::forget_python_failure() {
+  std::shared_ptr<void> dropped;  // released after the lock (its deleter takes the GIL)
+  {
+    std::lock_guard<std::mutex> lock(failure_mu_);
+    dropped.swap(failure_.python);
+  }
+}
+
 void Engine::take_reports(std::vector<std::pair<int, Report>>* out) {
   std::lock_guard<std::mutex> lock(report_mu_);
   out->swap(reports_);

@@ -103,6 +103,9 @@ class Engine {
   void notify();  // wake a waiting driver (a queued call from another Python thread)
   bool failed() const { return failed_.load(std::memory_order_acquire); }
   const Failure& failure() const { return failure_; }
+  // Drop the failure's Python exception once the driver holds it: the exception's traceback reaches the
+  // driver's frames, which hold this engine, a cycle Python's collector cannot see through.
+  void forget_python_failure();
   void take_reports(std::vector<std::pair<int, Report>>* out);
   void take_skipped(std::vector<int64_t>* out);
 

@@ -8,6 +8,8 @@
 //   set_max_bundle / set_min_update_frequency / set_paused, set_lr                     live knobs
 //   handled(), queued(), activity(), in_flight(), busy(), held(node)                  watchdog and diagnosis
 //   node_state(node), stop(), join()                                                  end of a run
+//   simulate(latency, seconds_per_bit, update_s, cost) instead of start(), then       a simulated run (sim.h):
+//     inject(...), sim_run() -> (done, flushed, failed), sim_now(), sim_stats()       no thread, virtual time
 //   optimizer_step(spec, params, grads, scale)                                        one native step (tests)
 //
 // Everything entering is checked here once (node indices, routes, ports, optimizer memory shapes); the
@@ -20,9 +22,12 @@
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <cmath>
 
+#include "bridge.h"
 #include "engine.h"
 #include "probes.h"
+#include "sim.h"
 #include "spec.h"
 
 namespace amp {
@@ -101,6 +106,7 @@ class EngineHandle {
         engine_->stop();
         engine_->join();
       }
+      sim_.reset();     // messages on simulated links (their payloads may hold Python memory)
       engine_.reset();  // kernels (bridged ones drop Python references) with the GIL held
     }
   }
@@ -168,6 +174,78 @@ class EngineHandle {
 
   void start() {
     require_building();
+    check_built();
+    if (needs_python_) {
+      engine_->attach_thread = [] { return attach_python_thread(); };
+      engine_->detach_thread = [](void* token) { detach_python_thread(token); };
+    }
+    engine_->start();
+  }
+
+  // A simulated run instead of start(): the calling thread steps the workers in virtual time (sim.h).
+  // latency and seconds_per_bit: workers x workers (from, to); update_s: one per node; cost(node, direction,
+  // shape, dtype or None) -> (overhead seconds, work seconds, bytes), asked once per distinct key.
+  void simulate(std::vector<std::vector<double>> latency, std::vector<std::vector<double>> seconds_per_bit,
+                std::vector<double> update_s, nb::object cost) {
+    require_building();
+    check_built();
+    const size_t workers = static_cast<size_t>(engine_->config.workers);
+    auto flat = [workers](const std::vector<std::vector<double>>& m, const char* name) {
+      std::vector<double> out;
+      if (m.size() != workers) throw nb::value_error((std::string(name) + ": one row per worker").c_str());
+      for (const auto& row : m) {
+        if (row.size() != workers) throw nb::value_error((std::string(name) + ": one column per worker").c_str());
+        for (double v : row)
+          if (!std::isfinite(v) || v < 0) throw nb::value_error((std::string(name) + ": finite values >= 0").c_str());
+        out.insert(out.end(), row.begin(), row.end());
+      }
+      return out;
+    };
+    std::vector<double> lat = flat(latency, "latency"), spb = flat(seconds_per_bit, "seconds_per_bit");
+    if (update_s.size() != added_.size()) throw nb::value_error("update_s: one per node");
+    for (double v : update_s)
+      if (!std::isfinite(v) || v < 0) throw nb::value_error("update_s: finite values >= 0");
+    cost_ = cost;
+    Simulation::CostHook hook = [this](int node, int direction, const Tensor& payload) {
+      nb::gil_scoped_acquire gil;
+      try {
+        std::vector<int64_t> dims(payload.shape(), payload.shape() + (payload.defined() ? payload.rank() : 0));
+        nb::object dtype = payload.defined() ? nb::object(nb::str(dtype_name(payload.dtype()))) : nb::none();
+        nb::tuple got = nb::cast<nb::tuple>(cost_(node, direction, nb::tuple(nb::cast(dims)), dtype));
+        SimCost c{nb::cast<double>(got[0]), nb::cast<double>(got[1]), nb::cast<int64_t>(got[2])};
+        if (!std::isfinite(c.overhead) || !std::isfinite(c.work) || c.overhead < 0 || c.work < 0 || c.bytes < 0)
+          throw nb::value_error("the cost model gave a negative or non-finite cost");
+        return c;
+      } catch (...) {
+        rethrow_as_python_failure();
+      }
+    };
+    sim_ = std::make_unique<Simulation>(*engine_, std::move(lat), std::move(spb), std::move(update_s), std::move(hook));
+    for (auto& w : engine_->workers) w->sim = sim_.get();
+  }
+
+  nb::tuple sim_run() {
+    require_simulation();
+    std::vector<int64_t> done, flushed;
+    {
+      nb::gil_scoped_release release;  // a bridged op and the cost hook take it back
+      sim_->run(&done, &flushed);
+    }
+    return nb::make_tuple(done, flushed, engine_->failed());
+  }
+
+  double sim_now() {
+    require_simulation();
+    return sim_->now();
+  }
+
+  nb::tuple sim_stats() {  // (messages, bundles, link bytes, link messages), links workers x workers row-major
+    require_simulation();
+    return nb::make_tuple(sim_->messages, sim_->bundles, sim_->link_bytes, sim_->link_messages);
+  }
+
+  // Every node added, every route leading somewhere (once, before the workers run).
+  void check_built() {
     const int n_nodes = static_cast<int>(added_.size());
     for (int i = 0; i < n_nodes; ++i) {
       if (!added_[static_cast<size_t>(i)]) throw nb::value_error(("node " + std::to_string(i) + " was never added").c_str());
@@ -180,11 +258,6 @@ class EngineHandle {
           throw nb::value_error(("node " + std::to_string(i) + ": a backward route leads nowhere").c_str());
       if (n.python_update && !engine_->python_update) throw nb::value_error("a Python update needs set_python_update");
     }
-    if (needs_python_) {
-      engine_->attach_thread = [] { return attach_python_thread(); };
-      engine_->detach_thread = [](void* token) { detach_python_thread(token); };
-    }
-    engine_->start();
   }
 
   void inject(nb::list msgs, bool post) {
@@ -216,7 +289,9 @@ class EngineHandle {
       }
       out.push_back(std::move(m));
     }
-    if (post) engine_->inject(out);
+    if (!post) return;
+    if (sim_) sim_->inject(out);
+    else engine_->inject(out);
   }
 
   nb::tuple wait(double timeout) {
@@ -315,7 +390,11 @@ class EngineHandle {
 
  private:
   void require_building() const {
-    if (engine_->started()) throw nb::value_error("the run has started: nodes and hooks are fixed");
+    if (engine_->started() || sim_) throw nb::value_error("the run has started: nodes and hooks are fixed");
+  }
+
+  void require_simulation() const {
+    if (!sim_) throw nb::value_error("not a simulated run: call simulate() first");
   }
 
   NodeState& node_at(int node) {
@@ -334,7 +413,8 @@ class EngineHandle {
   std::vector<std::vector<std::string>> in_ports_;
   std::vector<int> n_out_;
   std::vector<nb::object> keep_;  // numpy arrays the engine borrows, trace buffers
-  nb::object python_update_;
+  nb::object python_update_, cost_;
+  std::unique_ptr<Simulation> sim_;
   bool needs_python_ = false;
 };
 
@@ -367,12 +447,18 @@ void bind_engine(nb::module_& m) {
       .def("set_trace", &EngineHandle::set_trace)
       .def("set_python_update", &EngineHandle::set_python_update)
       .def("start", &EngineHandle::start)
+      .def("simulate", &EngineHandle::simulate, nb::arg("latency"), nb::arg("seconds_per_bit"), nb::arg("update_s"),
+           nb::arg("cost"))
+      .def("sim_run", &EngineHandle::sim_run)
+      .def("sim_now", &EngineHandle::sim_now)
+      .def("sim_stats", &EngineHandle::sim_stats)
       .def("admit_key", [](EngineHandle& h, int64_t key, int64_t n) { h.engine().ledger.inject_key(key, n); })
       .def("admit_flush", [](EngineHandle& h, int64_t id, int64_t n) { h.engine().ledger.inject_flush(id, n); })
       .def("inject", &EngineHandle::inject, nb::arg("msgs"), nb::arg("post") = true)
       .def("wait", &EngineHandle::wait, nb::arg("timeout"))
       .def("notify", [](EngineHandle& h) { h.engine().notify(); })
       .def("take_reports", &EngineHandle::take_reports)
+      .def("forget_python_failure", [](EngineHandle& h) { h.engine().forget_python_failure(); })
       .def("take_skipped", &EngineHandle::take_skipped)
       .def("failure", &EngineHandle::failure)
       .def("set_knob", &EngineHandle::set_knob)

@@ -1,5 +1,5 @@
-// See inbox.h: the algorithm of runtime/inbox.py, line for line where the order of effects matters (the
-// arrival counter also counts re-entries of a partly taken group, as in Python).
+// See inbox.h: the algorithm of runtime/inbox.py, line for line where the order of effects matters (a partly
+// taken group re-enters its heap under its new first message's rank and arrival number, as in Python).
 #include "inbox.h"
 
 #include <algorithm>
@@ -112,9 +112,9 @@ bool Inbox::take(bool allow_forward, const std::vector<int64_t>& max_bundle, con
     g.waiting.pop_front();
   }
   size_ -= static_cast<size_t>(cap);
-  int64_t seq = ++seq_;
-  heap->push(Entry{g.waiting.front().rank, seq, gi});
-  g.live = seq;
+  const Item& first = g.waiting.front();  // live: the entry names the group's new first message
+  heap->push(Entry{first.rank, first.seq, gi});
+  g.live = first.seq;
   return true;
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "engine.h"
+#include "sim.h"
 
 namespace amp {
 
@@ -79,11 +80,15 @@ void Worker::step(std::vector<Message>& bundle, int32_t depth) {
   TraceBuffer* tr = engine_.config.tracing ? trace : nullptr;
   outs_.clear();
   due_.clear();
-  const double t0 = monotonic_now();
+  Simulation* const sim_clock = sim;  // virtual time (sim.h) or the watch
+  const double t0 = sim_clock ? sim_clock->now() : monotonic_now();
+  step_t0_ = t0;
+  double end = t0;
   int update_node = -1;
   try {
     handle(bundle);
-    const double t1 = monotonic_now();
+    const double t1 = sim_clock ? sim_clock->ends(t0, bundle) : monotonic_now();
+    send_at_ = end = t1;
     if (tr) {
       if (bundle.size() == 1) {
         tr->record(node, direction, key, t0, t1, depth);
@@ -100,12 +105,11 @@ void Worker::step(std::vector<Message>& bundle, int32_t depth) {
         engine_.ledger.add(Span<const int64_t>(out_keys_.data(), out_keys_.size()));
         deliver(outs_);
       }
-      double end = t1;
       for (int due : due_) {
         update_node = due;
-        const double u0 = monotonic_now();
+        const double u0 = sim_clock ? end : monotonic_now();
         apply_update(due);
-        end = monotonic_now();
+        end = sim_clock ? sim_clock->updated(u0, due) : monotonic_now();
         if (tr) tr->record(due, kUpdate, key, u0, end, depth);
       }
       update_node = -1;
@@ -141,7 +145,11 @@ void Worker::step(std::vector<Message>& bundle, int32_t depth) {
   deliver(outs_);
   handled.fetch_add(static_cast<int64_t>(bundle.size()), std::memory_order_relaxed);
   inside_node.store(-1, std::memory_order_release);
-  if (!done_.empty() || !flushed_.empty()) engine_.completed();
+  step_end_ = end;
+  if (!done_.empty() || !flushed_.empty()) {
+    if (sim_clock) sim_clock->completed(end, done_, flushed_);
+    else engine_.completed();
+  }
 }
 
 // Worker.handle / Worker.handle_bundle: one call of the op per direction (training and validation keys of
@@ -248,7 +256,7 @@ void Worker::backward(NodeState& n, std::vector<Message>& msgs) {
 
 // Worker._count_gradients: each gradient's staleness row, and the count toward the next update.
 void Worker::count_gradients(NodeState& n, const std::vector<Message>& msgs) {
-  const double now = monotonic_now();
+  const double now = sim ? step_t0_ : monotonic_now();  // the Python step's time (`at`): its start
   for (const Message& m : msgs) {
     bool found = false;
     const int64_t at_forward = n.fwd_version.take(m.state, &found);
@@ -301,6 +309,7 @@ void Worker::deliver(std::vector<Message>& outs) {
   for (Message& m : outs) {
     const int owner = engine_.nodes[static_cast<size_t>(m.node)]->owner;
     if (owner == index_) push_local(std::move(m));
+    else if (sim) sim->send(index_, owner, std::move(m), send_at_);
     else engine_.workers[static_cast<size_t>(owner)]->post(std::move(m));
   }
   outs.clear();

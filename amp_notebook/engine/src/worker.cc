@@ -131,7 +131,8 @@ bool Worker::take(std::vector<Message>* bundle) {
       muf_[i] = engine_.min_update_frequency(static_cast<int>(i));
     }
   }
-  if (!inbox_.take(!engine_.paused(), max_bundle_, limit_, &handles_)) return false;
+  // a simulation takes forward messages while paused, as the Python simulator does
+  if (!inbox_.take(sim != nullptr || !engine_.paused(), max_bundle_, limit_, &handles_)) return false;
   bundle->clear();
   for (uint64_t h : handles_) {
     bundle->push_back(std::move(slab_[h]));
@@ -153,6 +154,13 @@ void Worker::idle() {
   sleeping_ = true;
   cv_.wait_for(lock, kIdleWait);
   sleeping_ = false;
+}
+
+size_t Worker::step_next() {
+  if (!take(&sim_bundle_)) return 0;
+  const size_t n = sim_bundle_.size();
+  step(sim_bundle_, static_cast<int32_t>(queued.load(std::memory_order_relaxed)));
+  return n;
 }
 
 void Worker::loop() {

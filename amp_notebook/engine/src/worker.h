@@ -48,6 +48,7 @@
 namespace amp {
 
 class Engine;
+class Simulation;
 struct NodeState;
 
 // A message between nodes: runtime's Message with the port as an index (input port forward, output port
@@ -75,6 +76,12 @@ class Worker {
   void post(Message&& msg);
   // Look again now: a knob changed, or the run stops.
   void wake();
+  // A message into this worker's own inbox (its own thread, or the simulation's).
+  void push_local(Message&& msg);
+  // The simulation (sim.h) steps the worker instead of its thread: take the next bundle and step it; returns
+  // how many messages it handled (0: nothing to take), and when the step ended in virtual time.
+  size_t step_next();
+  double step_end() const { return step_end_; }
 
   // Read by any thread (the watchdog, a diagnosis).
   std::atomic<int64_t> handled{0};   // messages handled so far
@@ -85,6 +92,7 @@ class Worker {
   std::atomic<int> life{0};  // 0 not started, 1 running, 2 ended
   std::mutex state_mu;       // held during a step: a diagnosis reads the nodes' held state under it
   TraceBuffer* trace = nullptr;
+  Simulation* sim = nullptr;  // set: a simulated run (virtual time, no thread; sim.h)
 
  private:
   void run();
@@ -103,7 +111,6 @@ class Worker {
   void count_gradients(NodeState& n, const std::vector<Message>& msgs);
   void apply_update(int node);
   void deliver(std::vector<Message>& outs);
-  void push_local(Message&& msg);
 
   Engine& engine_;
   const int index_;
@@ -132,6 +139,9 @@ class Worker {
   std::vector<int64_t> done_, flushed_;
   std::vector<int> due_;
   Outputs emitted_, loss_emitted_;
+  // a step's times: its start (staleness rows), when its outputs leave (a simulation's links), its end
+  double step_t0_ = 0.0, send_at_ = 0.0, step_end_ = 0.0;
+  std::vector<Message> sim_bundle_;
 };
 
 // Seconds on CLOCK_MONOTONIC: the clock of Python's time.perf_counter, so trace rows line up with Python's.
