@@ -12,10 +12,10 @@ stays in Python:
 * the cost model: the engine asks :meth:`~amp_notebook.runtime.costs.CostTable.of_shape` once per distinct
   (node, direction, shape, dtype) and keeps the answer, so both simulators charge the same seconds and bytes.
 
-The same graph, data, seed and cost model give the same trace, parameters and makespan as the Python
-simulator, bit for bit, wherever the native kernels compute what the Python ops compute bit for bit (every
-test of ``tests/engine/test_native_simulated.py``); it runs the message path at native speed, which bounds
-every what-if grid (autoplace, Fig. 5, the tutorials).
+The same graph, data, seed and cost model give the same trace, makespan and link use as the Python simulator,
+bit for bit (virtual times depend on shapes, never on values), and parameters that agree to the last bits in
+which the native kernels' sums may round differently (``tests/engine/test_native_simulated.py``). It runs
+the message path at native speed, which bounds every what-if grid (autoplace, Fig. 5, the tutorials).
 """
 
 from __future__ import annotations

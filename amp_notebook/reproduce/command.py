@@ -98,7 +98,7 @@ def run_experiments(
 
 def engines_ran(value: Any) -> list[str]:
     """Every engine that ran this machine's threads in ``value`` (rows and curves say which; the simulator's
-    rows do not count: it always computes with the Python ops)."""
+    rows do not count: their figures are virtual time, the same whichever engine stepped the workers)."""
     found: set[str] = set()
     if isinstance(value, dict):
         is_run = "backend" in value or "mode" in value  # a table's row or a figure's curve

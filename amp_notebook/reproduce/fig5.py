@@ -30,8 +30,9 @@ epoch's end); ``findings`` compares the two.
 
 The points are independent (each starts from the same weights and data, built from the seed), so they
 run in parallel across processes: ``run(processes=N)`` (``amp-notebook reproduce fig5 --processes N``)
-trains N points at once with the same results, point for point. The simulated backend computes with the
-Python ops; processes are how the grid uses more cores.
+trains N points at once with the same results, point for point. The simulated backend steps the native
+engine's workers wherever it is built (the Python engine's otherwise: the same results, event for event);
+processes are how the grid uses more cores.
 
 What to look for (the paper's finding): a larger max_active_keys shortens each epoch until the devices
 are busy and then only adds staleness; a small min_update_frequency updates often but with stale,

@@ -214,7 +214,7 @@ def simulated_rows(
                               costs=costs[w.name], **SIMULATED) for i in range(repeats)]  # fmt: skip
             _progress(f"  simulated 16 cores, {w.name}, max_active_keys {k}: epochs to target "
                       f"{[r['epochs_to_target'] for r in runs]}")  # fmt: skip
-            out.append(row(w.name, "simulated", k, SIMULATED["engine"], runs))
+            out.append(row(w.name, "simulated", k, runs[0]["engine"], runs))
     return out
 
 

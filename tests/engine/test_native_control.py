@@ -10,8 +10,11 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
+import warnings
+import weakref
 from typing import Any
 
 import numpy as np
@@ -21,7 +24,7 @@ from amp_notebook import models
 from amp_notebook.data import Batch, Dataset
 from amp_notebook.ir.graph import Graph, Ref
 from amp_notebook.ir.message import State
-from amp_notebook.ir.ops import Identity, NodeContext
+from amp_notebook.ir.ops import Identity, Linear, NodeContext
 from amp_notebook.runtime.numerics import NonFiniteError
 from amp_notebook.runtime.run import Run
 from amp_notebook.runtime.train import train
@@ -214,3 +217,24 @@ def test_the_recorded_queue_depth_never_dips_below_zero() -> None:
                   max_bundle=1, optimizer={"name": "sgd", "lr": 0.01})  # fmt: skip
         depth = np.asarray(r.trace.events()["depth"])
         assert len(depth) > 100_000 and depth.min() >= 0, f"{int((depth < 0).sum())} negative depths"
+
+
+class MyLinear(Linear):
+    """A user's subclass of a native op: it runs through the bridge, and its update runs in Python."""
+
+
+@pytest.mark.parametrize("backend", ["threads", "simulated"])
+def test_a_finished_run_whose_updates_run_in_python_is_collected(digits, backend: str) -> None:
+    """The engine holds the Python update, a closure over the session, which holds the backend, which holds the
+    engine: the collector must see the engine's side of that cycle, or every such run stays in memory."""
+    g = Graph("bridged_update")
+    h = g.add_node(MyLinear(64, 10), [g.input("x", width=64)], name="mine")
+    g.softmax_cross_entropy(Ref(h.name), g.input("target", dtype="int"), name="loss")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # one heavy node for 2 workers
+        result = train(g, digits, engine="native", backend=backend, epochs=1, workers=2)
+    assert result.python_nodes == ("mine",)
+    session = weakref.ref(result.session)
+    del result
+    gc.collect()
+    assert session() is None

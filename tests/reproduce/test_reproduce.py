@@ -40,10 +40,10 @@ def test_reproduce_all_quick_writes_html_and_json(tmp_path: Path, capsys: pytest
         assert [(r["model"], r["mak"]) for r in rows if r["backend"] == backend] == [
             (p.model, p.mak) for p in paper.TABLE2
         ]
-    threads_engine = "native" if engine_available() else "python"  # the default engine, auto
+    threads_engine = "native" if engine_available() else "python"  # the default engine, auto (the simulator's too)
     for r in rows:
         assert r["paper_ratio"] == pytest.approx(paper.ratio(r["model"], r["mak"]))
-        assert r["engine"] == ("python" if r["backend"] == "simulated" else threads_engine)
+        assert r["engine"] == threads_engine
         assert r["ours_per_s"] > 0 and r["ours_ratio"] > 0
         if r["backend"] == "simulated" or r["mak"] != 1 or r["model"] in paper.FAMILY_BASE:
             assert r.get("peer_per_s") is None
@@ -155,7 +155,7 @@ def test_table2_quick_for_one_model_says_which_engine_ran(tmp_path: Path, capsys
     threads_engine = "native" if engine_available() else "python"  # the default engine, auto
     assert [(r["model"], r["backend"], r["mak"], r["engine"]) for r in out["rows"]] == [
         ("mlp", "threads", 1, threads_engine), ("mlp", "threads", 4, threads_engine),
-        ("mlp", "simulated", 1, "python"), ("mlp", "simulated", 4, "python"),
+        ("mlp", "simulated", 1, threads_engine), ("mlp", "simulated", 4, threads_engine),
     ]  # fmt: skip
     assert [r["paper_ratio"] for r in out["rows"]] == [1.0, pytest.approx(6268 / 2076)] * 2
     assert out["machine"]["engines_ran"] == [threads_engine] and out["calibration_engine"] == {"mlp": threads_engine}

@@ -388,6 +388,23 @@ class EngineHandle {
 
   Engine& engine() { return *engine_; }
 
+  // The collector's view of the Python objects the handle holds (nanobind's type slots below). The Python
+  // update and the cost hook are closures over the session, which holds the backend, which holds this
+  // handle: without this view such a cycle could never be collected.
+  int traverse(visitproc visit, void* arg) {
+    Py_VISIT(codec_obj_.ptr());
+    Py_VISIT(python_update_.ptr());
+    Py_VISIT(cost_.ptr());
+    for (const nb::object& o : keep_) Py_VISIT(o.ptr());
+    return 0;
+  }
+
+  // Break a cycle the collector found: drop the hooks (no run can be going: nothing reaches the handle).
+  void clear() {
+    python_update_ = nb::object();
+    cost_ = nb::object();
+  }
+
  private:
   void require_building() const {
     if (engine_->started() || sim_) throw nb::value_error("the run has started: nodes and hooks are fixed");
@@ -420,6 +437,27 @@ class EngineHandle {
 
 }  // namespace
 
+namespace {
+
+int engine_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));  // a heap type
+  if (!nb::inst_ready(self)) return 0;
+  return nb::inst_ptr<EngineHandle>(self)->traverse(visit, arg);
+}
+
+int engine_clear(PyObject* self) {
+  if (nb::inst_ready(self)) nb::inst_ptr<EngineHandle>(self)->clear();
+  return 0;
+}
+
+PyType_Slot engine_slots[] = {
+    {Py_tp_traverse, reinterpret_cast<void*>(engine_traverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(engine_clear)},
+    {0, nullptr},
+};
+
+}  // namespace
+
 void bind_engine(nb::module_& m) {
   // One native optimizer step on arrays Python owns (written in place): tests hold it to optim.py.
   m.def("optimizer_step", [](nb::dict spec, nb::list params, nb::list grads, double scale) {
@@ -435,7 +473,7 @@ void bind_engine(nb::module_& m) {
     optimizer_step(*opt, ctx.params, ctx.grads, scale);
     return opt->t;
   });
-  nb::class_<EngineHandle>(m, "Engine")
+  nb::class_<EngineHandle>(m, "Engine", nb::type_slots(engine_slots))
       .def(nb::init<nb::object, int, int, const std::string&, const std::string&, bool, int, bool, int>(),
            nb::arg("codec"), nb::arg("n_nodes"), nb::arg("workers"), nb::arg("priority"), nb::arg("order"),
            nb::arg("local_updates"), nb::arg("numerics"), nb::arg("tracing"), nb::arg("spin"))
