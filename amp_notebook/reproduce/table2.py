@@ -9,17 +9,19 @@ max_active_keys 1, as in the paper. Mode ``amp``, one epoch of the workload's tr
 shorter (not with ``quick``; the digits' 15 keys: a run that short would time the pipeline filling and
 draining and the threads starting), no validation, no trace; figures are training instances per second.
 
-**threads**: this machine, 2 worker threads. Placement ``auto``
-(:mod:`amp_notebook.runtime.autoplace`: node costs measured here once per model, the fastest of round
-robin, balanced stages and a local search on the simulator, chosen once per max_active_keys before the
-timed runs), ``fifo`` inboxes (arrival order keeps both workers fed; ``amp-notebook bench speedup``
-compares it with backward-first). A model family (the RNN with its replicated variants) and its PyTorch
-peer run ``repeats`` times, interleaved with the order flipping every round (this machine is shared and
-noisy); the median is reported, every round is kept in ``runs_per_s``, and the 1-minute load average
-before and after the family's rounds is kept beside them (``load_1min``). The workers run on the engine
-``engine`` names (default ``auto``: the native worker loops, which hold no interpreter lock, wherever they
-are built and run the graph); each row's ``engine`` says which ran. On the Python engine every message's
-glue holds the interpreter lock, so two threads gain little whatever max_active_keys is.
+**threads**: this machine, 2 worker threads. Placement ``auto`` (:mod:`amp_notebook.runtime.autoplace`: node
+costs measured here once per model, the fastest of round robin, balanced stages and a local search on the
+simulator, chosen once per max_active_keys before the timed runs; outside ``--quick`` a choice other than
+round robin is then timed against round robin here, two interleaved runs each, and the faster runs the row,
+whose ``placement_trials`` keeps both figures: the simulator and this machine can disagree), ``fifo`` inboxes
+(arrival order keeps both workers fed; ``amp-notebook bench speedup`` compares it with backward-first). A
+model family (the RNN with its replicated variants) and its PyTorch peer run ``repeats`` times, interleaved
+with the order flipping every round (this machine is shared and noisy); the median is reported, every round is
+kept in ``runs_per_s``, and the 1-minute load average before and after the family's rounds is kept beside them
+(``load_1min``). The workers run on the engine ``engine`` names (default ``auto``: the native worker loops,
+which hold no interpreter lock, wherever they are built and run the graph); each row's ``engine`` says which
+ran. On the Python engine every message's glue holds the interpreter lock, so two threads gain little whatever
+max_active_keys is.
 
 **simulated**: the paper's machine, 16 cores, as 16 simulated devices calibrated from this machine.
 Calibration: :func:`~amp_notebook.runtime.autoplace.measure_costs` runs a short traced sync training on one
@@ -42,6 +44,7 @@ seeds that diverged (empty: none). Three diverged runs in a row end the table wi
 
 from __future__ import annotations
 
+import functools
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -55,6 +58,7 @@ from amp_notebook.reproduce.workloads import DEFAULT_ENGINE, MODELS, Workload, a
 from amp_notebook.runtime.autoplace import autoplace, measure_costs
 from amp_notebook.runtime.costs import CostModel
 from amp_notebook.runtime.numerics import NonFiniteError
+from amp_notebook.runtime.placement import place
 from amp_notebook.runtime.train import TrainResult, train
 
 THREADS: dict[str, Any] = {"workers": 2, "priority": "fifo"}
@@ -64,6 +68,7 @@ SIMULATED: dict[str, Any] = {"workers": 16, "priority": "backward_first", "place
 HEAVY_KINDS = ("linear", "embedding")
 TIMED_KEYS = 120  # the fewest training keys a throughput figure is timed over
 DIVERGE_TRIES = 3  # runs a figure may take when training diverges (module docstring)
+PLACEMENT_TRIALS = 2  # timed runs of each placement when auto's choice is measured against round robin
 
 
 _CALIBRATIONS: dict[tuple[Any, ...], CostModel] = {}
@@ -123,7 +128,7 @@ def run(
                                    for n, c in costs[w.name].nodes.items()}  # fmt: skip
             calibrated_on[w.name] = calibration_engine(w)
             data[w.name] = w.data_source
-        rows += threads_rows(members, costs, repeats, seed, QUICK_SEARCH if quick else {})
+        rows += threads_rows(members, costs, repeats, seed, QUICK_SEARCH if quick else {}, measure=not quick)
         rows += simulated_rows(members, costs, seed)
     return {
         "rows": rows,
@@ -175,25 +180,60 @@ def _train(w: Workload, seed: int, diverged: list[int] | None = None, **knobs: A
 
 
 def thread_placements(
-    w: Workload, costs: CostModel, keys: Sequence[int], seed: int, search: dict[str, Any] | None = None
+    w: Workload,
+    costs: CostModel,
+    keys: Sequence[int],
+    seed: int,
+    search: dict[str, Any] | None = None,
+    trials: dict[int, dict[str, float]] | None = None,
 ) -> dict[int, dict[str, int]]:
     """The placement ``auto`` chooses for ``w`` on the threads backend at each of ``keys`` (chosen before any
-    timed run, so the search is not in the figures)."""
+    timed run, so the search is not in the figures). With ``trials`` (a dict to fill), a choice other than round
+    robin is also timed on this machine against round robin, ``PLACEMENT_TRIALS`` interleaved runs each, and the
+    faster one runs the row: the simulator judges placements by a cost model, this machine by its own cores and
+    caches, and the two can disagree; ``trials[k]`` keeps the measured instances/s of each."""
     placements: dict[int, dict[str, int]] = {}
     for k in keys:
         choice = autoplace(w.graph, w.data, max_active_keys=k, optimizer=w.optimizer, costs=costs, seed=seed,
                            min_update_frequency=w.settings.get("min_update_frequency", 1), **THREADS,
                            **(search or {}))  # fmt: skip
         placements[k] = choice.placement
-        _progress(f"  threads, {w.name}, max_active_keys {k}: placement {choice.chosen.name} {choice.chosen.heavy}")
+        name = choice.chosen.name
+        with warnings.catch_warnings():  # a worker with no heavy node is a fact of that placement
+            warnings.simplefilter("ignore", UserWarning)
+            round_robin = place(w.graph, THREADS["workers"], strategy="round_robin")
+        if trials is not None and choice.placement != round_robin:
+            timed = {name: choice.placement, "round_robin": round_robin}
+            rates = interleaved_medians(PLACEMENT_TRIALS, {
+                n: functools.partial(_placement_rate, w, seed, k, p) for n, p in timed.items()
+            })  # fmt: skip
+            trials[k] = {n: rate for n, (rate, _) in rates.items()}
+            if trials[k]["round_robin"] > trials[k][name]:
+                name, placements[k] = "round_robin", round_robin
+        heavy = {n: placements[k][n] for n in choice.chosen.heavy}
+        measured = "" if trials is None or k not in trials else f" (timed here: {trials[k]})"
+        _progress(f"  threads, {w.name}, max_active_keys {k}: placement {name} {heavy}{measured}")
     return placements
 
 
+def _placement_rate(w: Workload, seed: int, k: int, placement: dict[str, int]) -> float:
+    """Training instances/s of one timed run of ``w`` at ``k`` keys in flight with ``placement``."""
+    return _train(w, seed, max_active_keys=k, placement=placement, **THREADS).train_instances_per_s
+
+
 def threads_rows(
-    members: list[Workload], costs: dict[str, CostModel], repeats: int, seed: int, search: dict[str, Any] | None = None
-) -> list[dict[str, Any]]:  # fmt: skip
-    """This machine: every row of a family and the base's peer, ``repeats`` interleaved rounds, medians."""
-    placements = {w.name: thread_placements(w, costs[w.name], paper.table2_keys(w.name), seed, search)
+    members: list[Workload],
+    costs: dict[str, CostModel],
+    repeats: int,
+    seed: int,
+    search: dict[str, Any] | None = None,
+    measure: bool = False,
+) -> list[dict[str, Any]]:
+    """This machine: every row of a family and the base's peer, ``repeats`` interleaved rounds, medians;
+    ``measure``: a placement ``auto`` chose over round robin is timed against it first (:func:`thread_placements`)."""
+    trials: dict[str, dict[int, dict[str, float]]] = {w.name: {} for w in members}
+    placements = {w.name: thread_placements(w, costs[w.name], paper.table2_keys(w.name), seed, search,
+                                            trials[w.name] if measure else None)
                   for w in members}  # fmt: skip
 
     ran: dict[tuple[str, int], str] = {}  # the engine each row ran on
@@ -241,6 +281,7 @@ def threads_rows(
                 peer_load_1min=peer_load if is_base and peer_load else None,
                 peer_loaded=loaded(peer_load) if is_base and peer_load else None,
                 placement={n: placements[w.name][k][n] for n in heavy}, diverged_runs=diverged[(w.name, k)],
+                placement_trials=trials[w.name].get(k),
             ))  # fmt: skip
             _progress(f"  threads, {w.name}, max_active_keys {k}: {value:,.0f} instances/s "
                       f"(rounds {[round(v) for v in rounds]}){_diverged_note(diverged[(w.name, k)])}")  # fmt: skip

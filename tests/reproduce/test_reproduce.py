@@ -263,3 +263,35 @@ def test_a_diverged_timed_run_runs_again_from_the_next_seed(monkeypatch: pytest.
     with pytest.raises(NonFiniteError, match="key 3"):
         table2._train(w, 0, diverged, max_active_keys=1, workers=1)
     assert diverged == [0, 1, 2] == list(range(table2.DIVERGE_TRIES))
+
+
+@pytest.mark.parametrize("faster", ["round_robin", "chosen"])
+def test_a_placement_auto_chose_runs_the_row_only_if_it_is_faster_here(faster: str, monkeypatch) -> None:
+    """The simulator's choice is timed against round robin on this machine; the faster one runs the row."""
+    from amp_notebook.runtime.costs import CostModel
+    from amp_notebook.runtime.placement import place
+
+    w = workload("mlp", quick=True)
+    round_robin = place(w.graph, table2.THREADS["workers"], strategy="round_robin")
+    balanced = place(w.graph, table2.THREADS["workers"], strategy="balanced")
+    assert balanced != round_robin
+
+    class Chosen:  # what autoplace returns, as far as thread_placements reads it
+        placement = balanced
+        chosen = type("Candidate", (), {"name": "balanced", "heavy": {n: balanced[n] for n in ("linear1", "linear4")}})
+
+    timed: list[str] = []
+
+    def rate(w, seed, k, placement):
+        timed.append("round_robin" if placement == round_robin else "balanced")
+        return 2.0 if (timed[-1] == "round_robin") == (faster == "round_robin") else 1.0
+
+    monkeypatch.setattr(table2, "autoplace", lambda *a, **k: Chosen)
+    monkeypatch.setattr(table2, "_placement_rate", rate)
+    trials: dict[int, dict[str, float]] = {}
+    placements = table2.thread_placements(w, CostModel(), [4], 0, trials=trials)
+    assert sorted(timed) == ["balanced"] * table2.PLACEMENT_TRIALS + ["round_robin"] * table2.PLACEMENT_TRIALS
+    assert placements[4] == (round_robin if faster == "round_robin" else balanced)
+    assert trials[4] == ({"balanced": 1.0, "round_robin": 2.0} if faster == "round_robin" else
+                         {"balanced": 2.0, "round_robin": 1.0})  # fmt: skip
+    assert table2.thread_placements(w, CostModel(), [4], 0) == {4: balanced}  # no trials: the simulator's choice
