@@ -107,13 +107,14 @@ def test_build_fix_and_train_in_jupyterlab(lab: Any, page: Any, tmp_path: Any) -
         entry = inspector.locator(f'input[data-field="{field}"]')
         entry.fill(value)
         entry.press("Enter")
+    # the problems clear once in_features is 32, before out_features' round trip: wait for the new width too
+    from playwright.sync_api import expect
+
+    label = builder.locator('.react-flow__edge[data-id="linear_0:out->loss:logits"] .react-flow__edge-text')
+    expect(label).to_have_text("10", timeout=WAIT_MS)
     page.wait_for_selector('.amp-builder[data-graph="partial_mlp"][data-problems="0"]', timeout=WAIT_MS)
     assert new.locator(".amp-badge").count() == 0
     assert builder.locator(".amp-port-error").count() == 0
-    assert (
-        builder.locator('.react-flow__edge[data-id="linear_0:out->loss:logits"] .react-flow__edge-text').text_content()
-        == "10"
-    )
 
     # double-click adds a node at the centre; selecting it and pressing Delete removes it (Python applies both)
     builder.locator('.amp-palette-item[data-kind="tanh"]').dblclick()
