@@ -26,6 +26,7 @@ import numpy as np
 
 from amp_notebook.engine.backend import NativeBackend
 from amp_notebook.errors import RunStateError
+from amp_notebook.runtime.backends.simulated import link_stats
 from amp_notebook.runtime.blas import single_threaded_blas
 from amp_notebook.runtime.costs import CostModel, CostTable
 from amp_notebook.runtime.watchdog import Diagnosis, StuckRunError, diagnose
@@ -80,27 +81,10 @@ class NativeSimulatedBackend(NativeBackend):
         """Messages handled, bytes and messages per link, the bandwidth used (bits / makespan), as the Python
         simulator reports them, and the engine."""
         messages, bundles, link_bytes, link_messages = self.engine.sim_stats()
-        workers = self.session.config.workers
-        nbytes = [link_bytes[a * workers : (a + 1) * workers] for a in range(workers)]
-        counts = [link_messages[a * workers : (a + 1) * workers] for a in range(workers)]
-        total = sum(map(sum, nbytes))
-        makespan = self.wall_s
-        links = {
-            f"{a}->{b}": {"bytes": nbytes[a][b], "messages": counts[a][b]}
-            for a in range(workers)
-            for b in range(workers)
-            if counts[a][b]
-        }
-        return {
-            "messages": messages,
-            "bundles": bundles,
-            "bytes_sent": total,
-            "bandwidth_bits_per_s": 8 * total / makespan if makespan > 0 else 0.0,
-            "busiest_link_bits_per_s": 8 * max(map(max, nbytes)) / makespan if makespan > 0 else 0.0,
-            "links": links,
-            "costs": self.costs.spec(),
-            **super().stats(),
-        }
+        w = self.session.config.workers
+        nbytes = [link_bytes[a * w : (a + 1) * w] for a in range(w)]
+        counts = [link_messages[a * w : (a + 1) * w] for a in range(w)]
+        return {**link_stats(messages, bundles, nbytes, counts, self.wall_s, self.costs), **super().stats()}
 
     # ------------------------------------------------------------ driver
     def run(self) -> None:

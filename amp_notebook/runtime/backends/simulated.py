@@ -247,24 +247,36 @@ class SimulatedBackend:
     # ------------------------------------------------------------------ results
     def stats(self) -> dict[str, Any]:
         """Messages handled, bytes and messages per link, and the bandwidth used (bits / makespan)."""
-        total = sum(map(sum, self.link_bytes))
-        makespan = self.wall_s
-        workers = len(self.link_bytes)
-        links = {
-            f"{a}->{b}": {"bytes": self.link_bytes[a][b], "messages": self.link_messages[a][b]}
-            for a in range(workers)
-            for b in range(workers)
-            if self.link_messages[a][b]
-        }
-        return {
-            "messages": self.messages,
-            "bundles": self.bundles,
-            "bytes_sent": total,
-            "bandwidth_bits_per_s": 8 * total / makespan if makespan > 0 else 0.0,
-            "busiest_link_bits_per_s": 8 * max(map(max, self.link_bytes)) / makespan if makespan > 0 else 0.0,
-            "links": links,
-            "costs": self.costs.spec(),
-        }
+        return link_stats(self.messages, self.bundles, self.link_bytes, self.link_messages, self.wall_s, self.costs)
 
 
-__all__ = ["SimulatedBackend"]
+def link_stats(
+    messages: int,
+    bundles: int,
+    link_bytes: Sequence[Sequence[int]],
+    link_messages: Sequence[Sequence[int]],
+    makespan: float,
+    costs: CostModel,
+) -> dict[str, Any]:
+    """A simulation's statistics (either engine's): messages and bundles handled, bytes and messages per link
+    (``[from][to]``), the bandwidth used (bits / makespan) and the cost model."""
+    total = sum(map(sum, link_bytes))
+    workers = len(link_bytes)
+    links = {
+        f"{a}->{b}": {"bytes": link_bytes[a][b], "messages": link_messages[a][b]}
+        for a in range(workers)
+        for b in range(workers)
+        if link_messages[a][b]
+    }
+    return {
+        "messages": messages,
+        "bundles": bundles,
+        "bytes_sent": total,
+        "bandwidth_bits_per_s": 8 * total / makespan if makespan > 0 else 0.0,
+        "busiest_link_bits_per_s": 8 * max(map(max, link_bytes)) / makespan if makespan > 0 else 0.0,
+        "links": links,
+        "costs": costs.spec(),
+    }
+
+
+__all__ = ["SimulatedBackend", "link_stats"]
