@@ -129,8 +129,8 @@ class NativeSimulatedBackend(NativeBackend):
 
 def _cost_hook(table: CostTable) -> Any:
     """The engine's cost hook: ``(node, direction, shape, dtype name or None) -> (overhead, work, bytes)``. It
-    holds the table only: a hook that held the backend would make a cycle through the engine that Python's
-    collector cannot see into."""
+    holds the table only, so a finished run needs no collection to be freed (the engine shows the collector the
+    hooks it holds, so a hook that held more would still be freed, later)."""
 
     def cost(node: int, direction: int, shape: tuple[int, ...], dtype: str | None) -> tuple[float, float, int]:
         return table.of_shape(node, direction, shape, None if dtype is None else np.dtype(dtype))
