@@ -180,6 +180,13 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
         metavar="COUNTS",
         help="scaling only: worker counts to compare with 1 worker, e.g. 1,2,4,8,16 (default 1,2)",
     )
+    b.add_argument(
+        "--placement",
+        default=None,
+        metavar="HOW",
+        help="scaling only: measured (round robin, balanced stages and placement=auto's choice are timed here and "
+        "the fastest runs the figures; the default) or a strategy for every figure: round_robin, balanced",
+    )
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -189,10 +196,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from contextlib import redirect_stdout
 
         with redirect_stdout(sys.stderr):
-            result = run_benchmark(args.name, quick=args.quick, workers=args.workers)
+            result = run_benchmark(args.name, quick=args.quick, workers=args.workers, placement=args.placement)
         print(json.dumps({"benchmark": args.name, **result}))
         return 0
-    result = run_benchmark(args.name, quick=args.quick, workers=args.workers)
+    result = run_benchmark(args.name, quick=args.quick, workers=args.workers, placement=args.placement)
     if "text" in result:  # the other benchmarks print their table as they go
         print(f"{args.name}:\n{result['text']}")
     else:

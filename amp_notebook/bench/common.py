@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 from collections.abc import Callable
@@ -31,6 +32,27 @@ def interleaved_medians(
         for name, fn in order:
             values[name].append(fn())
     return {name: (statistics.median(v), v) for name, v in values.items()}
+
+
+def fastest_placement(
+    candidates: dict[str, dict[str, int]], rate: Callable[[dict[str, int]], float], trials: int
+) -> tuple[str, dict[str, float]]:
+    """Time each distinct placement ``trials`` runs on this machine, interleaved (:func:`interleaved_medians`);
+    returns the name of the fastest by median and each timed name's median. A placement equal to an earlier one
+    is not timed again, and a tie goes to the earlier name (list the default first)."""
+    distinct: dict[str, dict[str, int]] = {}
+    for name, placement in candidates.items():
+        if placement not in distinct.values():
+            distinct[name] = placement
+    if len(distinct) == 1:
+        return next(iter(distinct)), {}
+    medians = interleaved_medians(trials, {n: functools.partial(rate, p) for n, p in distinct.items()})
+    rates = {n: value for n, (value, _) in medians.items()}
+    best = next(iter(rates))
+    for name, value in rates.items():
+        if value > rates[best]:
+            best = name
+    return best, rates
 
 
 def interleaved_runs(repeats: int, sides: dict[str, Callable[[], dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:

@@ -13,8 +13,17 @@ each on the native engine (worker loops without the GIL) and on the Python engin
 message's glue). Graphs, data and optimizers are the reproduction's workloads
 (:mod:`amp_notebook.reproduce.workloads`, the paper's layouts); the settings are the workload's with mode
 ``amp``, one epoch of training keys, no validation, no trace recording, the model's ``max_active_keys``
-(``MAX_ACTIVE_KEYS``), the default placement (heavy nodes round robin) and inbox order, message bundling on
-(the default for amp runs). Figure per run: training instances per second.
+(``MODELS``), the default inbox order and message bundling on (the default for amp runs). Figure per run:
+training instances per second.
+
+**Placement, measured here** (``placement="measured"``, the default). Which worker runs which heavy node
+decides how well N workers share the work, and the simulator that ``placement="auto"`` consults can rank
+placements differently from this machine's cores and caches. So for each engine, model and worker count
+above 1, three candidates are timed on this machine before the figures: round robin (the paper's
+default), balanced stages, and ``autoplace``'s choice (costs measured on that engine). Each runs
+``PLACEMENT_TRIALS`` times, interleaved; the fastest by median runs the figures (a tie goes to round
+robin), and ``placements`` in the JSON keeps every candidate's median and where the chosen one put each
+heavy node. ``placement="round_robin"`` (or any strategy of ``place``) skips the trials.
 
 Every (engine, model, workers) run is a side; the sides run ``repeats`` times, interleaved, the order
 flipping every round (``interleaved_medians``), and each is reported by its median with every round beside
@@ -30,8 +39,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from amp_notebook.bench.common import interleaved_medians, load_line, machine_load, report
+from amp_notebook.bench.common import fastest_placement, interleaved_medians, load_line, machine_load, report
 from amp_notebook.errors import SettingError
+from amp_notebook.runtime.placement import STRATEGIES
 
 # benchmark name -> (reproduction workload, max_active_keys)
 MODELS: dict[str, tuple[str, int]] = {
@@ -43,6 +53,8 @@ MODELS: dict[str, tuple[str, int]] = {
 }
 ENGINES = ("native", "python")
 DEFAULT_WORKERS = (1, 2)
+MEASURED = "measured"  # time the candidate placements on this machine (module docstring)
+PLACEMENT_TRIALS = 2  # timed runs of each candidate placement
 
 
 def parse_workers(text: str | Sequence[int]) -> tuple[int, ...]:
@@ -65,27 +77,66 @@ def headline_workers(counts: Sequence[int]) -> int:
     return 2 if 2 in counts else max(counts)
 
 
-def throughput(workload: Any, engine: str, workers: int, max_active_keys: int, seed: int) -> float:
-    """Training instances per second of one epoch of ``workload`` on ``workers`` threads of ``engine``."""
+def settings(workload: Any, engine: str, max_active_keys: int, seed: int) -> dict[str, Any]:
+    """The run settings of every figure (module docstring), placement and workers aside."""
+    return {**workload.settings, "mode": "amp", "epochs": 1, "validate": False, "trace": False, "seed": seed,
+            "optimizer": workload.optimizer, "max_active_keys": max_active_keys, "engine": engine}  # fmt: skip
+
+
+def throughput(
+    workload: Any, engine: str, workers: int, max_active_keys: int, seed: int, placement: str | dict[str, int]
+) -> float:
+    """Training instances per second of one epoch of ``workload`` on ``workers`` threads of ``engine``, with
+    ``placement`` (a strategy name or node -> worker)."""
     import warnings
 
     from amp_notebook.runtime.train import TrainResult, train
 
-    settings = {**workload.settings, "mode": "amp", "epochs": 1, "validate": False, "trace": False, "seed": seed,
-                "optimizer": workload.optimizer, "max_active_keys": max_active_keys, "engine": engine}  # fmt: skip
     with warnings.catch_warnings():  # more workers than heavy nodes leave some idle: a fact of that run
         warnings.simplefilter("ignore", UserWarning)
-        r = train(workload.graph, workload.data, workers=workers, **settings)  # the workload names the default
+        r = train(workload.graph, workload.data, workers=workers, placement=placement,
+                  **settings(workload, engine, max_active_keys, seed))  # fmt: skip
     assert isinstance(r, TrainResult) and r.engine == engine
     return r.train_instances_per_s
 
 
+def candidates(workload: Any, engine: str, workers: int, max_active_keys: int, seed: int) -> dict[str, dict[str, int]]:
+    """The placements timed for a measured figure: round robin, balanced, and ``autoplace``'s choice."""
+    import warnings
+
+    from amp_notebook.runtime.autoplace import autoplace
+    from amp_notebook.runtime.placement import place
+
+    with warnings.catch_warnings():  # a worker with no heavy node is a fact of that candidate
+        warnings.simplefilter("ignore", UserWarning)
+        out = {s: place(workload.graph, workers, strategy=s) for s in ("round_robin", "balanced")}
+        choice = autoplace(workload.graph, workload.data, workers=workers,
+                           **settings(workload, engine, max_active_keys, seed))  # fmt: skip
+    out[f"auto ({choice.chosen.name})"] = dict(choice.placement)
+    return out
+
+
+def measured_placement(
+    workload: Any, engine: str, workers: int, max_active_keys: int, seed: int, trials: int
+) -> dict[str, Any]:
+    """The fastest of :func:`candidates` on this machine (module docstring): its name, node -> worker, and
+    every candidate's median instances/s (``trials``; empty when the candidates are all one placement)."""
+    options = candidates(workload, engine, workers, max_active_keys, seed)
+
+    def rate(placement: dict[str, int]) -> float:
+        return throughput(workload, engine, workers, max_active_keys, seed, placement)
+
+    name, rates = fastest_placement(options, rate, trials)
+    return {"chosen": name, "placement": options[name], "trials": rates}
+
+
 def run(
     quick: bool = False, repeats: int = 3, seed: int = 0, workers: str | Sequence[int] = DEFAULT_WORKERS,
-    models: Sequence[str] = tuple(MODELS), engines: Sequence[str] = ENGINES,
+    models: Sequence[str] = tuple(MODELS), engines: Sequence[str] = ENGINES, placement: str = MEASURED,
 ) -> dict[str, Any]:  # fmt: skip
     """Every model on every engine at every worker count (module docstring); ``quick``: a few keys, one
-    round (a smoke test: its figures mean nothing)."""
+    round and one run per candidate placement (a smoke test: its figures mean nothing); ``placement``:
+    ``"measured"`` or a strategy of :func:`~amp_notebook.runtime.placement.place` for every figure."""
     from amp_notebook import engine as native_engine
     from amp_notebook.reproduce.workloads import workload
 
@@ -95,6 +146,9 @@ def run(
     unknown = sorted(set(models) - set(MODELS)) + sorted(set(engines) - set(ENGINES))
     if unknown:
         raise SettingError("scaling", f"unknown model or engine {unknown}; models {list(MODELS)}, engines {ENGINES}")
+    if placement != MEASURED and placement not in STRATEGIES:
+        expected = f"{MEASURED} or one of {list(STRATEGIES)}"
+        raise SettingError("placement", f"--placement: expected {expected}; got {placement!r}")
     notes: dict[str, str] = {}
     if "native" in engines and not native_engine.available():
         notes["native"] = f"the native engine is not available here ({native_engine.status().get('reason')})"
@@ -102,8 +156,20 @@ def run(
     load_before = machine_load()["after"]
     loads = {name: workload(MODELS[name][0], quick=quick, seed=seed) for name in models}
 
+    chosen: dict[str, dict[str, dict[int, dict[str, Any]]]] = {e: {m: {} for m in models} for e in engines}
+    for e in engines:
+        for m in models:
+            for n in counts:
+                if n == 1 or placement != MEASURED:  # one worker runs every node wherever the strategy says
+                    where = placement if placement != MEASURED else "round_robin"
+                    chosen[e][m][n] = {"chosen": where, "placement": where, "trials": {}}
+                else:
+                    trials = 1 if quick else PLACEMENT_TRIALS
+                    chosen[e][m][n] = measured_placement(loads[m], e, n, MODELS[m][1], seed, trials)
+
     def side(engine: str, name: str, n: int) -> Callable[[], float]:
-        return lambda: throughput(loads[name], engine, n, MODELS[name][1], seed)
+        where = chosen[engine][name][n]["placement"]
+        return lambda: throughput(loads[name], engine, n, MODELS[name][1], seed, where)
 
     sides = {f"{e}/{m}/{n}": side(e, m, n) for e in engines for m in models for n in counts}
     medians = interleaved_medians(repeats, sides)
@@ -118,6 +184,9 @@ def run(
         "rounds_instances_per_s": rounds,
         "ratio_per_round": {e: {m: {n: [a / b for a, b in zip(rounds[e][m][n], rounds[e][m][1], strict=True)]
                                     for n in counts if n != 1} for m in models} for e in engines},
+        "placement": placement,
+        "placements": {e: {m: {n: _heavy_only(loads[m], chosen[e][m][n]) for n in counts if n != 1} for m in models}
+                       for e in engines},
         "settings": {m: {"workload": MODELS[m][0], "max_active_keys": MODELS[m][1],
                          "keys": len(loads[m].data.train), "layout": loads[m].layout} for m in models},
         "repeats": repeats, "seed": seed, "quick": quick, "notes": notes, "load_average_1min": load,
@@ -129,7 +198,25 @@ def run(
                                 for n in counts)  # fmt: skip
             gains = ", ".join(f"{ratios[e][m][n]:.2f}x at {n}" for n in counts if n != 1)
             rows.append((f"{e} {m}", f"{figures}   {gains}"))
+    for e in engines:
+        for m in models:
+            for n in counts:
+                if n != 1 and placement == MEASURED:
+                    c = chosen[e][m][n]
+                    timed = ", ".join(f"{k} {v:.0f}" for k, v in c["trials"].items()) or "one candidate"
+                    rows.append((f"{e} {m} placement at {n}", f"{c['chosen']} (timed here, instances/s: {timed})"))
     rows += [("runs per side", f"{repeats}, interleaved, order flipped every round; medians shown"), load_line(load)]
     rows += [(f"note ({k})", v) for k, v in notes.items()]
     print(report(rows))
     return result
+
+
+def _heavy_only(workload: Any, choice: dict[str, Any]) -> dict[str, Any]:
+    """A chosen placement as the JSON keeps it: where it put each heavy node (a strategy stays a name)."""
+    from amp_notebook.ir import ops as O
+
+    where = choice["placement"]
+    if isinstance(where, dict):
+        graph = workload.graph
+        where = {n: w for n, w in where.items() if graph.nodes[n].kind in O.HEAVY}
+    return {**choice, "placement": where}

@@ -51,7 +51,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from amp_notebook.bench.common import interleaved_medians
+from amp_notebook.bench.common import fastest_placement, interleaved_medians
 from amp_notebook.reproduce import paper
 from amp_notebook.reproduce.machine import load_1min, loaded
 from amp_notebook.reproduce.workloads import DEFAULT_ENGINE, MODELS, Workload, available
@@ -204,12 +204,8 @@ def thread_placements(
             round_robin = place(w.graph, THREADS["workers"], strategy="round_robin")
         if trials is not None and choice.placement != round_robin:
             timed = {name: choice.placement, "round_robin": round_robin}
-            rates = interleaved_medians(PLACEMENT_TRIALS, {
-                n: functools.partial(_placement_rate, w, seed, k, p) for n, p in timed.items()
-            })  # fmt: skip
-            trials[k] = {n: rate for n, (rate, _) in rates.items()}
-            if trials[k]["round_robin"] > trials[k][name]:
-                name, placements[k] = "round_robin", round_robin
+            name, trials[k] = fastest_placement(timed, functools.partial(_placement_rate, w, seed, k), PLACEMENT_TRIALS)
+            placements[k] = timed[name]
         heavy = {n: placements[k][n] for n in choice.chosen.heavy}
         measured = "" if trials is None or k not in trials else f" (timed here: {trials[k]})"
         _progress(f"  threads, {w.name}, max_active_keys {k}: placement {name} {heavy}{measured}")

@@ -75,12 +75,13 @@ def test_scaling_json_has_the_ratio_of_every_model_on_every_engine(
     monkeypatch.setattr(native_engine, "available", lambda: True)
     calls: list[tuple[str, str, int, int]] = []
 
-    def fake(workload: Any, engine: str, workers: int, max_active_keys: int, seed: int) -> float:
+    def fake(workload: Any, engine: str, workers: int, max_active_keys: int, seed: int, placement: Any) -> float:
+        assert placement == (placement if workers == 1 else "round_robin")
         calls.append((workload.name, engine, workers, max_active_keys))
         return 100.0 * workers ** (0.5 if engine == "native" else 0.0)
 
     monkeypatch.setattr(scaling, "throughput", fake)
-    assert main(["bench", "scaling", "--quick", "--json", "--workers", "1,2,4"]) == 0
+    assert main(["bench", "scaling", "--quick", "--json", "--workers", "1,2,4", "--placement", "round_robin"]) == 0
     out = last_json_line(capsys.readouterr().out)
     assert set(out["native"]) == set(out["python"]) == {"tree", "ggsnn", "tagger", "rnn_replicas", "mlp"}
     assert out["native"]["tree"] == pytest.approx(2**0.5) and out["python"]["mlp"] == pytest.approx(1.0)
@@ -88,6 +89,47 @@ def test_scaling_json_has_the_ratio_of_every_model_on_every_engine(
     assert out["workers"] == [1, 2, 4] and out["settings"]["tagger"]["max_active_keys"] == 32
     assert ("bilstm-tagger", "native", 4, 32) in calls and ("rnn-2-replicas", "python", 1, 4) in calls
     assert len(calls) == 5 * 2 * 3  # every model, engine and count once (--quick: one round)
+
+
+def test_scaling_runs_the_placement_that_was_fastest_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Measured placement: every candidate is timed (interleaved, PLACEMENT_TRIALS runs each), the fastest
+    runs the figures, and the JSON keeps the trials and where the chosen one put the heavy nodes."""
+    monkeypatch.setattr(native_engine, "available", lambda: True)
+    stages = {"l1": 0, "l2": 0, "l3": 1, "l4": 1}
+    options = {"round_robin": {"l1": 0, "l2": 1, "l3": 0, "l4": 1}, "balanced": stages, "auto (balanced)": stages}
+    monkeypatch.setattr(scaling, "candidates", lambda *args: dict(options))
+    speed = {0: 100.0, 1: 150.0}  # balanced (l2 on worker 0) is faster
+    timed: list[Any] = []
+
+    def fake(workload: Any, engine: str, workers: int, max_active_keys: int, seed: int, placement: Any) -> float:
+        if workers == 1:
+            return 80.0
+        timed.append(placement)
+        return speed[0] if placement["l2"] == 1 else speed[1]
+
+    monkeypatch.setattr(scaling, "throughput", fake)
+    monkeypatch.setattr(scaling, "_heavy_only", lambda workload, choice: choice)
+    result = scaling.run(repeats=3, models=("mlp",), engines=("native",))
+    chosen = result["placements"]["native"]["mlp"][2]
+    assert chosen["chosen"] == "balanced" and chosen["placement"] == stages
+    assert chosen["trials"] == {"round_robin": 100.0, "balanced": 150.0}  # auto's equal choice is not timed again
+    assert timed[: 2 * scaling.PLACEMENT_TRIALS].count(stages) == scaling.PLACEMENT_TRIALS
+    assert timed[2 * scaling.PLACEMENT_TRIALS :] == [stages] * 3  # the figures ran the chosen placement
+    assert result["native"]["mlp"] == pytest.approx(150.0 / 80.0)
+
+
+def test_fastest_placement_breaks_ties_toward_the_first_listed() -> None:
+    from amp_notebook.bench.common import fastest_placement
+
+    a, b = {"x": 0}, {"x": 1}
+    assert fastest_placement({"a": a, "b": b}, lambda p: 10.0, 2) == ("a", {"a": 10.0, "b": 10.0})
+    assert fastest_placement({"a": a, "b": b}, lambda p: 10.0 + p["x"], 1)[0] == "b"
+    assert fastest_placement({"a": a, "same": dict(a)}, lambda p: 1 / 0, 2) == ("a", {})  # one placement: no timing
+
+
+def test_scaling_refuses_an_unknown_placement() -> None:
+    with pytest.raises(SettingError, match="--placement: expected measured"):
+        scaling.run(quick=True, models=("mlp",), placement="diagonal")
 
 
 def test_scaling_runs_for_real_on_a_few_keys(capsys: pytest.CaptureFixture[str]) -> None:
