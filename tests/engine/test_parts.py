@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -105,6 +107,43 @@ def test_the_native_ledger_completes_what_credits_complete(steps) -> None:
     assert native.outstanding() == python.in_flight()[0]
     assert native.drain() == completed  # the controller hears of each completion once, in order
     assert native.drain() == ([], [])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    admitted=st.lists(st.integers(1, 3), min_size=1, max_size=5),
+    bundles=st.lists(st.tuples(st.integers(1, 4), st.sampled_from(["same", "reversed", "dropped", "extra", "other"])),
+                     max_size=30),
+)  # fmt: skip
+def test_a_bundle_that_hands_its_credits_on_in_any_order_completes_as_credits_do(admitted, bundles) -> None:
+    """Bundles of several keys' messages whose outputs carry the same keys (in order or not: the ledger changes
+    no count and takes no lock), one message fewer or more, or another key's (it counts). Checked against
+    counting by hand: outputs add their credits, then each handled message gives up its own."""
+    native = engine.native().Ledger()
+    counts: Counter[int] = Counter()
+    held: list[int] = []
+    for key, n in enumerate(admitted):
+        native.inject_key(key, n)
+        counts[key] += n
+        held += [key] * n
+    for size, how in bundles:
+        if not held:
+            break
+        bundle, held = held[:size], held[size:]
+        alive = [k for k in held if k != bundle[0]]  # keys still in flight after this bundle
+        other = alive[:1] + bundle[1:] if alive else bundle  # as many messages, another key's among them
+        outs = {"same": bundle, "reversed": bundle[::-1], "dropped": bundle[1:], "extra": bundle + bundle[:1],
+                "other": other}[how]  # fmt: skip
+        counts.update(outs)
+        done = []
+        for k in bundle:
+            counts[k] -= 1
+            if not counts[k]:
+                del counts[k]
+                done.append(k)
+        assert native.release([(k, -1) for k in bundle], list(outs)) == (done, [])
+        held += list(outs)
+    assert native.outstanding() == dict(counts)
 
 
 def test_the_ledger_refuses_a_credit_it_never_gave() -> None:

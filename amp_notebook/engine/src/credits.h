@@ -5,9 +5,12 @@
 // The worker adds the credits of emitted messages before delivering them and releases the handled
 // bundle's only after its local updates, so no other worker can drive a count to zero early.
 // Completion goes to Python per key (a queue the controller drains), never per message.
-// Shared by every worker of a run: one mutex, held for a few map updates per bundle.
+// Shared by every worker of a run: one mutex, held for a few map updates per bundle. Most steps hand each
+// message's credit straight to its one output of the same key (a chain's step: one in, one out); no count
+// changes then, so release() sees that before it locks and touches nothing (`transfers_only`).
 #pragma once
 
+#include <algorithm>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -39,6 +42,10 @@ class Ledger {
   bool busy();  // any key or flush in flight
 
  private:
+  // Whether handling `bundle` and emitting `out_keys` leaves every count as it was: no update message, and
+  // the emitted keys are the handled ones, as a multiset (the common case is checked first: the same keys
+  // in the same order).
+  static bool transfers_only(Span<const Credit> bundle, Span<const int64_t> out_keys);
   void give_up(std::unordered_map<int64_t, int64_t>& counts, int64_t id, std::vector<int64_t>* completed,
                std::vector<int64_t>* queue);
   std::mutex mu_;
