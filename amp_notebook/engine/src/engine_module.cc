@@ -264,6 +264,8 @@ class EngineHandle {
     std::vector<Message> out;
     out.reserve(nb::len(msgs));
     const int n_nodes = static_cast<int>(added_.size());
+    nb::object last_state;  // a key's input messages share one State: encode it once (held, so its address
+    State encoded;          // cannot pass to another object while compared)
     for (nb::handle h : msgs) {
       Message m;
       m.node = nb::cast<int>(h.attr("node"));
@@ -272,7 +274,12 @@ class EngineHandle {
           !added_[static_cast<size_t>(m.node)])
         throw nb::value_error("inject: a message with no such node or direction");
       m.train = nb::cast<bool>(h.attr("train"));
-      m.state = codec_->encode(h.attr("state"));
+      nb::object state = h.attr("state");
+      if (!state.is(last_state)) {
+        encoded = codec_->encode(state);
+        last_state = std::move(state);
+      }
+      m.state = encoded;
       m.key = engine_->layout.key_of(m.state);
       if (m.direction == kForward) {
         std::string port = nb::cast<std::string>(h.attr("port"));

@@ -104,17 +104,6 @@ bool Tensor::same_shape(const Tensor& o) const {
   return true;
 }
 
-void Tensor::swap(Tensor& o) noexcept {
-  std::swap(st_, o.st_);
-  std::swap(data_, o.data_);
-  std::swap(dtype_, o.dtype_);
-  std::swap(rank_, o.rank_);
-  for (int i = 0; i < kMaxRank; ++i) {
-    std::swap(shape_[i], o.shape_[i]);
-    std::swap(strides_[i], o.strides_[i]);
-  }
-}
-
 Tensor Tensor::rows(int64_t a, int64_t b) const {
   Tensor t(*this);
   t.shape_[0] = b - a;

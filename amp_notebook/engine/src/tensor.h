@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstring>
 #include <initializer_list>
+#include <utility>
 
 #include "common.h"
 
@@ -100,7 +101,16 @@ class Tensor {
     std::memcpy(shape_, o.shape_, sizeof shape_);
     std::memcpy(strides_, o.strides_, sizeof strides_);
   }
-  void swap(Tensor& o) noexcept;
+  void swap(Tensor& o) noexcept {  // inline: every move of a message moves its payload through here
+    std::swap(st_, o.st_);
+    std::swap(data_, o.data_);
+    std::swap(dtype_, o.dtype_);
+    std::swap(rank_, o.rank_);
+    for (int i = 0; i < kMaxRank; ++i) {
+      std::swap(shape_[i], o.shape_[i]);
+      std::swap(strides_[i], o.strides_[i]);
+    }
+  }
   void drop() {
     if (st_ && st_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1 && st_->release) st_->release(st_);
     st_ = nullptr;
