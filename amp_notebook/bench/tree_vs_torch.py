@@ -250,6 +250,8 @@ def run(
         "ratio_per_tree_unbundled_vs_eager": unbundled["instances_per_s"] / eager["instances_per_s"],
         "ratio_2_workers_vs_batched": medians["ours_2_workers"]["instances_per_s"] / batched["instances_per_s"],
         "ratio_per_tree_vs_batched": per_tree["instances_per_s"] / batched["instances_per_s"],
+        "ratio_per_tree_2_workers_vs_batched": medians["ours_per_tree_2_workers"]["instances_per_s"]
+        / batched["instances_per_s"],
         "ratio_per_tree_vs_eager_per_round": [
             o["instances_per_s"] / e["instances_per_s"]
             for o, e in zip(runs["ours_per_tree"], runs["torch_eager"], strict=True)
@@ -283,6 +285,8 @@ def run(
              ("ours one tree per key, bundled / torch eager", f"{result['ratio_per_tree_vs_eager']:.2f} (rounds: "
               f"{', '.join(f'{r:.2f}' for r in result['ratio_per_tree_vs_eager_per_round'])})"),
              ("ours one tree per key, bundled / torch level-batched", f"{result['ratio_per_tree_vs_batched']:.2f}"),
+             ("  on 2 workers / torch level-batched (2 threads)",
+              f"{result['ratio_per_tree_2_workers_vs_batched']:.2f}"),
              ("  unbundled / torch eager", f"{result['ratio_per_tree_unbundled_vs_eager']:.2f}"),
              ("default engine / Python engine", f"forests {result['engine_gain']:.2f}, one tree per key "
               f"{result['engine_gain_per_tree']:.2f}"),

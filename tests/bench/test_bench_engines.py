@@ -159,6 +159,7 @@ def test_tree_vs_torch_adds_python_engine_rows(monkeypatch: pytest.MonkeyPatch) 
         60.0 if batched else 15.0, "torch"))  # fmt: skip
     result = tree_vs_torch.run(quick=True)
     assert result["ratio_per_tree_vs_batched"] == pytest.approx(0.5)  # 30 / 60
+    assert result["ratio_per_tree_2_workers_vs_batched"] == pytest.approx(20 / 60)
     assert result["ratio_per_tree_vs_eager"] == pytest.approx(2.0)
     assert result["ratio_vs_batched"] == pytest.approx(40 / 60)
     assert result["engine_gain"] == pytest.approx(4.0) and result["engine_gain_per_tree"] == pytest.approx(6.0)
