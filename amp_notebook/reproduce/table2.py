@@ -11,9 +11,10 @@ draining and the threads starting), no validation, no trace; figures are trainin
 
 **threads**: this machine, 2 worker threads. Placement ``auto`` (:mod:`amp_notebook.runtime.autoplace`: node
 costs measured here once per model, the fastest of round robin, balanced stages and a local search on the
-simulator, chosen once per max_active_keys before the timed runs; outside ``--quick`` a choice other than
-round robin is then timed against round robin here, two interleaved runs each, and the faster runs the row,
-whose ``placement_trials`` keeps both figures: the simulator and this machine can disagree), ``fifo`` inboxes
+simulator, chosen once per max_active_keys before the timed runs; outside ``--quick`` that choice, round robin
+and balanced stages are then timed here, two interleaved runs each (a placement equal to an earlier one once),
+and the fastest runs the row, whose ``placement_trials`` keeps every figure: the simulator and this machine can
+disagree), ``fifo`` inboxes
 (arrival order keeps both workers fed; ``amp-notebook bench speedup`` compares it with backward-first). A
 model family (the RNN with its replicated variants) and its PyTorch peer run ``repeats`` times, interleaved
 with the order flipping every round (this machine is shared and noisy); the median is reported, every round is
@@ -188,10 +189,11 @@ def thread_placements(
     trials: dict[int, dict[str, float]] | None = None,
 ) -> dict[int, dict[str, int]]:
     """The placement ``auto`` chooses for ``w`` on the threads backend at each of ``keys`` (chosen before any
-    timed run, so the search is not in the figures). With ``trials`` (a dict to fill), a choice other than round
-    robin is also timed on this machine against round robin, ``PLACEMENT_TRIALS`` interleaved runs each, and the
-    faster one runs the row: the simulator judges placements by a cost model, this machine by its own cores and
-    caches, and the two can disagree; ``trials[k]`` keeps the measured instances/s of each."""
+    timed run, so the search is not in the figures). With ``trials`` (a dict to fill), that choice, round robin
+    and balanced stages are also timed on this machine, ``PLACEMENT_TRIALS`` interleaved runs each (one run per
+    distinct placement; ties go to auto's choice), and the fastest runs the row: the simulator judges placements
+    by a cost model, this machine by its own cores and caches, and the two can disagree; ``trials[k]`` keeps the
+    measured instances/s of each (none when all three are one placement)."""
     placements: dict[int, dict[str, int]] = {}
     for k in keys:
         choice = autoplace(w.graph, w.data, max_active_keys=k, optimizer=w.optimizer, costs=costs, seed=seed,
@@ -201,11 +203,13 @@ def thread_placements(
         name = choice.chosen.name
         with warnings.catch_warnings():  # a worker with no heavy node is a fact of that placement
             warnings.simplefilter("ignore", UserWarning)
-            round_robin = place(w.graph, THREADS["workers"], strategy="round_robin")
-        if trials is not None and choice.placement != round_robin:
-            timed = {name: choice.placement, "round_robin": round_robin}
-            name, trials[k] = fastest_placement(timed, functools.partial(_placement_rate, w, seed, k), PLACEMENT_TRIALS)
+            timed = {name: choice.placement}
+            timed.update({s: place(w.graph, THREADS["workers"], strategy=s) for s in ("round_robin", "balanced")})
+        if trials is not None:
+            name, rates = fastest_placement(timed, functools.partial(_placement_rate, w, seed, k), PLACEMENT_TRIALS)
             placements[k] = timed[name]
+            if rates:
+                trials[k] = rates
         heavy = {n: placements[k][n] for n in choice.chosen.heavy}
         measured = "" if trials is None or k not in trials else f" (timed here: {trials[k]})"
         _progress(f"  threads, {w.name}, max_active_keys {k}: placement {name} {heavy}{measured}")

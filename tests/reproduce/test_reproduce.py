@@ -295,3 +295,23 @@ def test_a_placement_auto_chose_runs_the_row_only_if_it_is_faster_here(faster: s
     assert trials[4] == ({"balanced": 1.0, "round_robin": 2.0} if faster == "round_robin" else
                          {"balanced": 2.0, "round_robin": 1.0})  # fmt: skip
     assert table2.thread_placements(w, CostModel(), [4], 0) == {4: balanced}  # no trials: the simulator's choice
+
+
+def test_balanced_stages_run_the_row_when_faster_here_than_auto_s_round_robin(monkeypatch) -> None:
+    """auto chose round robin; balanced stages are timed too, and run the row when this machine finds them faster."""
+    from amp_notebook.runtime.costs import CostModel
+    from amp_notebook.runtime.placement import place
+
+    w = workload("mlp", quick=True)
+    round_robin = place(w.graph, table2.THREADS["workers"], strategy="round_robin")
+    balanced = place(w.graph, table2.THREADS["workers"], strategy="balanced")
+
+    class Chosen:
+        placement = round_robin
+        chosen = type("Candidate", (), {"name": "round_robin", "heavy": {n: round_robin[n] for n in ("linear1",)}})
+
+    monkeypatch.setattr(table2, "autoplace", lambda *a, **k: Chosen)
+    monkeypatch.setattr(table2, "_placement_rate", lambda w, seed, k, p: 3.0 if p == balanced else 1.0)
+    trials: dict[int, dict[str, float]] = {}
+    assert table2.thread_placements(w, CostModel(), [4], 0, trials=trials) == {4: balanced}
+    assert trials[4] == {"round_robin": 1.0, "balanced": 3.0}
