@@ -193,7 +193,10 @@ def table1_section(result: dict[str, Any], figure: Any) -> str:
               "time (virtual s)", "inst/s", "reached"]  # fmt: skip
 
     def reached(r: dict[str, Any]) -> str:
-        return f"{r['reached']}/{r['repeats']}" if r else ""
+        if not r:
+            return ""
+        diverged = r.get("diverged") or 0
+        return f"{r['reached']}/{r['repeats']}" + (f" ({diverged} diverged)" if diverged else "")
 
     def line(model: str, mak: int) -> list[Any]:
         t, sim = by[(model, "threads", mak)], by.get((model, "simulated", mak), {})

@@ -10,6 +10,11 @@ included) and the final metric. A row reports the median over ``repeats`` runs, 
 ``seed + 1``, ...; a run that misses the target counts as slower than any that reaches it, so a row has a
 median only when more than half of its runs reach the target (``reached`` says how many did).
 
+**Diverged runs.** Asynchrony can make training diverge (the paper saw the MLP grow unstable as
+max_active_keys rose). A run that stops at its first NaN or infinity has missed the target: it counts as
+such, keeps the curve it had and the error's text in ``diverged``, and its row says how many runs diverged
+(``diverged``); its throughput is left out of the row's median.
+
 Backends, as in Table 2 (:mod:`~amp_notebook.reproduce.table2`): **threads** (this machine's 2 cores,
 placement ``auto`` chosen before the timed runs, ``fifo`` inboxes; a model family's rows and its PyTorch
 peer interleaved, the order flipping every round; the 1-minute load average kept before and after) and
@@ -37,9 +42,17 @@ from typing import Any
 from amp_notebook.bench.common import interleaved_runs
 from amp_notebook.reproduce import paper
 from amp_notebook.reproduce.machine import load_1min, loaded
-from amp_notebook.reproduce.table2 import SIMULATED, THREADS, calibrate, families, thread_placements
+from amp_notebook.reproduce.table2 import (
+    SIMULATED,
+    THREADS,
+    calibrate,
+    calibration_engine,
+    families,
+    thread_placements,
+)
 from amp_notebook.reproduce.workloads import DEFAULT_ENGINE, Workload, available
 from amp_notebook.runtime.costs import CostModel
+from amp_notebook.runtime.numerics import NonFiniteError
 from amp_notebook.runtime.session import EpochStats
 from amp_notebook.runtime.train import TrainResult, train
 
@@ -103,8 +116,21 @@ def to_target(w: Workload, max_epochs: int, seed: int, **knobs: Any) -> dict[str
 
     with warnings.catch_warnings():  # 16 devices for a model with fewer heavy nodes leave some idle
         warnings.simplefilter("ignore", UserWarning)
-        r = train(w.graph, w.data, mode="amp", epochs=max_epochs, trace=False, seed=seed, optimizer=w.optimizer,
-                  on_epoch=on_epoch, **{**w.settings, **knobs})  # fmt: skip
+        try:
+            r = train(w.graph, w.data, mode="amp", epochs=max_epochs, trace=False, seed=seed, optimizer=w.optimizer,
+                      on_epoch=on_epoch, **{**w.settings, **knobs})  # fmt: skip
+        except NonFiniteError as exc:  # diverged before the target (on_epoch stops a run at it): a miss
+            values = [getattr(s, target.metric) for s in curve]
+            return {
+                "engine": None,
+                "epochs_to_target": None,
+                "time_to_target_s": None,
+                "train_per_s": None,
+                "final": values[-1] if values else None,
+                "curve": values,
+                "seed": seed,
+                "diverged": str(exc),
+            }
     assert isinstance(r, TrainResult)
     hit = next((i for i, s in enumerate(curve) if target.reached(s)), None)
     return {
@@ -115,6 +141,7 @@ def to_target(w: Workload, max_epochs: int, seed: int, **knobs: Any) -> dict[str
         "final": getattr(curve[-1], target.metric) if curve else None,
         "curve": [getattr(s, target.metric) for s in curve],
         "seed": seed,
+        "diverged": None,
     }
 
 
@@ -131,12 +158,14 @@ def median_to_target(runs: list[dict[str, Any]], field: str) -> float | None:
 def row(model: str, backend: str, mak: int, engine: str, runs: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
     """One JSON row: ours (medians over ``runs``) beside the paper's figures for the same model and mak."""
     theirs = paper.table1_row(model, mak)
+    rates = [r["train_per_s"] for r in runs if r["train_per_s"] is not None]  # a diverged run has none
     return {
         "model": model, "backend": backend, "mak": mak, "engine": engine,
         "epochs_to_target": median_to_target(runs, "epochs_to_target"),
         "time_to_target_s": median_to_target(runs, "time_to_target_s"),
-        "train_per_s": statistics.median(r["train_per_s"] for r in runs),
+        "train_per_s": statistics.median(rates) if rates else None,
         "reached": sum(r["epochs_to_target"] is not None for r in runs), "repeats": len(runs),
+        "diverged": sum(r.get("diverged") is not None for r in runs),
         "paper_time_s": theirs.time_s if theirs else None, "paper_epochs": theirs.epochs if theirs else None,
         "paper_train_per_s": theirs.train_per_s if theirs else None, "runs": runs, **extra,
     }  # fmt: skip
@@ -157,8 +186,9 @@ def threads_rows(
             done[name] += 1
             result = once(run_seed)
             _progress(f"  threads, {name}, seed {run_seed}: epochs to target {result['epochs_to_target']}, "
-                      f"time {_fmt(result['time_to_target_s'])} s")  # fmt: skip
-            return {**result, "instances_per_s": result["train_per_s"]}
+                      f"time {_fmt(result['time_to_target_s'])} s{_diverged(result)}")  # fmt: skip
+            rate = result["train_per_s"]
+            return {**result, "instances_per_s": float("nan") if rate is None else rate}
 
         return go
 
@@ -199,7 +229,7 @@ def threads_rows(
                          "peer_train_per_s": statistics.median(r["train_per_s"] for r in peer_runs),
                          "peer_load_1min": peer_load, "peer_loaded": loaded(peer_load)}  # fmt: skip
             runs_k = runs[f"{w.name} mak={k}"]
-            out.append(row(w.name, "threads", k, runs_k[0]["engine"], runs_k, load_1min=load, **extra))
+            out.append(row(w.name, "threads", k, _engine(runs_k, w), runs_k, load_1min=load, **extra))
     return out
 
 
@@ -213,9 +243,19 @@ def simulated_rows(
             runs = [to_target(w, max_epochs[w.name], seed + i, max_active_keys=k, backend="simulated",
                               costs=costs[w.name], **SIMULATED) for i in range(repeats)]  # fmt: skip
             _progress(f"  simulated 16 cores, {w.name}, max_active_keys {k}: epochs to target "
-                      f"{[r['epochs_to_target'] for r in runs]}")  # fmt: skip
-            out.append(row(w.name, "simulated", k, runs[0]["engine"], runs))
+                      f"{[r['epochs_to_target'] for r in runs]}{_diverged(*runs)}")  # fmt: skip
+            out.append(row(w.name, "simulated", k, _engine(runs, w), runs))
     return out
+
+
+def _engine(runs: list[dict[str, Any]], w: Workload) -> str:
+    """The engine a row ran on: its runs' (a diverged run does not say), else the one a run of ``w`` picks."""
+    return next((r["engine"] for r in runs if r["engine"] is not None), None) or calibration_engine(w)
+
+
+def _diverged(*runs: dict[str, Any]) -> str:
+    n = sum(r.get("diverged") is not None for r in runs)
+    return f" ({n} diverged: training reached NaN/inf before the target)" if n else ""
 
 
 def _fmt(value: float | None) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 
 import pytest
@@ -234,6 +235,30 @@ def test_to_target_stops_at_the_target_and_reports_epochs_and_time() -> None:
     w.target = below
     missed = table1.to_target(w, 1, 0, workers=1)
     assert missed["epochs_to_target"] is None and missed["time_to_target_s"] is None and len(missed["curve"]) == 1
+
+
+def test_a_diverged_table1_run_counts_as_a_miss_and_the_table_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that reaches NaN before the target has missed it: the row counts it and keeps the others' figures."""
+    from amp_notebook.runtime.numerics import NonFiniteError
+
+    w = workload("mlp", quick=True)
+    w.target = Target("val_accuracy", 0.1, "10% validation accuracy")
+    real = table1.train
+
+    def nan_for_seed_1(*args: object, **kwargs: object) -> object:
+        if kwargs["seed"] == 1:
+            raise NonFiniteError("loss", "SoftmaxCrossEntropy", "loss", [3], "the loss of key 3 is nan")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(table1, "train", nan_for_seed_1)
+    runs = [table1.to_target(w, 3, seed, workers=1) for seed in (0, 1, 2)]
+    assert runs[1]["diverged"] and "nan" in runs[1]["diverged"] and runs[1]["epochs_to_target"] is None
+    assert runs[1]["train_per_s"] is None and runs[0]["diverged"] is None
+    r = table1.row("mlp", "threads", 1, "native", runs)
+    assert r["reached"] == 2 and r["diverged"] == 1 and r["repeats"] == 3
+    assert r["epochs_to_target"] is not None  # 2 of 3 reached: a median
+    assert r["train_per_s"] == pytest.approx(statistics.median([runs[0]["train_per_s"], runs[2]["train_per_s"]]))
+    assert table1._engine([runs[1], runs[0]], w) == runs[0]["engine"]  # a diverged run does not name the engine
 
 
 def test_a_diverged_timed_run_runs_again_from_the_next_seed(monkeypatch: pytest.MonkeyPatch) -> None:
