@@ -48,11 +48,7 @@ def fastest_placement(
         return next(iter(distinct)), {}
     medians = interleaved_medians(trials, {n: functools.partial(rate, p) for n, p in distinct.items()})
     rates = {n: value for n, (value, _) in medians.items()}
-    best = next(iter(rates))
-    for name, value in rates.items():
-        if value > rates[best]:
-            best = name
-    return best, rates
+    return max(rates, key=rates.__getitem__), rates  # max keeps the first of equals
 
 
 def interleaved_runs(repeats: int, sides: dict[str, Callable[[], dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:

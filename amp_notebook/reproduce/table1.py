@@ -116,32 +116,26 @@ def to_target(w: Workload, max_epochs: int, seed: int, **knobs: Any) -> dict[str
 
     with warnings.catch_warnings():  # 16 devices for a model with fewer heavy nodes leave some idle
         warnings.simplefilter("ignore", UserWarning)
+        r: TrainResult | None = None
+        diverged: str | None = None
         try:
-            r = train(w.graph, w.data, mode="amp", epochs=max_epochs, trace=False, seed=seed, optimizer=w.optimizer,
-                      on_epoch=on_epoch, **{**w.settings, **knobs})  # fmt: skip
+            out = train(w.graph, w.data, mode="amp", epochs=max_epochs, trace=False, seed=seed,
+                        optimizer=w.optimizer, on_epoch=on_epoch, **{**w.settings, **knobs})  # fmt: skip
+            assert isinstance(out, TrainResult)
+            r = out
         except NonFiniteError as exc:  # diverged before the target (on_epoch stops a run at it): a miss
-            values = [getattr(s, target.metric) for s in curve]
-            return {
-                "engine": None,
-                "epochs_to_target": None,
-                "time_to_target_s": None,
-                "train_per_s": None,
-                "final": values[-1] if values else None,
-                "curve": values,
-                "seed": seed,
-                "diverged": str(exc),
-            }
-    assert isinstance(r, TrainResult)
+            diverged = str(exc)
+    values = [getattr(s, target.metric) for s in curve]
     hit = next((i for i, s in enumerate(curve) if target.reached(s)), None)
     return {
-        "engine": r.engine,
+        "engine": None if r is None else r.engine,
         "epochs_to_target": None if hit is None else hit + 1,
         "time_to_target_s": None if hit is None else curve[hit].end_s,
-        "train_per_s": r.train_instances_per_s,
-        "final": getattr(curve[-1], target.metric) if curve else None,
-        "curve": [getattr(s, target.metric) for s in curve],
+        "train_per_s": None if r is None else r.train_instances_per_s,
+        "final": values[-1] if values else None,
+        "curve": values,
         "seed": seed,
-        "diverged": None,
+        "diverged": diverged,
     }
 
 

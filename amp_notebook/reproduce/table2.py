@@ -14,15 +14,14 @@ costs measured here once per model, the fastest of round robin, balanced stages 
 simulator, chosen once per max_active_keys before the timed runs; outside ``--quick`` that choice, round robin
 and balanced stages are then timed here, two interleaved runs each (a placement equal to an earlier one once),
 and the fastest runs the row, whose ``placement_trials`` keeps every figure: the simulator and this machine can
-disagree), ``fifo`` inboxes
-(arrival order keeps both workers fed; ``amp-notebook bench speedup`` compares it with backward-first). A
-model family (the RNN with its replicated variants) and its PyTorch peer run ``repeats`` times, interleaved
-with the order flipping every round (this machine is shared and noisy); the median is reported, every round is
-kept in ``runs_per_s``, and the 1-minute load average before and after the family's rounds is kept beside them
-(``load_1min``). The workers run on the engine ``engine`` names (default ``auto``: the native worker loops,
-which hold no interpreter lock, wherever they are built and run the graph); each row's ``engine`` says which
-ran. On the Python engine every message's glue holds the interpreter lock, so two threads gain little whatever
-max_active_keys is.
+disagree), ``fifo`` inboxes (arrival order keeps both workers fed; ``amp-notebook bench speedup`` compares it
+with backward-first). A model family (the RNN with its replicated variants) and its PyTorch peer run
+``repeats`` times, interleaved with the order flipping every round (this machine is shared and noisy); the
+median is reported, every round is kept in ``runs_per_s``, and the 1-minute load average before and after the
+family's rounds is kept beside them (``load_1min``). The workers run on the engine ``engine`` names (default
+``auto``: the native worker loops, which hold no interpreter lock, wherever they are built and run the graph);
+each row's ``engine`` says which ran. On the Python engine every message's glue holds the interpreter lock, so
+two threads gain little whatever max_active_keys is.
 
 **simulated**: the paper's machine, 16 cores, as 16 simulated devices calibrated from this machine.
 Calibration: :func:`~amp_notebook.runtime.autoplace.measure_costs` runs a short traced sync training on one
@@ -69,7 +68,7 @@ SIMULATED: dict[str, Any] = {"workers": 16, "priority": "backward_first", "place
 HEAVY_KINDS = ("linear", "embedding")
 TIMED_KEYS = 120  # the fewest training keys a throughput figure is timed over
 DIVERGE_TRIES = 3  # runs a figure may take when training diverges (module docstring)
-PLACEMENT_TRIALS = 2  # timed runs of each placement when auto's choice is measured against round robin
+PLACEMENT_TRIALS = 2  # timed runs of each candidate placement (thread_placements)
 
 
 _CALIBRATIONS: dict[tuple[Any, ...], CostModel] = {}
@@ -230,7 +229,7 @@ def threads_rows(
     measure: bool = False,
 ) -> list[dict[str, Any]]:
     """This machine: every row of a family and the base's peer, ``repeats`` interleaved rounds, medians;
-    ``measure``: a placement ``auto`` chose over round robin is timed against it first (:func:`thread_placements`)."""
+    ``measure``: the candidate placements are timed here first and the fastest runs (:func:`thread_placements`)."""
     trials: dict[str, dict[int, dict[str, float]]] = {w.name: {} for w in members}
     placements = {w.name: thread_placements(w, costs[w.name], paper.table2_keys(w.name), seed, search,
                                             trials[w.name] if measure else None)
