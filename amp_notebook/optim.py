@@ -191,9 +191,14 @@ def make_optimizer(spec: Optimizer | Mapping[str, Any] | str) -> Optimizer:
 
 
 def average_parameters(contexts: Sequence[Any]) -> None:
-    """Set the parameters of every node context in ``contexts`` (replicas of one node) to their exact mean."""
+    """Set the parameters of every node context in ``contexts`` (replicas of one node) to their exact mean.
+    Replicas that are equal already (averaged, and nothing trained since) are left as they are: their float
+    mean could differ from the value in the last bit."""
     for name in contexts[0].params:
-        mean = np.mean([c.params[name] for c in contexts], axis=0)
+        arrays = [c.params[name] for c in contexts]
+        if all(np.array_equal(arrays[0], a) for a in arrays[1:]):
+            continue
+        mean = np.mean(arrays, axis=0)
         for c in contexts:
             c.params[name][...] = mean
 

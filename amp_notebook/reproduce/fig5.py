@@ -5,7 +5,14 @@ For every grid point the list-reduction RNN with its step Linear replicated 8 ti
 backend until its validation accuracy reaches ``TARGET`` (96%) or ``MAX_EPOCHS`` pass, from the same
 initial weights and the same data. Reported per point: epochs to the target, simulated time to the
 target (the virtual time at the end of that epoch), the final validation accuracy, gradient staleness
-(mean and p95) and training throughput (instances per virtual second).
+(mean and p95) and training throughput (instances per virtual second). Validation measures the model an
+epoch hands over: the replicas average before the epoch's validation keys run (the runtime does so for
+every graph with replicas), not the eight replicas as they drifted apart over the epoch.
+
+The optimizer is Adam at ``OPTIMIZER``'s learning rate, decayed by ``lr_decay`` at each epoch's end (the
+paper does not state the RNN's optimizer). Between averages each replica of the step Linear sees an eighth
+of the keys, so a constant rate leaves the averaged model jittering below 96%: at 3e-3 with no decay the
+middle point (16 keys, min_update_frequency 10) reached 0.948 after 20 epochs and first 0.96 at epoch 30.
 
 The simulator runs the real numpy math on a virtual clock, so every point is exact and deterministic:
 the same settings give the same curve, bit for bit, on any machine and under any load. The hardware is
@@ -65,9 +72,9 @@ THRESHOLDS = (0.5, 0.6, 0.7, 0.9, TARGET)  # epochs and time to each, from the s
 MAX_ACTIVE_KEYS = (4, 16, 64)
 MIN_UPDATE_FREQUENCY = (1, 10, 50)
 AVERAGE_EVERY = 25  # training keys between averages in the comparison column (an epoch of 100,000 lists: ~1,000)
-MAX_EPOCHS = 20
+MAX_EPOCHS = 30
 PAPER_N_TRAIN, PAPER_N_VAL = 100_000, 10_000
-OPTIMIZER: dict[str, Any] = {"name": "adam", "lr": 3e-3, "clip_norm": 5.0}
+OPTIMIZER: dict[str, Any] = {"name": "adam", "lr": 5e-3, "clip_norm": 5.0, "lr_decay": 0.9}
 # one core of this project's 2-vCPU machine, measured with calibrate_cpu() (median of 5 calls) and frozen
 CORE_FLOPS, CORE_OVERHEAD_S = 8.7e10, 1.2e-6
 COSTS = CostModel(flops=CORE_FLOPS, message_overhead_s=CORE_OVERHEAD_S)

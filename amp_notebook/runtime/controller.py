@@ -26,7 +26,10 @@ average is emitted when the epoch has no training key left to admit (its end ave
 
 Each epoch admits its training keys in a seeded shuffled order, then its validation keys (forward only,
 running alongside training keys of the same epoch); the epoch ends when all of them have completed and
-no flush is pending. ``max_active_keys`` can change while the run goes (``set_max_active_keys``), and
+no flush is pending. A graph with replicas validates the model the epoch hands over, not the replicas as
+they drifted apart (``average_before_validation``): its validation keys wait for the epoch's training keys
+to drain and for an :class:`Average`, like ``average_every``'s (the epoch's end then finds the replicas
+equal and leaves them so). ``max_active_keys`` can change while the run goes (``set_max_active_keys``), and
 admission can be paused (``pause``/``resume``: keys in flight go on, none is admitted; epochs still end).
 
 Checkpoints. Between events, with no key in flight, the controller's whole position is: the epoch, the keys
@@ -113,6 +116,7 @@ class Controller:
         shuffle: bool = True,
         validate: bool = True,
         average_every: int | None = None,
+        average_before_validation: bool = False,
     ) -> None:
         if mode not in MODES:
             raise SettingError("mode", f"mode: expected one of {MODES}, got {mode!r}")
@@ -142,6 +146,8 @@ class Controller:
         self.paused = False
         self.admitted = 0  # keys admitted so far (a live run's status reads it)
         self.average_every = average_every
+        self.average_before_validation = average_before_validation
+        self.validation_averaged = -1  # the last epoch whose validation keys waited for an Average
         self.trained_in_epoch = 0  # training keys of this epoch completed (average_every counts them)
         self.average_due = False  # admission held until the keys in flight drain, then Average
         self.averaging = False  # Average emitted, on_average_complete not yet heard
@@ -172,6 +178,8 @@ class Controller:
         self.epoch = epoch
         self.pending = [k for k in pending if k.train or self.validate][::-1]  # popped from the end
         self.trained_in_epoch = len(self.dataset.train) - sum(k.train for k in pending)
+        if sum(not k.train for k in self.pending) < len(self.dataset.val):  # validation began: averaged before it
+            self.validation_averaged = epoch
         self.next_key = next_key
         self.next_flush = next_flush
         self.rng.bit_generator.state = rng_state
@@ -266,6 +274,9 @@ class Controller:
         while self.pending and not self.paused and len(self.active) < self._limit():
             if self.mode == "pipeline" and self.group_admitted >= self.max_active_keys:
                 break
+            if self._validation_waits():  # the epoch's training keys drain, the replicas average, then validate
+                self.average_due = True
+                return actions + self._fill()
             info = self.pending.pop()
             self.keys[info.key] = info
             self.active.add(info.key)
@@ -280,6 +291,14 @@ class Controller:
             self.epoch_ending = True
             actions.append(EpochEnd(self.epoch))
         return actions
+
+    def _validation_waits(self) -> bool:
+        """Whether the next key is the epoch's first validation key and the replicas must average first (once
+        per epoch): validation then measures the model an epoch end hands over, not the replicas' drift."""
+        if not self.average_before_validation or self.validation_averaged == self.epoch or self.pending[-1].train:
+            return False
+        self.validation_averaged = self.epoch
+        return True
 
     def _next_epoch(self) -> list[Action]:
         if self.stopping or self.epoch >= self.epochs - 1:

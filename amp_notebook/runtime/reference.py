@@ -5,7 +5,8 @@ routing (no workers, no plan, no credits). This module drives it as a backend: t
 :class:`~amp_notebook.runtime.controller.Controller` as the runtime (``sync`` mode: the same seeded key
 order, validation keys after each epoch's training keys, a flush after every training key), through the
 same action loop (:func:`~amp_notebook.runtime.controller.carry_out`). Admitting a key runs it to
-completion at once, so its completion event follows immediately; a flush updates every node.
+completion at once, so its completion event follows immediately; a flush updates every node; replicas
+average before each epoch's validation keys, as the runtime's do.
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ def train_reference(
 ) -> list[dict[str, Any]]:
     """Synchronous SGD with ``interpreter``, one key at a time in the runtime's ``sync`` order; returns one
     ``{"epoch", "reports"}`` entry per epoch (each loss report tagged with its key's ``train`` and ``epoch``)."""
-    controller = Controller(dataset, "sync", 1, epochs, seed, shuffle, validate)
+    controller = Controller(
+        dataset, "sync", 1, epochs, seed, shuffle, validate,
+        average_before_validation=bool(interpreter.graph.replica_groups),
+    )  # fmt: skip
     epoch_reports: list[dict[str, Any]] = []
     current: list[dict[str, Any]] = []
 
@@ -46,7 +50,11 @@ def train_reference(
         current.clear()
         return controller.on_epoch_end()
 
-    carry_out(controller.start(), Handlers(admit, flush, end_epoch))
+    def average() -> list[Action]:  # replicas average before each epoch's validation keys
+        interpreter.average_replicas()
+        return controller.on_average_complete()
+
+    carry_out(controller.start(), Handlers(admit, flush, end_epoch, average))
     return epoch_reports
 
 

@@ -142,6 +142,8 @@ class Session:
             config.shuffle,
             config.validate,
             average_every=config.average_every,
+            # a Ray run averages at epoch ends only (its actors hold the parameters between them)
+            average_before_validation=bool(self.plan.replica_groups) and config.backend != "ray",
         )
         self.buffers = buffers or [engine.trace_buffer(config.trace_capacity) for _ in range(config.workers)]
         self.workers = [

@@ -94,3 +94,98 @@ def test_ray_refuses_average_every() -> None:
 
     with pytest.raises(SettingError, match="a Ray run averages them at each epoch's end only"):
         RunConfig(backend="ray", average_every=10)
+
+
+# ------------------------------------------------------------------ replicas validate the averaged model
+
+
+def with_val(n_train: int, n_val: int) -> Dataset:
+    batches = [Batch({"x": np.full((1, 1), float(i))}, 1) for i in range(n_train + n_val)]
+    return Dataset("toy", batches[:n_train], batches[n_train:])
+
+
+def test_validation_waits_for_the_training_keys_and_an_average_once_per_epoch() -> None:
+    c = Controller(with_val(3, 2), "amp", max_active_keys=2, epochs=2, shuffle=False, average_before_validation=True)
+    assert admitted(c.start()) == [0, 1]
+    assert admitted(c.on_key_complete(0)) == [2]  # the last training key
+    assert c.on_key_complete(1) == []  # the next key validates: the training keys drain first
+    assert c.resume() == [] and c.set_max_active_keys(3) == []
+    assert c.on_key_complete(2) == [Average()]
+    assert admitted(c.on_average_complete()) == [3, 4]  # the validation keys, all at once (one average per epoch)
+    assert c.on_key_complete(3) == []
+    assert isinstance(c.on_key_complete(4)[-1], EpochEnd)
+    assert admitted(c.on_epoch_end()) == [5, 6, 7]  # the next epoch's training keys, max_active_keys 3
+    for key in (5, 6):
+        assert c.on_key_complete(key) == []
+    assert c.on_key_complete(7) == [Average()]  # and again before that epoch's validation
+
+
+def test_without_replicas_validation_runs_alongside_training() -> None:
+    c = Controller(with_val(3, 2), "amp", max_active_keys=2, epochs=1, shuffle=False)
+    assert admitted(c.start()) == [0, 1]
+    assert admitted(c.on_key_complete(0)) == [2]
+    assert admitted(c.on_key_complete(1)) == [3]  # a validation key while training key 2 is in flight
+
+
+def test_a_position_inside_validation_has_averaged_already() -> None:
+    def restored(pending: list[int]) -> Controller:
+        """A fresh controller put at a checkpoint whose not-yet-admitted keys are ``pending`` (training keys
+        0-2, validation keys 3 and 4)."""
+        first = Controller(with_val(3, 2), "amp", max_active_keys=2, epochs=1, shuffle=False)
+        first.start()
+        infos = {info.key: info for info in first.remaining()}
+        c = Controller(with_val(3, 2), "amp", max_active_keys=2, epochs=1, shuffle=False,
+                       average_before_validation=True)  # fmt: skip
+        c.restore(0, [infos[k] for k in pending], 5, 0, first.rng.bit_generator.state)
+        return c
+
+    assert restored([3, 4]).start() == [Average()]  # no validation key ran yet: the average may not have either
+    assert admitted(restored([4]).start()) == [4]  # key 3 validated already, after the average
+
+
+def test_the_epoch_end_leaves_equal_replicas_as_they_are() -> None:
+    from amp_notebook.optim import average_parameters
+
+    class Ctx:
+        def __init__(self, w: np.ndarray) -> None:
+            self.params = {"W": w}
+
+    value = np.array([0.8132702112197876, 0.5], dtype=np.float32)
+    assert np.mean([value] * 3, axis=0)[0] != value[0]  # the float mean of three equal values can round away
+    ctxs = [Ctx(value.copy()) for _ in range(3)]
+    average_parameters(ctxs)
+    assert all(c.params["W"].tobytes() == value.tobytes() for c in ctxs)
+    changed = value.copy()
+    changed[1] = 0.25
+    ctxs[0].params["W"][...] = changed
+    average_parameters(ctxs)
+    expected = np.mean([changed, value, value], axis=0)
+    assert all(c.params["W"].tobytes() == expected.tobytes() for c in ctxs)
+
+
+@pytest.mark.parametrize(("backend", "engine"), ENGINES)
+def test_a_replicated_run_validates_the_model_it_hands_over(backend: str, engine: str) -> None:
+    from amp_notebook.ir.interpret import Interpreter
+    from amp_notebook.runtime.session import EpochStats
+
+    data = list_reduction_dataset(n_train=300, n_val=60, seed=0)
+    graph = rnn(replicas=2, hidden=16)
+    config = RunConfig(workers=2, mode="amp", max_active_keys=4, dtype="float64", backend=backend, engine=engine,
+                       seed=1, optimizer={"name": "sgd", "lr": 0.05})  # fmt: skip
+    session, _ = build_session(graph, data, config)
+    backend_for(session).run()
+    final = session.params()
+    assert all(np.array_equal(final["step0"][k], final["step1"][k]) for k in final["step0"])
+    # the validation keys, each on the replica its key picks, with the parameters the run ended with
+    interpreter = Interpreter(graph, params=final, dtype=np.float64)
+    stats = EpochStats(0)
+    first_val = len(data.train)  # keys are numbered in admission order: an epoch's training keys, then its validation
+    for i, batch in enumerate(data.val):
+        for report in interpreter.run_key(batch, key=first_val + i, train=False):
+            stats.add(False, report)
+    stats.finish(0.0)
+    run = session.history[-1]
+    assert run.val_instances == stats.val_instances
+    assert run.val_loss == pytest.approx(stats.val_loss, rel=1e-12)
+    assert run.val_accuracy == stats.val_accuracy
+    assert session.replica_averages == 1  # the one before validation (the epoch's end found them equal)

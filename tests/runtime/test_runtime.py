@@ -240,8 +240,8 @@ def test_session_average_replicas_is_exact_mean(lists, replicas):
 
 
 def test_replica_averaging_through_a_run(lists, monkeypatch):
-    """In amp mode the replicas drift apart during an epoch; at each epoch's end they become bitwise equal,
-    holding the mean of what they held just before."""
+    """In amp mode the replicas drift apart during an epoch; before the epoch's validation keys they become
+    bitwise equal, holding the mean of what they held just before, and the epoch's end leaves them so."""
     calls = []
     original = Session.average_replicas
 
@@ -255,12 +255,16 @@ def test_replica_averaging_through_a_run(lists, monkeypatch):
     monkeypatch.setattr(Session, "average_replicas", spy)
     result = train(small_rnn(replicas=2), lists, workers=2, mode="amp", max_active_keys=3, epochs=3, seed=4,
                    dtype="float64")  # fmt: skip
-    assert len(calls) == 3
-    for before, after in calls:
+    assert len(calls) == 6  # per epoch: before validation, then the epoch's end
+    for before, after in calls[0::2]:
         for k in ("W", "b"):
             assert not np.array_equal(before[0][k], before[1][k]), "replicas did not drift apart: nothing tested"
             np.testing.assert_array_equal(after[0][k], after[1][k])
             np.testing.assert_allclose(after[0][k], (before[0][k] + before[1][k]) / 2, rtol=1e-15, atol=0)
+    for before, after in calls[1::2]:
+        for k in ("W", "b"):  # validation trained nothing: the epoch's end finds them equal and leaves them
+            np.testing.assert_array_equal(before[0][k], before[1][k])
+            np.testing.assert_array_equal(after[0][k], before[0][k])
     last = calls[-1][1]
     for k in ("W", "b"):
         np.testing.assert_array_equal(result.params["step0"][k], last[0][k])
