@@ -22,7 +22,8 @@
 # 1. **Replicas.** A node that is the bottleneck can be copied R times behind a `Cond` on `key % R` and a
 #    `Phi`: key k runs through copy k mod R, so R copies work on different keys at once (*data*
 #    parallelism, inside the model-parallel graph). Each copy updates its own parameters from its own
-#    keys' gradients; at the end of every epoch the runtime sets all copies to their average.
+#    keys' gradients; before each epoch's validation keys the runtime sets all copies to their average,
+#    so validation measures the one model the epoch hands over.
 # 2. **Distribute and Collect.** A `Distribute` sends each message down one of several branches by a
 #    value of its state (an edge type, a word's frequency); a `Collect` waits for every message of a
 #    group and puts them back together. The paper's BiLSTM tagger routes each word of a sentence by its
@@ -107,8 +108,9 @@ for i in range(4):
     assert set((keys % 4).tolist()) == {i}
 
 # %% [markdown]
-# Within an epoch the copies drift apart: each follows its own keys' gradients. At the epoch's end the
-# runtime averages them, so after training they hold the same weights, exactly:
+# Within an epoch the copies drift apart: each follows its own keys' gradients. Once the epoch's training
+# keys are done the runtime averages them (before validating), so after training they hold the same
+# weights, exactly:
 
 # %%
 W = [result.params[f"step{i}"]["W"] for i in range(4)]
