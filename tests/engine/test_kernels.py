@@ -116,3 +116,23 @@ def test_every_registered_kernel_has_an_encoder_and_a_case() -> None:
     kinds = set(engine.native().status()["kernels"])
     assert kinds == set(ENCODERS), "src/kernels registers kinds that engine/specs.py does not encode, or vice versa"
     assert kinds <= {c.op.kind for c in CASES} | {"input"}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_relu_backward_gives_numpys_bits_for_every_sign_and_special_value(dtype) -> None:
+    """``g * (x > 0)`` bit for bit, also where it is -0 (a negative gradient where x <= 0) or NaN (an
+    infinite gradient there), in a run long enough for the vectorized loop and its remainder."""
+    from amp_notebook.ir.message import State
+    from amp_notebook.ir.ops import NodeContext, ReLU
+
+    specials = [0.0, -0.0, 1.5, -1.5, np.inf, -np.inf, np.nan, 1e-45, -1e-45]
+    x = np.array([a for a in specials for _ in specials] * 3 + [2.0, -2.0, 0.0], dtype=dtype).reshape(-1, 1)
+    g = np.array([b for _ in specials for b in specials] * 3 + [-3.0, -3.0, np.inf], dtype=dtype).reshape(-1, 1)
+    native, ctx = NativeOp(ReLU(), {"key"}), NodeContext("n")
+    ctx.train, ctx.grad_inputs, ctx.grad_outputs = True, {"in"}, {"out"}
+    native.forward(ctx, "in", x, State(key=0))
+    [(_, got, _)] = native.backward(ctx, "out", g, State(key=0))
+    with np.errstate(invalid="ignore"):
+        expected = g * (x > 0)
+    assert np.asarray(got).dtype == expected.dtype
+    assert np.asarray(got).tobytes() == expected.tobytes()

@@ -282,3 +282,56 @@ def test_a_reader_sees_only_complete_rows_while_a_native_thread_writes() -> None
     attempts = [engine.native().trace_publish_check(200_000, 4096) for _ in range(5)]
     assert all(bad == 0 and checked > 0 for _, checked, bad in attempts)
     assert any(reads > 1 for reads, _, _ in attempts), attempts
+
+
+# ------------------------------------------------------------------ strided views, copied and stacked
+
+DTYPES = (np.float32, np.float64, np.int64, np.bool_)
+
+
+@st.composite
+def view_of_array(draw):
+    """An array of rank 1-4 and a view of it as the kernels make one: rows [r0, r1), last-axis items [c0, c1)."""
+    dtype = draw(st.sampled_from(DTYPES))
+    rank = draw(st.integers(1, 4))
+    shape = [draw(st.integers(0, 5))] + [draw(st.integers(1, 6)) for _ in range(rank - 1)]
+    x = (np.arange(int(np.prod(shape)), dtype=np.float64) * 1.25 - 3).reshape(shape).astype(dtype)
+    r0 = draw(st.integers(0, shape[0]))
+    r1 = draw(st.integers(r0, shape[0]))
+    last = r1 - r0 if rank == 1 else shape[-1]  # a vector's rows are its last axis
+    c0 = draw(st.integers(0, last))
+    c1 = draw(st.integers(c0, last))
+    return x, r0, r1, c0, c1
+
+
+def numpy_view(x, r0, r1, c0, c1):
+    return x[r0:r1][..., c0:c1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(view=view_of_array())
+def test_a_strided_view_copies_as_numpy_slices_it(view) -> None:
+    got = np.asarray(engine.native().stacked_views([view]))
+    expected = numpy_view(*view)
+    assert got.shape == expected.shape and got.dtype == (np.int64 if expected.dtype == np.int64 else expected.dtype)
+    np.testing.assert_array_equal(got, expected)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), dtype=st.sampled_from((np.float32, np.float64)), n=st.integers(2, 4))
+def test_views_stack_as_numpy_concatenates_them(data, dtype, n) -> None:
+    """Columns sliced off wider arrays (the views a concat's backward hands on), stacked as one bundle; the
+    parts may mix float widths, which promote to float64 as numpy's concatenate does."""
+    width = data.draw(st.integers(1, 5))
+    views = []
+    for _ in range(n):
+        extra = data.draw(st.integers(0, 3))  # columns on either side of the slice
+        left = data.draw(st.integers(0, extra))
+        rows = data.draw(st.integers(0, 4))
+        part_dtype = data.draw(st.sampled_from((dtype, np.float32, np.float64)))
+        x = (np.arange(rows * (width + extra), dtype=np.float64) / 7).reshape(rows, width + extra).astype(part_dtype)
+        views.append((x, 0, rows, left, left + width))
+    got = np.asarray(engine.native().stacked_views(views))
+    expected = np.concatenate([numpy_view(*v) for v in views])
+    assert got.dtype == expected.dtype
+    np.testing.assert_array_equal(got, expected)

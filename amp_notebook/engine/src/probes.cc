@@ -13,6 +13,7 @@
 #include <chrono>
 #include <thread>
 
+#include "convert.h"
 #include "credits.h"
 #include "expr.h"
 #include "state.h"
@@ -149,7 +150,29 @@ std::tuple<int64_t, int64_t, int64_t> trace_publish_check(int64_t n, int64_t chu
   return {reads, checked, bad};
 }
 
+// Views as the kernels make them (rows [r0, r1) of axis 0, then items [c0, c1) of the last axis) of each
+// array, stacked along axis 0 as a bundle is (one view comes back as a contiguous copy of itself): the
+// strided copy against numpy's slicing and concatenation.
+nb::object stacked_views(nb::list parts) {
+  std::vector<Tensor> views;
+  for (nb::handle h : parts) {
+    nb::tuple t = nb::cast<nb::tuple>(h);
+    Tensor x = tensor_from_python(t[0], "a probe's array");
+    const int64_t r0 = nb::cast<int64_t>(t[1]), r1 = nb::cast<int64_t>(t[2]);
+    const int64_t c0 = nb::cast<int64_t>(t[3]), c1 = nb::cast<int64_t>(t[4]);
+    if (x.rank() < 1 || r0 < 0 || r1 < r0 || r1 > x.dim(0)) throw nb::value_error("stacked_views: rows outside");
+    Tensor rows = x.rows(r0, r1);
+    if (c0 < 0 || c1 < c0 || c1 > rows.dim(rows.rank() - 1)) throw nb::value_error("stacked_views: items outside");
+    views.push_back(rows.last_axis(c0, c1));
+  }
+  if (views.empty()) throw nb::value_error("stacked_views: no views");
+  std::vector<int64_t> offsets(views.size() + 1);
+  Tensor out = stack_rows(Span<const Tensor>(views.data(), views.size()), offsets.data()).contiguous_copy();
+  return tensor_to_python(out);
+}
+
 void bind_probes(nb::module_& m) {
+  m.def("stacked_views", &stacked_views, nb::arg("parts"));
   m.def("trace_publish_check", &trace_publish_check, nb::arg("n"), nb::arg("chunk_rows"),
         nb::call_guard<nb::gil_scoped_release>());
   m.def("inbox_cost", &inbox_cost, nb::arg("n"), nb::arg("wave"), nb::arg("max_bundle"));

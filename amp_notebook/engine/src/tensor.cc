@@ -119,27 +119,45 @@ Tensor Tensor::last_axis(int64_t a, int64_t b) const {
   return t;
 }
 
-// Copy item by item over the logical shape (row-major), whatever the strides: an odometer over the axes.
-Tensor Tensor::contiguous_copy(bool always) const {
-  if (!always && contiguous()) return *this;
-  Tensor out = empty(dtype_, shape_, rank_);
+// Copy the items in logical (row-major) order to `dst`, whatever the strides: an odometer over the outer
+// axes picks each innermost row; a row whose items are adjacent (stride 1: a slice of columns, the views
+// that concat and split make) is one memcpy, any other is copied item by item.
+void Tensor::copy_to(void* dst) const {
   const size_t item = itemsize(dtype_);
   const int64_t n = size();
+  if (n == 0) return;
   if (contiguous()) {
-    if (n) std::memcpy(out.data_, data_, static_cast<size_t>(n) * item);
-    return out;
+    std::memcpy(dst, data_, static_cast<size_t>(n) * item);
+    return;
   }
+  // not contiguous, so rank >= 1 (a 0-d tensor is) and every axis has at least one item (n > 0)
+  const int last = rank_ - 1;
+  const int64_t inner = shape_[last];
+  const int64_t step = strides_[last] * static_cast<int64_t>(item);
+  const size_t row_bytes = static_cast<size_t>(inner) * item;
   int64_t index[kMaxRank] = {0, 0, 0, 0};
-  char* dst = static_cast<char*>(out.data_);
-  for (int64_t k = 0; k < n; ++k) {
+  char* out = static_cast<char*>(dst);
+  for (int64_t done = 0; done < n; done += inner) {
     int64_t offset = 0;
-    for (int i = 0; i < rank_; ++i) offset += index[i] * strides_[i];
-    std::memcpy(dst + k * item, static_cast<const char*>(data_) + offset * static_cast<int64_t>(item), item);
-    for (int i = rank_ - 1; i >= 0; --i) {
+    for (int i = 0; i < last; ++i) offset += index[i] * strides_[i];
+    const char* row = static_cast<const char*>(data_) + offset * static_cast<int64_t>(item);
+    if (strides_[last] == 1) {
+      std::memcpy(out, row, row_bytes);
+    } else {
+      for (int64_t j = 0; j < inner; ++j) std::memcpy(out + j * static_cast<int64_t>(item), row + j * step, item);
+    }
+    out += row_bytes;
+    for (int i = last - 1; i >= 0; --i) {
       if (++index[i] < shape_[i]) break;
       index[i] = 0;
     }
   }
+}
+
+Tensor Tensor::contiguous_copy(bool always) const {
+  if (!always && contiguous()) return *this;
+  Tensor out = empty(dtype_, shape_, rank_);
+  copy_to(out.data_);
   return out;
 }
 
@@ -196,18 +214,16 @@ Tensor stack_rows(Span<const Tensor> xs, int64_t* offsets) {
   const size_t item = itemsize(dtype);
   char* dst = out.data<char>();
   for (size_t i = 0; i < xs.size(); ++i) {
-    Tensor part = xs[i].contiguous_copy();
-    if (part.dtype() != dtype) {  // numpy's promotion to the common type, value by value
-      Tensor cast = Tensor::empty(dtype, part.shape(), part.rank());
+    const Tensor& part = xs[i];
+    if (part.dtype() == dtype) {
+      part.copy_to(dst);
+    } else {  // numpy's promotion to the common type, value by value
       for (int64_t k = 0, n = part.size(); k < n; ++k) {
-        if (dtype == DType::f64) cast.data<double>()[k] = part.at(k);
-        else cast.data<float>()[k] = static_cast<float>(part.at(k));
+        if (dtype == DType::f64) reinterpret_cast<double*>(dst)[k] = part.at(k);
+        else reinterpret_cast<float*>(dst)[k] = static_cast<float>(part.at(k));
       }
-      part = cast;
     }
-    size_t bytes = static_cast<size_t>(part.size()) * item;
-    if (bytes) std::memcpy(dst, part.raw(), bytes);
-    dst += bytes;
+    dst += static_cast<size_t>(part.size()) * item;
   }
   return out;
 }

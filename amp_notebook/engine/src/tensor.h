@@ -93,6 +93,8 @@ class Tensor {
   Tensor last_axis(int64_t a, int64_t b) const;
   // A contiguous copy (or this tensor itself when it already is contiguous and `always` is false).
   Tensor contiguous_copy(bool always = false) const;
+  // Write the items in logical (row-major) order to `dst`, which holds size() items of this dtype.
+  void copy_to(void* dst) const;
   // Element (flat index over the logical shape, row-major) as double, for tests and error messages.
   double at(int64_t flat) const;
 

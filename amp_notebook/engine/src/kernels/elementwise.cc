@@ -4,12 +4,30 @@
 // the rounding of the math library's tanh (float64: within 1e-12).
 // Never touches Python, the inbox or other nodes.
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "kernels/kernel.h"
 
 namespace amp {
 
 namespace {
+
+// `a` if `take_a`, else `b`, bit for bit, with integer masks instead of a branch.
+template <class G>
+G select_bits(bool take_a, G a, G b) {
+  using U = std::conditional_t<sizeof(G) == sizeof(uint32_t), uint32_t, uint64_t>;
+  static_assert(sizeof(G) == sizeof(U), "a float or a double");
+  U ua, ub;
+  std::memcpy(&ua, &a, sizeof a);
+  std::memcpy(&ub, &b, sizeof b);
+  const U mask = U(0) - static_cast<U>(take_a);
+  const U bits = (ua & mask) | (ub & ~mask);
+  G out;
+  std::memcpy(&out, &bits, sizeof out);
+  return out;
+}
 
 // The function of one unary op: f(x) and df(x, y, g) per element, and whether an integer input stays
 // integer (np.maximum(ints, 0) does; np.tanh of ints gives float64).
@@ -18,7 +36,11 @@ struct ReLUMath {
   template <class T>
   static T f(T x) { return (x >= 0 || x != x) ? x : T(0); }  // np.maximum(x, 0): NaN stays NaN
   template <class T, class G>
-  static G df(T x, T, G g) { return g * (x > 0 ? G(1) : G(0)); }  // g * (x > 0)
+  // g * (x > 0), as numpy multiplies by a bool: g where x > 0, else g * 0 (-0 for a negative g, NaN for an
+  // infinite one). Both are computed and the bits of one kept by a mask, so the loop vectorizes: written
+  // as a conditional (or a multiply by the comparison), gcc makes it a branch, which mispredicts on half
+  // of a ReLU's inputs and keeps the loop scalar (it may not if-convert a multiply that could trap).
+  static G df(T x, T, G g) { return select_bits(x > T(0), g, g * G(0)); }
 };
 
 struct TanhMath {
