@@ -287,7 +287,7 @@ def test_a_diverged_timed_run_runs_again_from_the_next_seed(monkeypatch: pytest.
     diverged = []
     with pytest.raises(NonFiniteError, match="key 3"):
         table2._train(w, 0, diverged, max_active_keys=1, workers=1)
-    assert diverged == [0, 1, 2] == list(range(table2.DIVERGE_TRIES))
+    assert diverged == list(range(table2.DIVERGE_TRIES))
 
 
 @pytest.mark.parametrize("faster", ["round_robin", "chosen"])
