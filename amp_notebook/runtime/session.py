@@ -169,7 +169,7 @@ class Session:
         self.skipped_at_epoch_start = 0
         self.data_fingerprint: Any = None  # the dataset's, computed at the first checkpoint
         self.on_key_done: Callable[[KeyInfo], None] | None = None
-        self.replica_averages = 0  # averages within epochs (average_every), besides each epoch's end
+        self.replica_averages = 0  # averages within epochs (average_every, before validation), besides epoch ends
         self.on_epoch: Callable[[EpochStats], bool | None] | None = None
         self.restarts = Restarts(config.max_failures)  # the restart policy and its record (runtime/restart.py)
 
@@ -244,7 +244,7 @@ class Session:
             self.end_epoch(epoch, backend)
             return self.controller.on_epoch_end()
 
-        def average() -> list[Action]:  # average_every: nothing is in flight
+        def average() -> list[Action]:  # average_every, or before validation: nothing is in flight
             self.average_replicas()
             self.replica_averages += 1
             return self.controller.on_average_complete()
