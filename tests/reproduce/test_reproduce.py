@@ -6,10 +6,12 @@ that need no training: the report writer, the JSON cleaning, a missing model rep
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import statistics
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -340,3 +342,29 @@ def test_balanced_stages_run_the_row_when_faster_here_than_auto_s_round_robin(mo
     trials: dict[int, dict[str, float]] = {}
     assert table2.thread_placements(w, CostModel(), [4], 0, trials=trials) == {4: balanced}
     assert trials[4] == {"round_robin": 1.0, "balanced": 3.0}
+
+
+def test_a_short_epoch_is_timed_as_one_epoch_of_repeated_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    from amp_notebook.reproduce.workloads import available
+
+    (w,) = available(["mlp"], False, 0, {}, engine="python")
+    short = len(w.data.train)
+    assert short < table2.TIMED_KEYS  # the digits: 15 keys an epoch
+    long = table2.timed_data(w.data)
+    passes = -(-table2.TIMED_KEYS // short)
+    assert len(long.train) == passes * short >= table2.TIMED_KEYS
+    assert all(long.train[i] is w.data.train[i % short] for i in range(len(long.train)))
+    assert long.val is w.data.val and long.name == w.data.name
+    big = dataclasses.replace(w.data, train=w.data.train * passes)
+    assert table2.timed_data(big) is big  # long enough already: as it is
+
+    calls: list[tuple[int, int]] = []
+
+    def record(graph: object, data: Any, **kwargs: Any) -> object:
+        calls.append((len(data.train), kwargs["epochs"]))
+        raise KeyboardInterrupt  # enough: the arguments are what this test reads
+
+    monkeypatch.setattr(table2, "train", record)
+    with pytest.raises(KeyboardInterrupt):
+        table2._train(w, 0, max_active_keys=4, workers=2)
+    assert calls == [(len(long.train), 1)]  # one epoch: the pipeline drains once
