@@ -23,6 +23,9 @@ class OptimizerError(AmpError, ValueError):
     pass
 
 
+SCRATCH = ".scratch"  # the suffix of optimizer memory that is only a buffer (no state: never averaged)
+
+
 class Optimizer:
     """The update rule of one parameterized node: its settings (``lr``, ``clip_norm``, ``lr_decay``).
 
@@ -134,8 +137,8 @@ class Adam(Optimizer):
         if m is None:
             m = state[name + ".m"] = np.zeros_like(p)
             state[name + ".v"] = np.zeros_like(p)
-            state[name + ".scratch"] = np.empty_like(p)
-        v, tmp = state[name + ".v"], state[name + ".scratch"]
+            state[name + SCRATCH] = np.empty_like(p)
+        v, tmp = state[name + ".v"], state[name + SCRATCH]
         # in place, with g (the caller's scratch) and one buffer of our own; the same operations in the same
         # order as m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; p -= lr_t m / (sqrt(v) + eps)
         g *= scale
@@ -191,16 +194,28 @@ def make_optimizer(spec: Optimizer | Mapping[str, Any] | str) -> Optimizer:
 
 
 def average_parameters(contexts: Sequence[Any]) -> None:
-    """Set the parameters of every node context in ``contexts`` (replicas of one node) to their exact mean.
-    Replicas that are equal already (averaged, and nothing trained since) are left as they are: their float
+    """Set the parameters of every node context in ``contexts`` (replicas of one node) to their exact mean, and
+    their optimizer memory too (momentum's velocity, Adam's moments: every array of ``opt_state`` but the
+    scratch space), so the replicas go on from one state, as copies of one learner. Averaging the parameters
+    alone would leave each replica's moments those of its own eighth (say) of the keys; Adam's step size
+    then differs per replica, and the averaged model learned slower. Memory that some replica lacks (it
+    never updated) is left as it is. Adam's step count stays each replica's own. Arrays that are equal
+    across the replicas already (averaged, and nothing trained since) are left as they are: their float
     mean could differ from the value in the last bit."""
-    for name in contexts[0].params:
-        arrays = [c.params[name] for c in contexts]
+    first = contexts[0]
+    memory = [k for k, v in first.opt_state.items() if isinstance(v, np.ndarray) and not k.endswith(SCRATCH)]
+    groups = [[c.params[name] for c in contexts] for name in first.params]
+    groups += [
+        [c.opt_state[k] for c in contexts]
+        for k in memory
+        if all(isinstance(c.opt_state.get(k), np.ndarray) for c in contexts[1:])
+    ]
+    for arrays in groups:
         if all(np.array_equal(arrays[0], a) for a in arrays[1:]):
             continue
         mean = np.mean(arrays, axis=0)
-        for c in contexts:
-            c.params[name][...] = mean
+        for a in arrays:
+            a[...] = mean
 
 
 def end_epoch(optimizers: Iterable[Optimizer]) -> None:

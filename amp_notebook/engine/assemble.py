@@ -30,7 +30,7 @@ from amp_notebook.engine import native
 from amp_notebook.engine.choice import dataset_fields
 from amp_notebook.engine.plan import compile_tables
 from amp_notebook.ir.message import State
-from amp_notebook.optim import SGD, Adam, Momentum, Optimizer
+from amp_notebook.optim import SCRATCH, SGD, Adam, Momentum, Optimizer
 
 if TYPE_CHECKING:
     from amp_notebook.ir.ops import NodeContext
@@ -107,7 +107,7 @@ def optimizer_spec(optimizer: Optimizer, ctx: NodeContext, names: list[str]) -> 
     if kind == "momentum":
         spec["velocity"] = memory("")
     elif kind == "adam":
-        spec.update(m=memory(".m"), v=memory(".v"), scratch=memory(".scratch"))
+        spec.update(m=memory(".m"), v=memory(".v"), scratch=memory(SCRATCH))
     return spec
 
 

@@ -13,6 +13,10 @@ The optimizer is Adam at ``OPTIMIZER``'s learning rate, decayed by ``lr_decay`` 
 paper does not state the RNN's optimizer). Between averages each replica of the step Linear sees an eighth
 of the keys, so a constant rate leaves the averaged model jittering below 96%: at 3e-3 with no decay the
 middle point (16 keys, min_update_frequency 10) reached 0.948 after 20 epochs and first 0.96 at epoch 30.
+The replicas average Adam's moments with their parameters (:func:`~amp_notebook.optim.average_parameters`).
+Measured on the full grid at 5e-3 decayed by 0.9: 4 of the 9 points reached 96% within 30 epochs while the
+replicas averaged their parameters alone, each keeping the moments of its own eighth of the keys, and 5
+with the moments averaged too. At a decay of 0.92 with the moments averaged, 6 did.
 
 The simulator runs the real numpy math on a virtual clock, so every point is exact and deterministic:
 the same settings give the same curve, bit for bit, on any machine and under any load. The hardware is
@@ -74,7 +78,7 @@ MIN_UPDATE_FREQUENCY = (1, 10, 50)
 AVERAGE_EVERY = 25  # training keys between averages in the comparison column (an epoch of 100,000 lists: ~1,000)
 MAX_EPOCHS = 30
 PAPER_N_TRAIN, PAPER_N_VAL = 100_000, 10_000
-OPTIMIZER: dict[str, Any] = {"name": "adam", "lr": 5e-3, "clip_norm": 5.0, "lr_decay": 0.9}
+OPTIMIZER: dict[str, Any] = {"name": "adam", "lr": 5e-3, "clip_norm": 5.0, "lr_decay": 0.92}
 # one core of this project's 2-vCPU machine, measured with calibrate_cpu() (median of 5 calls) and frozen
 CORE_FLOPS, CORE_OVERHEAD_S = 8.7e10, 1.2e-6
 COSTS = CostModel(flops=CORE_FLOPS, message_overhead_s=CORE_OVERHEAD_S)

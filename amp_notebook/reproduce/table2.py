@@ -51,7 +51,6 @@ run diverged, about 4 in 1,000 figures).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import sys
 import warnings
@@ -60,10 +59,9 @@ from pathlib import Path
 from typing import Any
 
 from amp_notebook.bench.common import fastest_placement, interleaved_medians
-from amp_notebook.data.batch import Dataset
 from amp_notebook.reproduce import paper
 from amp_notebook.reproduce.machine import load_1min, loaded
-from amp_notebook.reproduce.workloads import DEFAULT_ENGINE, MODELS, Workload, available
+from amp_notebook.reproduce.workloads import DEFAULT_ENGINE, MODELS, Workload, available, timed_data
 from amp_notebook.runtime.autoplace import autoplace, measure_costs
 from amp_notebook.runtime.costs import CostModel
 from amp_notebook.runtime.numerics import NonFiniteError
@@ -75,7 +73,6 @@ QUICK_SEARCH: dict[str, Any] = {"keys": 8, "max_evaluations": 2}  # --quick: rou
 # the simulator runs on the engine the threads run on (its figures are virtual time: the same on either)
 SIMULATED: dict[str, Any] = {"workers": 16, "priority": "backward_first", "placement": "round_robin"}
 HEAVY_KINDS = ("linear", "embedding")
-TIMED_KEYS = 120  # the fewest training keys a throughput figure is timed over
 DIVERGE_TRIES = 8  # runs a figure may take when training diverges (module docstring)
 PLACEMENT_TRIALS = 2  # timed runs of each candidate placement (thread_placements)
 
@@ -186,13 +183,6 @@ def _train(w: Workload, seed: int, diverged: list[int] | None = None, **knobs: A
             continue
         assert isinstance(r, TrainResult)
         return r
-
-
-def timed_data(data: Dataset) -> Dataset:
-    """``data`` with its training keys repeated to at least ``TIMED_KEYS`` keys, as one epoch (module
-    docstring); ``data`` itself where an epoch is that long already."""
-    passes = -(-TIMED_KEYS // len(data.train))  # ceil
-    return data if passes == 1 else dataclasses.replace(data, train=list(data.train) * passes)
 
 
 def thread_placements(

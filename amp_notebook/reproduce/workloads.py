@@ -36,6 +36,7 @@ result's ``engine`` says which one ran.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,6 +93,18 @@ class Workload:
     peer_to_target: Callable[[int, int], dict[str, Any]] | None = None
     peer_to_target_name: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
+
+
+TIMED_KEYS = 120  # the fewest training keys a throughput figure is timed over (timed_data)
+
+
+def timed_data(data: Dataset, keys: int = TIMED_KEYS) -> Dataset:
+    """``data`` with its training keys repeated to at least ``keys`` keys as one epoch (which the controller
+    shuffles as one), or ``data`` itself where an epoch is that long already. A throughput figure timed
+    over an epoch this short (the digits: 15 keys) would time the pipeline filling and draining; over
+    several such epochs, it drains at every epoch's end (MNIST's epoch is 600 keys)."""
+    passes = -(-keys // len(data.train))  # ceil
+    return data if passes == 1 else dataclasses.replace(data, train=list(data.train) * passes)
 
 
 def engine_settings(engine: str) -> dict[str, Any]:

@@ -35,8 +35,9 @@ every backend, and none can be done from outside it:
   version and held gradients as they are now. Called with no message in flight, before epoch-end
   averaging, before a mid-run checkpoint is captured and when results are read. A backend whose workers
   share the session's contexts does nothing.
-* ``epoch_ended(nodes)``: the session has averaged these replica nodes' parameters in its contexts and
-  stepped every optimizer's per-epoch schedule; a backend whose workers hold their own copies takes them.
+* ``epoch_ended(nodes)``: the session has averaged these replica nodes' parameters and optimizer memory in
+  its contexts and stepped every optimizer's per-epoch schedule; a backend whose workers hold their own
+  copies takes them.
   (A checkpoint restored into a live backend will be its mirror, next to it: the session's contexts into
   the workers.)
 * ``diagnose(reason)``: what is in flight, queued and held now, as a

@@ -17,12 +17,12 @@ Admission per mode (invariant 6):
 * ``pipeline``: admit up to ``max_active_keys`` keys, wait for all of them, flush, repeat: the paper's
   Fig. 1b, where the pipeline fills and then drains before the update.
 
-Replica averaging (ARCHITECTURE.md, invariant 8). Replicas average their parameters at each epoch's end
-(the backend's epoch-end work). With ``average_every=N`` they also average after every N training keys of
-an epoch have completed, like a flush: admission holds, the keys in flight drain, the controller emits
-:class:`Average`, and admission goes on once the backend answers ``on_average_complete``. The count is of
-the epoch's completed training keys, so it follows from the checkpointed position (no extra state); no
-average is emitted when the epoch has no training key left to admit (its end averages anyway).
+Replica averaging (ARCHITECTURE.md, invariant 8). Replicas average their parameters (and optimizer memory) at
+each epoch's end (the backend's epoch-end work). With ``average_every=N`` they also average after every N
+training keys of an epoch have completed, like a flush: admission holds, the keys in flight drain, the
+controller emits :class:`Average`, and admission goes on once the backend answers ``on_average_complete``. The
+count is of the epoch's completed training keys, so it follows from the checkpointed position (no extra
+state); no average is emitted when the epoch has no training key left to admit (its end averages anyway).
 
 Each epoch admits its training keys in a seeded shuffled order, then its validation keys (forward only,
 running alongside training keys of the same epoch); the epoch ends when all of them have completed and

@@ -104,8 +104,8 @@ def compile_plan(
 
 
 def average_replicas(plan: Plan, contexts: Sequence[O.NodeContext]) -> None:
-    """Set every replica in each group to the exact mean of the group's parameters (epoch-end work,
-    while no message is in flight)."""
+    """Set every replica in each group to the exact mean of the group's parameters and optimizer memory
+    (:func:`~amp_notebook.optim.average_parameters`; epoch-end work, while no message is in flight)."""
     for group in plan.replica_groups:
         average_parameters([contexts[i] for i in group])
 

@@ -20,7 +20,7 @@ from amp_notebook.engine import available as engine_available
 from amp_notebook.reproduce import paper, table1, table2
 from amp_notebook.reproduce.command import engines_ran
 from amp_notebook.reproduce.report import json_ready, write_report
-from amp_notebook.reproduce.workloads import Target, engine_settings, workload
+from amp_notebook.reproduce.workloads import TIMED_KEYS, Target, engine_settings, timed_data, workload
 
 ROW_KEYS = {"model", "backend", "mak", "engine", "ours_per_s", "ours_ratio", "paper_ratio", "paper_train_per_s",
             "paper_valid_per_s"}  # fmt: skip
@@ -349,14 +349,14 @@ def test_a_short_epoch_is_timed_as_one_epoch_of_repeated_keys(monkeypatch: pytes
 
     (w,) = available(["mlp"], False, 0, {}, engine="python")
     short = len(w.data.train)
-    assert short < table2.TIMED_KEYS  # the digits: 15 keys an epoch
-    long = table2.timed_data(w.data)
-    passes = -(-table2.TIMED_KEYS // short)
-    assert len(long.train) == passes * short >= table2.TIMED_KEYS
+    assert short < TIMED_KEYS  # the digits: 15 keys an epoch
+    long = timed_data(w.data)
+    passes = -(-TIMED_KEYS // short)
+    assert len(long.train) == passes * short >= TIMED_KEYS
     assert all(long.train[i] is w.data.train[i % short] for i in range(len(long.train)))
     assert long.val is w.data.val and long.name == w.data.name
     big = dataclasses.replace(w.data, train=w.data.train * passes)
-    assert table2.timed_data(big) is big  # long enough already: as it is
+    assert timed_data(big) is big  # long enough already: as it is
 
     calls: list[tuple[int, int]] = []
 

@@ -149,6 +149,7 @@ def test_the_epoch_end_leaves_equal_replicas_as_they_are() -> None:
     class Ctx:
         def __init__(self, w: np.ndarray) -> None:
             self.params = {"W": w}
+            self.opt_state: dict = {}
 
     value = np.array([0.8132702112197876, 0.5], dtype=np.float32)
     assert np.mean([value] * 3, axis=0)[0] != value[0]  # the float mean of three equal values can round away
@@ -161,6 +162,54 @@ def test_the_epoch_end_leaves_equal_replicas_as_they_are() -> None:
     average_parameters(ctxs)
     expected = np.mean([changed, value, value], axis=0)
     assert all(c.params["W"].tobytes() == expected.tobytes() for c in ctxs)
+
+
+def test_replicas_average_their_optimizer_memory_too() -> None:
+    from amp_notebook.optim import average_parameters
+
+    rng = np.random.default_rng(0)
+
+    class Ctx:
+        def __init__(self, t: int) -> None:
+            self.params = {"W": rng.standard_normal(3), "b": rng.standard_normal(1)}
+            self.opt_state = {"t": t, **{f"{k}{s}": rng.standard_normal(p.shape) for k, p in self.params.items()
+                                         for s in (".m", ".v", ".scratch")}}  # fmt: skip
+
+    ctxs = [Ctx(3), Ctx(5), Ctx(8)]
+    del ctxs[2].opt_state["b.m"]  # this replica's memory of b is incomplete: b.m is left alone everywhere
+    before = [{k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in c.opt_state.items()} for c in ctxs]
+    held = [dict(c.opt_state) for c in ctxs]
+    average_parameters(ctxs)
+    for key in ("W.m", "W.v", "b.v"):
+        mean = np.mean([b[key] for b in before], axis=0)
+        for c, h in zip(ctxs, held, strict=True):
+            assert c.opt_state[key].tobytes() == mean.tobytes() and c.opt_state[key] is h[key]  # in place
+    for key in ("W.scratch", "b.scratch", "t"):  # scratch space and Adam's step count: each replica's own
+        assert all(np.array_equal(c.opt_state[key], b[key]) for c, b in zip(ctxs, before, strict=True))
+    assert [c.opt_state["b.m"].tobytes() for c in ctxs[:2]] == [b["b.m"].tobytes() for b in before[:2]]
+    velocity = [Ctx(1) for _ in range(2)]
+    for c in velocity:
+        c.opt_state = {"W": rng.standard_normal(3)}  # momentum's velocity: keyed by the parameter's name
+    expected = np.mean([c.opt_state["W"] for c in velocity], axis=0)
+    average_parameters(velocity)
+    assert all(c.opt_state["W"].tobytes() == expected.tobytes() for c in velocity)
+
+
+@pytest.mark.parametrize(("backend", "engine"), ENGINES)
+def test_replicas_end_a_run_as_one_learner(backend: str, engine: str) -> None:
+    """Adam's moments of the replicas are averaged with their parameters (each replica saw other keys), so
+    after a run's last epoch end the copies hold one state, parameters and moments alike."""
+    data = list_reduction_dataset(n_train=200, n_val=0, seed=0)
+    config = RunConfig(workers=2, mode="amp", max_active_keys=4, dtype="float64", backend=backend, engine=engine,
+                       seed=1, epochs=2, validate=False, optimizer={"name": "adam", "lr": 1e-3})  # fmt: skip
+    session, _ = build_session(rnn(replicas=2, hidden=16), data, config)
+    backend_for(session).run()
+    first, second = (session.contexts[session.plan.index[n]] for n in ("step0", "step1"))
+    moments = [k for k in first.opt_state if k.endswith((".m", ".v"))]
+    assert sorted(moments) == ["W.m", "W.v", "b.m", "b.v"]
+    for k in moments:
+        assert np.any(first.opt_state[k] != 0) and first.opt_state[k].tobytes() == second.opt_state[k].tobytes(), k
+    assert all(first.params[k].tobytes() == second.params[k].tobytes() for k in first.params)
 
 
 @pytest.mark.parametrize(("backend", "engine"), ENGINES)

@@ -167,12 +167,16 @@ class WorkerHost:
         return {names[i]: node_state(ctx) for i, ctx in self.contexts.items() if parameterized[i]}
 
     def end_epoch(self, params: dict[str, dict[str, Any]]) -> None:
-        """Epoch-end work while no message is in flight: averaged replica parameters, lr schedules."""
+        """Epoch-end work while no message is in flight: averaged replica parameters and optimizer memory
+        (``{node: {"params": ..., "opt_state": ...}}``), lr schedules."""
         index = self.plan.index
-        for name, p in params.items():
+        for name, averaged in params.items():
             ctx = self.contexts[index[name]]
-            for k, v in p.items():
+            for k, v in averaged["params"].items():
                 ctx.params[k][...] = v
+            for k, v in averaged["opt_state"].items():
+                if k in ctx.opt_state:
+                    ctx.opt_state[k][...] = v
         end_epoch_optimizers(self.plan)
 
     def final(self) -> dict[str, Any]:
