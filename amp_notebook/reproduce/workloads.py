@@ -95,7 +95,10 @@ class Workload:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-TIMED_KEYS = 120  # the fewest training keys a throughput figure is timed over (timed_data)
+# The fewest training keys a throughput figure is timed over (timed_data). Not MNIST's 600: over 600 keys the
+# MLP at max_active_keys 4 on 2 worker threads diverged in 12 of 16 runs on balanced stages (none on round
+# robin); over 120, in 3 of 16 (reproduce/table2.py, "Diverged runs").
+TIMED_KEYS = 120
 
 
 def timed_data(data: Dataset, keys: int = TIMED_KEYS) -> Dataset:
