@@ -12,10 +12,10 @@ threaded backend directly: the same model, data and settings on 1 worker and on 
 each on the native engine (worker loops without the GIL) and on the Python engine (one core for every
 message's glue). Graphs, data and optimizers are the reproduction's workloads
 (:mod:`amp_notebook.reproduce.workloads`, the paper's layouts); the settings are the workload's with mode
-``amp``, one epoch of training keys (where an epoch is shorter than ``TIMED_KEYS`` keys, the MLP's 15, its
-keys repeated to that many as one epoch, as ``reproduce table2`` times it: ``timed_data``), no validation, no
-trace recording, the model's ``max_active_keys`` (``MODELS``), the default inbox order and message bundling on
-(the default for amp runs). Figure per run: training instances per second.
+``amp``, one epoch of training keys (the MLP's is 15 keys: its figure includes the pipeline filling and
+draining; ``reproduce table2`` times it over 120), no validation, no trace recording, the model's
+``max_active_keys`` (``MODELS``), the default inbox order and message bundling on (the default for amp runs).
+Figure per run: training instances per second.
 
 **Placement, measured here** (``placement="measured"``, the default). Which worker runs which heavy node
 decides how well N workers share the work, and the simulator that ``placement="auto"`` consults can rank
@@ -37,7 +37,6 @@ other processes competed.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -140,7 +139,7 @@ def run(
     round and one run per candidate placement (a smoke test: its figures mean nothing); ``placement``:
     ``"measured"`` or a strategy of :func:`~amp_notebook.runtime.placement.place` for every figure."""
     from amp_notebook import engine as native_engine
-    from amp_notebook.reproduce.workloads import timed_data, workload
+    from amp_notebook.reproduce.workloads import workload
 
     if quick:
         repeats = 1
@@ -157,8 +156,6 @@ def run(
         engines = [e for e in engines if e != "native"]
     load_before = machine_load()["after"]
     loads = {name: workload(MODELS[name][0], quick=quick, seed=seed) for name in models}
-    if not quick:  # a figure over the MLP's 15-key epoch would time the pipeline filling and draining
-        loads = {name: dataclasses.replace(w, data=timed_data(w.data)) for name, w in loads.items()}
 
     chosen: dict[str, dict[str, dict[int, dict[str, Any]]]] = {e: {m: {} for m in models} for e in engines}
     for e in engines:
