@@ -137,8 +137,9 @@ class Adam(Optimizer):
         if m is None:
             m = state[name + ".m"] = np.zeros_like(p)
             state[name + ".v"] = np.zeros_like(p)
-            state[name + SCRATCH] = np.empty_like(p)
-        v, tmp = state[name + ".v"], state[name + SCRATCH]
+        v, tmp = state[name + ".v"], state.get(name + SCRATCH)
+        if tmp is None:  # the first step, or moments an average handed to a replica that had none
+            tmp = state[name + SCRATCH] = np.empty_like(p)
         # in place, with g (the caller's scratch) and one buffer of our own; the same operations in the same
         # order as m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; p -= lr_t m / (sqrt(v) + eps)
         g *= scale
@@ -198,18 +199,22 @@ def average_parameters(contexts: Sequence[Any]) -> None:
     their optimizer memory too (momentum's velocity, Adam's moments: every array of ``opt_state`` but the
     scratch space), so the replicas go on from one state, as copies of one learner. Averaging the parameters
     alone would leave each replica's moments those of its own eighth (say) of the keys; Adam's step size
-    then differs per replica, and the averaged model learned slower. Memory that some replica lacks (it
-    never updated) is left as it is. Adam's step count stays each replica's own. Arrays that are equal
-    across the replicas already (averaged, and nothing trained since) are left as they are: their float
-    mean could differ from the value in the last bit."""
-    first = contexts[0]
-    memory = [k for k, v in first.opt_state.items() if isinstance(v, np.ndarray) and not k.endswith(SCRATCH)]
-    groups = [[c.params[name] for c in contexts] for name in first.params]
-    groups += [
-        [c.opt_state[k] for c in contexts]
-        for k in memory
-        if all(isinstance(c.opt_state.get(k), np.ndarray) for c in contexts[1:])
-    ]
+    then differs per replica, and the averaged model learned slower. A replica that has not updated yet
+    holds no memory: it counts as zeros (what the optimizer starts from; the native engine makes it so),
+    and gets the mean. Adam's step count stays each replica's own. Arrays that are equal across the
+    replicas already (averaged, and nothing trained since) are left as they are: their float mean could
+    differ from the value in the last bit."""
+    groups = [[c.params[name] for c in contexts] for name in contexts[0].params]
+    memory: dict[str, np.ndarray] = {}  # each memory key, and an array of it (its shape and dtype)
+    for c in contexts:
+        for k, v in c.opt_state.items():
+            if isinstance(v, np.ndarray) and not k.endswith(SCRATCH):
+                memory.setdefault(k, v)
+    for k, like in memory.items():
+        for c in contexts:
+            if not isinstance(c.opt_state.get(k), np.ndarray):
+                c.opt_state[k] = np.zeros_like(like)
+        groups.append([c.opt_state[k] for c in contexts])
     for arrays in groups:
         if all(np.array_equal(arrays[0], a) for a in arrays[1:]):
             continue

@@ -176,7 +176,7 @@ def test_replicas_average_their_optimizer_memory_too() -> None:
                                          for s in (".m", ".v", ".scratch")}}  # fmt: skip
 
     ctxs = [Ctx(3), Ctx(5), Ctx(8)]
-    del ctxs[2].opt_state["b.m"]  # this replica's memory of b is incomplete: b.m is left alone everywhere
+    del ctxs[2].opt_state["b.m"]  # as if this replica had no memory of b yet: it counts as zeros
     before = [{k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in c.opt_state.items()} for c in ctxs]
     held = [dict(c.opt_state) for c in ctxs]
     average_parameters(ctxs)
@@ -186,13 +186,42 @@ def test_replicas_average_their_optimizer_memory_too() -> None:
             assert c.opt_state[key].tobytes() == mean.tobytes() and c.opt_state[key] is h[key]  # in place
     for key in ("W.scratch", "b.scratch", "t"):  # scratch space and Adam's step count: each replica's own
         assert all(np.array_equal(c.opt_state[key], b[key]) for c, b in zip(ctxs, before, strict=True))
-    assert [c.opt_state["b.m"].tobytes() for c in ctxs[:2]] == [b["b.m"].tobytes() for b in before[:2]]
+    mean = np.mean([before[0]["b.m"], before[1]["b.m"], np.zeros(1)], axis=0)
+    assert all(c.opt_state["b.m"].tobytes() == mean.tobytes() for c in ctxs)
     velocity = [Ctx(1) for _ in range(2)]
     for c in velocity:
         c.opt_state = {"W": rng.standard_normal(3)}  # momentum's velocity: keyed by the parameter's name
     expected = np.mean([c.opt_state["W"] for c in velocity], axis=0)
     average_parameters(velocity)
     assert all(c.opt_state["W"].tobytes() == expected.tobytes() for c in velocity)
+
+
+def test_a_replica_that_never_updated_takes_the_mean_on_every_engine() -> None:
+    """Three replicas and two keys an epoch, numbered on across epochs: the first epoch trains replicas 0
+    and 1 only. At its end replica 2 holds no Adam memory on the Python engine (made at a first step) and
+    zeros on the native engine (made with the engine); both count it as zeros and hand it the mean, so in
+    the second epoch (keys 2 and 3: replicas 2 and 0) every engine gives the interpreter's parameters."""
+    from amp_notebook.ir.interpret import Interpreter
+    from amp_notebook.runtime.reference import train_reference
+
+    data = list_reduction_dataset(n_train=200, n_val=0, seed=0)
+    keys = Dataset(data.name, data.train[:2], [], data.num_classes, data.meta)
+    graph = rnn(replicas=3, hidden=8)
+    start = graph.init_params(1, np.float64)
+    opt = {"name": "adam", "lr": 1e-2}
+    interp = Interpreter(graph, params=start, dtype=np.float64, optimizer=opt)
+    train_reference(interp, keys, epochs=2, seed=1, shuffle=False, validate=False)
+    expected = interp.params()
+    assert not np.array_equal(expected["step2"]["W"], start["step2"]["W"])
+    for backend, engine in ENGINES:
+        config = RunConfig(workers=2, mode="sync", dtype="float64", backend=backend, engine=engine, seed=1,
+                           epochs=2, validate=False, shuffle=False, optimizer=opt)  # fmt: skip
+        session, _ = build_session(graph, keys, config, params=start)
+        backend_for(session).run()
+        params = session.params()
+        for node, arrays in expected.items():
+            for k, v in arrays.items():
+                np.testing.assert_allclose(params[node][k], v, rtol=1e-12, atol=1e-14, err_msg=f"{engine} {node}.{k}")
 
 
 @pytest.mark.parametrize(("backend", "engine"), ENGINES)

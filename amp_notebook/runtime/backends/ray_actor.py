@@ -177,6 +177,8 @@ class WorkerHost:
             for k, v in averaged["opt_state"].items():
                 if k in ctx.opt_state:
                     ctx.opt_state[k][...] = v
+                else:  # a replica that had not updated yet: the average is its first memory
+                    ctx.opt_state[k] = np.array(v)
         end_epoch_optimizers(self.plan)
 
     def final(self) -> dict[str, Any]:
