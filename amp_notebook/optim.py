@@ -194,6 +194,12 @@ def make_optimizer(spec: Optimizer | Mapping[str, Any] | str) -> Optimizer:
         raise OptimizerError(f"{name}: {exc}") from None
 
 
+def optimizer_memory(opt_state: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """The arrays of a node's optimizer state that carry learning (momentum's velocity, Adam's moments): every
+    array but the scratch space. Adam's step count is not an array."""
+    return {k: v for k, v in opt_state.items() if isinstance(v, np.ndarray) and not k.endswith(SCRATCH)}
+
+
 def average_parameters(contexts: Sequence[Any]) -> None:
     """Set the parameters of every node context in ``contexts`` (replicas of one node) to their exact mean, and
     their optimizer memory too (momentum's velocity, Adam's moments: every array of ``opt_state`` but the
@@ -207,9 +213,8 @@ def average_parameters(contexts: Sequence[Any]) -> None:
     groups = [[c.params[name] for c in contexts] for name in contexts[0].params]
     memory: dict[str, np.ndarray] = {}  # each memory key, and an array of it (its shape and dtype)
     for c in contexts:
-        for k, v in c.opt_state.items():
-            if isinstance(v, np.ndarray) and not k.endswith(SCRATCH):
-                memory.setdefault(k, v)
+        for k, v in optimizer_memory(c.opt_state).items():
+            memory.setdefault(k, v)
     for k, like in memory.items():
         for c in contexts:
             if not isinstance(c.opt_state.get(k), np.ndarray):

@@ -39,14 +39,14 @@ heavy node per device while there are at most 16), backward-first inboxes (the p
 per row: the simulator is deterministic given the calibration (which varies between invocations with this
 machine's load; ``calibration_s`` keeps it). No peer on this backend.
 
-**Diverged runs.** Asynchrony can make training unstable (the paper saw it on the MLP as max_active_keys
-grew; here the MLP at max_active_keys 4 on 2 worker threads diverged within its 120 timed keys in 3 of
-32 runs, seeds 0-7 twice on balanced stages and twice on round robin, all 3 on balanced stages: whether a
-run diverges depends on the threads' timing, not only on the seed). A timed run whose training diverges
-stops at its first NaN or infinity, so it is run again from the next seed, at most ``DIVERGE_TRIES`` runs; the figure is
-the run that finished, and each row's ``diverged_runs`` lists the seeds that diverged (empty: none). The placement
-trials retry the same way. ``DIVERGE_TRIES`` diverged runs in a row end the table with the error (even if every other
-run diverged, about 4 in 1,000 figures).
+**Diverged runs.** Asynchrony can make training unstable (the paper saw it on the MLP as max_active_keys grew;
+here the MLP at max_active_keys 4 on 2 worker threads diverged within its 120 timed keys in 3 of 32 runs,
+seeds 0-7 twice on balanced stages and twice on round robin, all 3 on balanced stages: whether a run diverges
+depends on the threads' timing, not only on the seed). A timed run whose training diverges stops at its first
+NaN or infinity, so it is run again from the next seed, at most ``DIVERGE_TRIES`` runs; the figure is the run
+that finished, and each row's ``diverged_runs`` lists the seeds that diverged (empty: none). The placement
+trials retry the same way. ``DIVERGE_TRIES`` diverged runs in a row end the table with the error (even if
+every other run diverged, about 4 in 1,000 figures).
 """
 
 from __future__ import annotations

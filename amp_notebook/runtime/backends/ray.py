@@ -57,14 +57,13 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from amp_notebook.ir.message import Message
 from amp_notebook.ir.serialize import graph_to_dict
-from amp_notebook.optim import DEFAULT_OPTIMIZER, SCRATCH
+from amp_notebook.optim import DEFAULT_OPTIMIZER, optimizer_memory
 from amp_notebook.runtime.backends import ray_cluster
 from amp_notebook.runtime.backends.ray_actor import encode, host_class, writable
 from amp_notebook.runtime.backends.ray_cluster import ClockOffset, ClusterError, alive_nodes, measure_offset, node_for
@@ -310,8 +309,7 @@ class RayBackend:
         plan, contexts = self.session.plan, self.session.contexts
         averaged: list[dict[str, dict[str, Any]]] = [{} for _ in self.hosts]
         for i in nodes:
-            state = contexts[i].opt_state
-            memory = {k: v for k, v in state.items() if isinstance(v, np.ndarray) and not k.endswith(SCRATCH)}
+            memory = optimizer_memory(contexts[i].opt_state)
             averaged[plan.owner[i]][plan.names[i]] = {"params": contexts[i].params, "opt_state": memory}
         for w, ref in enumerate([h.end_epoch.remote(averaged[w]) for w, h in enumerate(self.hosts)]):
             self._get(w, ref)
