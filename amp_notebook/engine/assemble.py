@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from amp_notebook.runtime.session import Session
 
 NUMERICS = {"ignore": 0, "raise": 1, "skip": 2}  # src/engine.h EngineConfig.numerics
-SPIN = 2000  # mailbox look-ups (with a pause instruction each, ~10 us) before an idle worker sleeps
+SPIN_US = 10.0  # how long an idle worker watches its mailbox before it sleeps (src/worker.cc Worker::idle)
 NATIVE_OPTIMIZERS: dict[type, str] = {SGD: "sgd", Momentum: "momentum", Adam: "adam"}
 
 
@@ -49,7 +49,7 @@ def assemble(session: Session) -> Any:
     codec = module.StateCodec(list(tables.layout), State)
     engine = module.Engine(
         codec, len(plan.names), config.workers, config.priority, config.order, config.mode == "amp",
-        NUMERICS[config.on_nonfinite], config.trace, SPIN,
+        NUMERICS[config.on_nonfinite], config.trace, SPIN_US,
     )  # fmt: skip
     bridged = set(tables.bridged)
     python_updates = False

@@ -96,7 +96,6 @@ class NativeBackend:
         self._watched = 0.0
         self._join_timeout: float | None = None
         self._lr = self._learning_rates()
-        self._owner = session.plan.owner
         self._folded_at = 0  # messages handled at the last fold of the trace buffers
         self._fold_rows = min(b.event_table.chunk_rows for b in session.buffers)
         self._shut = False
@@ -266,11 +265,12 @@ class NativeBackend:
         )
 
     def _collect(self) -> None:
-        """Loss reports to the session (each in its node's worker's queue, as Python workers leave them) and
-        keys skipped for NaN/inf to the numerics guard."""
+        """Loss reports into the session's sums, in the order the workers handed them over (before the
+        completions that follow them), and keys skipped for NaN/inf to the numerics guard."""
         session = self.session
-        for node, report in self.engine.take_reports():
-            session.workers[self._owner[node]].reports.append((node, report))
+        keys, losses, ns, corrects = self.engine.take_reports()
+        if keys:
+            session.add_reports(keys, losses, ns, corrects)
         skipped = self.engine.take_skipped()
         if skipped and session.numerics is not None:
             session.numerics.skipped.update(skipped)

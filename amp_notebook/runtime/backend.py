@@ -51,9 +51,9 @@ every backend, and none can be done from outside it:
   drive goes on from there. Only :func:`~amp_notebook.runtime.recover.drive` calls it, inside ``run``, as
   the session's ``restarts`` allow (``max_failures``). The clock (``origin``) and the trace buffers go on.
 
-What a backend may call on the session: ``begin``, ``completed``, ``carry_out`` (driver thread only),
-``collect_reports``; and read ``plan``, ``contexts``, ``workers`` (the state machines its loops step),
-``buffers``, ``knobs`` and ``config``. Workers in the same process step ``session.workers[w]`` with
+What a backend may call on the session: ``begin``, ``completed``, ``carry_out``, ``add_reports`` (driver
+thread only), ``collect_reports``; and read ``plan``, ``contexts``, ``workers`` (the state machines its loops
+step), ``buffers``, ``knobs`` and ``config``. Workers in the same process step ``session.workers[w]`` with
 :meth:`~amp_notebook.runtime.worker.Worker.step`; workers elsewhere build their own from the plan; a native
 engine runs its own loop on the contexts' arrays and keeps its own ledger (both sides of it natively).
 

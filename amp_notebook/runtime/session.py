@@ -11,7 +11,7 @@ backend only through the :class:`~amp_notebook.runtime.backend.Backend` protocol
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -61,13 +61,29 @@ class EpochStats:
     _sums: dict[str, float] = field(default_factory=dict, repr=False)
 
     def add(self, train: bool, report: dict[str, Any]) -> None:
-        prefix = "train" if train else "val"
-        n = report["n"]
+        """One loss report (key, loss, n and, where the loss counts them, correct)."""
+        self.add_many([train], [report["loss"]], [report["n"]], [report.get("correct", -1)])
+
+    def add_many(
+        self, trains: Sequence[bool], losses: Sequence[float], ns: Sequence[int], corrects: Sequence[int]
+    ) -> None:
+        """Loss reports as columns, in order (``corrects[i]`` is -1 where the loss counts none): the sums grow
+        one report at a time, so the means do not depend on how the reports were handed over."""
         s = self._sums
-        s[prefix + "_n"] = s.get(prefix + "_n", 0) + n
-        s[prefix + "_loss"] = s.get(prefix + "_loss", 0.0) + report["loss"] * n
-        if "correct" in report:
-            s[prefix + "_correct"] = s.get(prefix + "_correct", 0) + report["correct"]
+        rows = list(zip(trains, losses, ns, corrects, strict=True))
+        for side, prefix in ((True, "train"), (False, "val")):
+            mine = [r for r in rows if bool(r[0]) is side]
+            if not mine:
+                continue
+            n_sum, loss_sum, correct_sum = s.get(prefix + "_n", 0), s.get(prefix + "_loss", 0.0), None
+            for _, loss, n, correct in mine:
+                n_sum += n
+                loss_sum += loss * n
+                if correct >= 0:
+                    correct_sum = (s.get(prefix + "_correct", 0) if correct_sum is None else correct_sum) + correct
+            s[prefix + "_n"], s[prefix + "_loss"] = n_sum, loss_sum
+            if correct_sum is not None:
+                s[prefix + "_correct"] = correct_sum
 
     def finish(self, end_s: float) -> None:
         s = self._sums
@@ -262,25 +278,35 @@ class Session:
 
     # ---------------------------------------------------------------- bookkeeping
     def collect_reports(self) -> None:
+        """The loss reports the workers left in their queues, worker by worker (:meth:`add_reports`)."""
         for worker in self.workers:
             reports = worker.reports
-            while reports:
-                _, report = reports.popleft()
-                _, train = self.key_epoch.get(report["key"], (self.current.epoch, True))
-                self.current.add(train, report)
-                if train:
-                    self._follow_recent(report)
+            if reports:  # Python workers append while this runs: take what is there, from the left
+                taken = [reports.popleft()[1] for _ in range(len(reports))]
+                self.add_reports([r["key"] for r in taken], [r["loss"] for r in taken], [r["n"] for r in taken],
+                                 [r.get("correct", -1) for r in taken])  # fmt: skip
 
-    def _follow_recent(self, report: dict[str, Any]) -> None:
-        """Exponential moving averages of the training loss (and accuracy) per loss report, for live curves."""
-        loss = float(report["loss"])
-        self.recent_loss = (
-            loss if self.recent_loss is None else RECENT_DECAY * self.recent_loss + (1 - RECENT_DECAY) * loss
-        )
-        if "correct" in report and report["n"]:
-            acc = report["correct"] / report["n"]
-            prev = self.recent_accuracy
-            self.recent_accuracy = acc if prev is None else RECENT_DECAY * prev + (1 - RECENT_DECAY) * acc
+    def add_reports(
+        self, keys: Sequence[int], losses: Sequence[float], ns: Sequence[int], corrects: Sequence[int]
+    ) -> None:
+        """Loss reports as columns, in order (``corrects[i]`` -1 where the loss counts none): into the epoch's
+        sums (a key's own train or validation side; a key already done counts as training in the current
+        epoch), and, for training keys, the exponential moving averages of the loss and accuracy per report
+        that live curves show."""
+        key_epoch, default = self.key_epoch, (self.current.epoch, True)
+        side = {k: key_epoch.get(k, default)[1] for k in set(keys)}  # a key reports many times (a tree per node)
+        trains = [side[k] for k in keys]
+        self.current.add_many(trains, losses, ns, corrects)
+        recent_loss, recent_accuracy, d = self.recent_loss, self.recent_accuracy, RECENT_DECAY
+        for train, loss, n, correct in zip(trains, losses, ns, corrects, strict=True):
+            if not train:
+                continue
+            loss = float(loss)
+            recent_loss = loss if recent_loss is None else d * recent_loss + (1 - d) * loss
+            if correct >= 0 and n:
+                acc = correct / n
+                recent_accuracy = acc if recent_accuracy is None else d * recent_accuracy + (1 - d) * acc
+        self.recent_loss, self.recent_accuracy = recent_loss, recent_accuracy
 
     def key_done(self, key: int) -> None:
         self.collect_reports()

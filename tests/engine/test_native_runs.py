@@ -63,6 +63,10 @@ def test_every_zoo_model_trains_alike_on_both_engines_and_in_the_interpreter(nam
         assert a.train_loss == pytest.approx(b.train_loss, rel=1e-12)
         assert a.val_loss == pytest.approx(b.val_loss, rel=1e-12)
         assert (a.train_accuracy, a.val_accuracy) == (b.train_accuracy, b.val_accuracy)
+    for moving in ("recent_loss", "recent_accuracy"):  # the live curves' averages, per report (columns on native)
+        mine, theirs = getattr(native.session, moving), getattr(python.session, moving)
+        assert (mine is None) == (theirs is None), moving
+        assert mine is None or mine == pytest.approx(theirs, rel=1e-12), moving
     assert native.python_nodes == tuple(n for n in graph.nodes if not native_kernel(graph.nodes[n].op))
     assert native.summary()["engine_used"] == "native"
     assert python.summary()["python_nodes"] == list(graph.nodes)

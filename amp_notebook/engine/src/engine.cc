@@ -43,8 +43,13 @@ void Engine::join() {
   joined_ = true;
 }
 
+// A key's messages reach each worker together (Worker::post): a worker woken by the first cannot start
+// the key before the rest have arrived, so the order a run handles them in does not hang on the driver's
+// timing (a sync run on one worker is then repeatable, report for report).
 void Engine::inject(std::vector<Message>& msgs) {
-  for (Message& m : msgs) workers[static_cast<size_t>(nodes[static_cast<size_t>(m.node)]->owner)]->post(std::move(m));
+  std::vector<std::vector<Message>> per_worker(workers.size());
+  for (Message& m : msgs) per_worker[static_cast<size_t>(nodes[static_cast<size_t>(m.node)]->owner)].push_back(std::move(m));
+  for (size_t w = 0; w < workers.size(); ++w) workers[w]->post(per_worker[w]);
   msgs.clear();
 }
 

@@ -305,14 +305,23 @@ void Worker::apply_update(int node) {
   ++n.version;
 }
 
+// Outputs to their owners: the own inbox directly; another worker's mailbox once per step, all of the
+// step's messages for it together (one lock, at most one wake-up: Worker::post).
 void Worker::deliver(std::vector<Message>& outs) {
+  bool remote = false;
   for (Message& m : outs) {
     const int owner = engine_.nodes[static_cast<size_t>(m.node)]->owner;
     if (owner == index_) push_local(std::move(m));
     else if (sim) sim->send(index_, owner, std::move(m), send_at_);
-    else engine_.workers[static_cast<size_t>(owner)]->post(std::move(m));
+    else {
+      if (remote_.size() < engine_.workers.size()) remote_.resize(engine_.workers.size());
+      remote_[static_cast<size_t>(owner)].push_back(std::move(m));
+      remote = true;
+    }
   }
   outs.clear();
+  if (remote)
+    for (size_t w = 0; w < remote_.size(); ++w) engine_.workers[w]->post(remote_[w]);
 }
 
 }  // namespace amp

@@ -72,8 +72,10 @@ class Worker {
 
   void start();
   void join();
-  // A message for this worker, from any thread (another worker, the driver injecting a key).
-  void post(Message&& msg);
+  // Messages for this worker, from any thread (another worker's step, the driver injecting a key): all of
+  // them enter the mailbox under one lock with at most one wake-up, so the worker never starts on part of a
+  // batch while the rest is still being posted. `msgs` is left empty.
+  void post(std::vector<Message>& msgs);
   // Look again now: a knob changed, or the run stops.
   void wake();
   // A message into this worker's own inbox (its own thread, or the simulation's).
@@ -132,6 +134,7 @@ class Worker {
   Inbox::Limit limit_;
   // a step's scratch (capacity kept between steps)
   std::vector<Message> outs_, part_;
+  std::vector<std::vector<Message>> remote_;  // deliver: a step's messages per other worker (kept: no allocation per step)
   std::vector<Tensor> xs_;
   std::vector<State> states_;
   std::vector<int64_t> keys_, out_keys_;
