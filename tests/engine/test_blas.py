@@ -60,3 +60,19 @@ def test_without_blas_the_plain_loop_computes_the_same_product() -> None:
     finally:
         assert native.load_blas(numpy_blas_path()) == ""
     assert native.status()["blas_loaded"]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_an_outer_product_keeps_numpys_zeros_and_strides(dtype: type) -> None:
+    """A product with one inner term (a weight's gradient from one row) is numpy's plain loop: a zero plus the
+    term, so -0.0 products come out +0.0 as numpy's do; rows read with strides give the same."""
+    a = np.array([[-0.0], [2.0], [-3.0], [0.0], [5.0]], dtype=dtype)
+    b = np.array([[0.0, -0.0, 1.5, -2.0, 0.0, 7.0, -1.0, 3.0, 0.25]], dtype=dtype)
+    with threadpool_limits(1, user_api="blas"):
+        for x, y, ta, tb in [(a, b, False, False), (a.T.copy(), b, True, False), (a, b.T.copy(), False, True),
+                             (a.T.copy(), b.T.copy(), True, True)]:  # fmt: skip
+            expected = (x.T if ta else x) @ (y.T if tb else y)
+            got = engine.native().matmul(x, y, transpose_a=ta, transpose_b=tb)
+            np.testing.assert_array_equal(got, expected)
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(expected))
+    assert not np.signbit(expected[expected == 0]).any()  # numpy's loop adds to a zero: no -0.0 survives

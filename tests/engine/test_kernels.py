@@ -136,3 +136,34 @@ def test_relu_backward_gives_numpys_bits_for_every_sign_and_special_value(dtype)
         expected = g * (x > 0)
     assert np.asarray(got).dtype == expected.dtype
     assert np.asarray(got).tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_linear_adds_one_row_gradients_as_numpy_does_bit_for_bit(dtype) -> None:
+    """One message at a time after the first (the per-tree layout): the native kernel adds x.T @ g into the
+    accumulator in one pass; the bits equal numpy's product-then-``+=``, signed zeros included."""
+    from amp_notebook.ir.message import State
+    from amp_notebook.ir.ops import Linear, NodeContext
+
+    rng = np.random.default_rng(5)
+    rows = [rng.standard_normal((1, 6)).astype(dtype) for _ in range(4)]
+    rows[1][0, :2] = [-0.0, 0.0]
+    grads_out = [rng.standard_normal((1, 5)).astype(dtype) for _ in range(4)]
+    grads_out[2][0, 1:3] = [0.0, -0.0]
+    strided = np.asfortranarray(rng.standard_normal((5, 1)).astype(dtype)).T  # a row read with a stride
+    grads_out[3] = strided
+    params = {"W": rng.standard_normal((6, 5)).astype(dtype), "b": rng.standard_normal(5).astype(dtype)}
+    results = {}
+    for side in ("python", "native"):
+        op = Linear(6, 5) if side == "python" else NativeOp(Linear(6, 5), set())
+        ctx = NodeContext("node", {k: v.copy() for k, v in params.items()})
+        ctx.grads = {k: np.zeros_like(v) for k, v in params.items()}
+        ctx.train = True
+        for i, (x, g) in enumerate(zip(rows, grads_out, strict=True)):
+            state = State(key=i)
+            op.forward(ctx, "in", x, state)
+            op.backward(ctx, "out", g, state)
+            ctx.n_grads += 1
+        results[side] = ctx.grads["W"]
+    np.testing.assert_array_equal(results["native"], results["python"])
+    np.testing.assert_array_equal(np.signbit(results["native"]), np.signbit(results["python"]))

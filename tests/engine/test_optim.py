@@ -79,3 +79,18 @@ def test_optimizer_memory_that_does_not_fit_is_refused() -> None:
     with pytest.raises(TypeError):  # a read-only or non-contiguous array is never copied behind our back
         native().optimizer_step(optimizer_spec(opt, ctx, ["W", "b"]), [ctx.params["W"].T, ctx.params["b"]],
                                 [ctx.grads["W"], ctx.grads["b"]], 1.0)  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_check_before_an_update_finds_any_nan_or_infinity(dtype: str) -> None:
+    """The check runs in blocks without a branch per element: a bad value anywhere, in any block, is found;
+    the largest and smallest finite values are not bad."""
+    info = np.finfo(dtype)
+    clean = [np.full(3000, info.max, dtype), np.array([-info.max, info.tiny, -0.0, 0.0], dtype), np.zeros(0, dtype)]
+    assert native().arrays_finite(clean)
+    for bad in (np.nan, np.inf, -np.inf):
+        for where in (0, 1023, 1024, 2999):
+            arrays = [a.copy() for a in clean]
+            arrays[0][where] = bad
+            assert not native().arrays_finite(arrays), (bad, where)
+        assert not native().arrays_finite([clean[0], np.array([1.0, bad], dtype)])

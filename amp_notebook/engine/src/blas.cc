@@ -41,9 +41,24 @@ constexpr int slot() { return sizeof(T) == 8 ? 1 : 0; }
 // least as long as a row.
 bool blasable(int64_t s1, int64_t s2, int64_t d1, int64_t d2) { return s2 == 1 && s1 >= d2 && s1 > 0; }
 
+// numpy's matmul_inner_noblas: each output a zero, plus the products in order. An outer product (n == 1, a
+// weight's gradient from one row) is the common case here: its sum is the one term added to a zero (so a
+// product of -0.0 gives +0.0, as numpy's does), written as a loop the compiler vectorizes when rows are
+// contiguous.
 template <class T>
 void noblas(const T* a, int64_t as_m, int64_t as_n, const T* b, int64_t bs_n, int64_t bs_p, T* o, int64_t os_m,
             int64_t os_p, int64_t m, int64_t n, int64_t p) {
+  if (n == 1) {
+    for (int64_t i = 0; i < m; ++i) {
+      const T ai = a[i * as_m];
+      T* oi = o + i * os_m;
+      if (bs_p == 1 && os_p == 1)
+        for (int64_t j = 0; j < p; ++j) oi[j] = T(0) + ai * b[j];
+      else
+        for (int64_t j = 0; j < p; ++j) oi[j * os_p] = T(0) + ai * b[j * bs_p];
+    }
+    return;
+  }
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < p; ++j) {
       T sum = 0;

@@ -18,6 +18,7 @@
 #include "expr.h"
 #include "state.h"
 #include "inbox.h"
+#include "optim.h"
 #include "trace.h"
 
 namespace nb = nanobind;
@@ -171,8 +172,20 @@ nb::object stacked_views(nb::list parts) {
   return tensor_to_python(out);
 }
 
+// all_finite (optim.h), the check before a node's update, on float arrays.
+bool arrays_finite(nb::list arrays) {
+  std::vector<Tensor> grads;
+  for (nb::handle h : arrays) {
+    Tensor x = tensor_from_python(h, "a probe's array");
+    if (x.dtype() != DType::f32 && x.dtype() != DType::f64) throw nb::value_error("arrays_finite: float arrays only");
+    grads.push_back(x.contiguous_copy());
+  }
+  return all_finite(grads);
+}
+
 void bind_probes(nb::module_& m) {
   m.def("stacked_views", &stacked_views, nb::arg("parts"));
+  m.def("arrays_finite", &arrays_finite, nb::arg("arrays"));
   m.def("trace_publish_check", &trace_publish_check, nb::arg("n"), nb::arg("chunk_rows"),
         nb::call_guard<nb::gil_scoped_release>());
   m.def("inbox_cost", &inbox_cost, nb::arg("n"), nb::arg("wave"), nb::arg("max_bundle"));

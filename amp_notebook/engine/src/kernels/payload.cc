@@ -131,9 +131,11 @@ class LinearKernel : public Kernel {
     DType dtype = promote(x.dtype(), g.dtype());
     Tensor xt = as_dtype(x, dtype);
     Tensor gt = as_dtype(g, dtype);
-    Tensor dW = Tensor::empty(dtype, {xt.dim(1), gt.dim(1)});
-    matmul(transposed(xt), gt, dW);
-    store(ctx, 0, dW);
+    if (!add_outer_product(ctx, xt, gt)) {
+      Tensor dW = Tensor::empty(dtype, {xt.dim(1), gt.dim(1)});
+      matmul(transposed(xt), gt, dW);
+      store(ctx, 0, dW);
+    }
     if (bias_) {
       Tensor db = Tensor::empty(dtype, {gt.dim(1)});
       if (dtype == DType::f64) sum_rows_into<double>(gt, db.data<double>());
@@ -141,6 +143,35 @@ class LinearKernel : public Kernel {
       store(ctx, 1, db);
     }
   }
+  // One row (a single message: the per-tree layout's common case) into an accumulator that already holds a
+  // gradient, in one pass and without a temporary: each element is numpy's x.T @ g for one row (the product
+  // added to a zero, rounded to T), then added into grads["W"], the same two roundings as the product and
+  // `+=` apart. False (nothing done) for anything else.
+  static bool add_outer_product(NodeCtx& ctx, const Tensor& x, const Tensor& g) {
+    Tensor& acc = ctx.grads[0];
+    const int64_t n = x.dim(1), p = g.dim(1);
+    if (ctx.n_grads == 0 || x.dim(0) != 1 || x.dtype() != acc.dtype() || g.dtype() != acc.dtype() ||
+        acc.rank() != 2 || acc.dim(0) != n || acc.dim(1) != p || acc.stride(0) != p || acc.stride(1) != 1)
+      return false;
+    if (acc.dtype() == DType::f64) add_outer<double>(acc.data<double>(), x, g);
+    else add_outer<float>(acc.data<float>(), x, g);
+    return true;
+  }
+  template <class T>
+  static void add_outer(T* acc, const Tensor& x, const Tensor& g) {
+    const int64_t n = x.dim(1), p = g.dim(1), sx = x.stride(1), sg = g.stride(1);
+    const T* xd = x.data<T>();
+    const T* gd = g.data<T>();
+    for (int64_t i = 0; i < n; ++i) {
+      const T xi = xd[i * sx];
+      T* row = acc + i * p;
+      if (sg == 1)
+        for (int64_t j = 0; j < p; ++j) row[j] += T(0) + xi * gd[j];
+      else
+        for (int64_t j = 0; j < p; ++j) row[j] += T(0) + xi * gd[j * sg];
+    }
+  }
+
   static void store(NodeCtx& ctx, int which, const Tensor& value) {
     Tensor& acc = ctx.grads[which];
     Tensor v = as_dtype(value, acc.dtype());
