@@ -5,7 +5,7 @@
 // Where things are:
 //   index.jsx             this file: the widget's entry and the Builder, which puts the parts together
 //   Toolbar.jsx           buttons and selects above the canvas
-//   useGraphView.js       Python's view -> React Flow nodes and edges; layout of nodes without positions
+//   useGraphView.js       Python's view -> React Flow nodes (kept measured) and edges; layout of nodes without positions
 //   layout.js, fit.js     dagre layout and box sizes; layout direction, initial zoom, canvas height, loop lanes
 //   InitialView.jsx       applies fit.js to a fresh view; layout/render timings once the nodes are measured
 //   useCanvasGestures.js  drags, drops, connections, keys -> intents
@@ -25,7 +25,7 @@ import Overlays from "./Overlays.jsx";
 import { Inspector, Palette } from "./panels.jsx";
 import Lanes from "./Lanes.jsx";
 import { useKeepSelectedInView, useTrait } from "./hooks.js";
-import { useGraphView } from "./useGraphView.js";
+import { useGraphView, useRemeasure } from "./useGraphView.js";
 import { useCanvasGestures } from "./useCanvasGestures.js";
 import { CANVAS_MIN_H, allInView, routeLoops } from "./fit.js";
 
@@ -95,6 +95,7 @@ function Builder({ model }) {
     [nodes, edges, collapsed, colourBy, direction, cellSizes],
   );
   const drawn = useMemo(() => routeLoops(shown.nodes, shown.edges, direction), [shown, direction]);
+  useRemeasure(shown.nodes);
   const drawnRef = useRef(null); // for callbacks: the latest bounds and start of what is drawn
   drawnRef.current = drawn;
 

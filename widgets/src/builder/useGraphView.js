@@ -6,7 +6,14 @@
 // `pending` asks InitialView.jsx to fit the canvas to the graph: on the first view, after every layout of
 // the whole graph (it also times that layout and its render), and on refit() (cells collapsed or
 // expanded, the builder's width changed).
+//
+// Measured boxes: React Flow hides a node until it has measured its box in the page (size and handle
+// positions), and it measures anew every node object handed to it without `measured`. So a node of the
+// same graph keeps the `measured` of the object it replaces, unless its handles moved (other ports,
+// another direction); React Flow's ResizeObserver still reports a change of its size. useRemeasure
+// measures what React Flow holds unmeasured all the same.
 import { useCallback, useEffect, useRef, useState } from "react";
+import { useReactFlow, useUpdateNodeInternals } from "@xyflow/react";
 import { placeMissing } from "./layout.js";
 import { chooseDirection } from "./fit.js";
 
@@ -25,6 +32,19 @@ function toEdge(e, selected) {
   };
   if (e.loop) Object.assign(edge, { type: "loop", className: "amp-edge amp-loop-edge", markerEnd: { type: "arrowclosed", color: "#d9730d" } });
   return edge;
+}
+
+const samePorts = (a, b) => a.length === b.length && a.every((p, i) => p === b[i]);
+
+// Whether Python's `node`, drawn in `direction`, has its handles where React Flow measured them on `prev`
+// (the React Flow node it replaces): the same input and output ports, the same direction.
+function sameHandles(prev, node, direction) {
+  const was = prev.data.node;
+  return (
+    prev.data.direction === direction &&
+    samePorts(was.inputs, node.inputs) &&
+    samePorts(was.outputs.map((o) => o.port), node.outputs.map((o) => o.port))
+  );
 }
 
 export function useGraphView({ view, colourBy, anchor, canvasRef, send }) {
@@ -53,10 +73,13 @@ export function useGraphView({ view, colourBy, anchor, canvasRef, send }) {
     const same = view.generation === generation.current; // the same graph: its selection stays
     generation.current = view.generation;
     setNodes((old) => {
-      const selected = new Set(same ? old.filter((n) => n.selected).map((n) => n.id) : []);
+      const before = new Map(same ? old.map((n) => [n.id, n]) : []);
       return view.nodes.map((n) => {
         const p = n.position || laid[n.id];
-        return { id: n.id, type: "op", position: { x: p[0], y: p[1] }, data: { node: n, colourBy, direction: dir }, selected: selected.has(n.id) };
+        const prev = before.get(n.id);
+        const node = { id: n.id, type: "op", position: { x: p[0], y: p[1] }, data: { node: n, colourBy, direction: dir }, selected: Boolean(prev && prev.selected) };
+        if (prev && prev.measured && sameHandles(prev, n, dir)) node.measured = prev.measured;
+        return node;
       });
     });
     setEdges((old) => {
@@ -93,4 +116,24 @@ export function useGraphView({ view, colourBy, anchor, canvasRef, send }) {
   }, []);
 
   return { nodes, setNodes, edges, setEdges, direction, pending, tick, refit };
+}
+
+// After every change of the nodes drawn, the nodes React Flow holds without a measured box or handle
+// positions are measured directly, in the next frame. React Flow measures a node when its ResizeObserver
+// reports it, and re-observes a node only when it loses its measurement; a report that lands between
+// React's commit of a newer view and that view's effects (two views in quick succession on a busy CPU:
+// the reply to a "layout" intent often comes with the reply to the next edit) is spent on the node
+// objects being replaced. Nothing measured the node again then, and it stayed hidden with its edges.
+export function useRemeasure(nodes) {
+  const flow = useReactFlow();
+  const updateNodeInternals = useUpdateNodeInternals();
+  useEffect(() => {
+    const unmeasured = nodes
+      .filter((n) => {
+        const internal = flow.getInternalNode(n.id);
+        return internal && !(internal.measured?.width && internal.measured?.height && internal.internals.handleBounds);
+      })
+      .map((n) => n.id);
+    if (unmeasured.length) updateNodeInternals(unmeasured);
+  }, [nodes, flow, updateNodeInternals]);
 }
