@@ -97,6 +97,7 @@ class NativeBackend:
         self._join_timeout: float | None = None
         self._lr = self._learning_rates()
         self._folded_at = 0  # messages handled at the last fold of the trace buffers
+        self._tracing = bool(session.config.trace)  # off: the workers write no rows, so there is nothing to fold
         self._fold_rows = min(b.event_table.chunk_rows for b in session.buffers)
         self._shut = False
         session.knobs.subscribe(self.knobs_changed)
@@ -236,6 +237,8 @@ class NativeBackend:
     def _fold(self) -> None:
         """Fold the trace buffers once a chunk may have filled: a handled message writes at most one row of
         each kind (a bundle of n messages: one event row, n member rows, a staleness row per gradient)."""
+        if not self._tracing:
+            return
         handled = self.engine.handled()
         if handled - self._folded_at >= self._fold_rows:
             self._folded_at = handled
