@@ -69,14 +69,20 @@ class EpochStats:
     ) -> None:
         """Loss reports as columns, in order (``corrects[i]`` is -1 where the loss counts none): the sums grow
         one report at a time, so the means do not depend on how the reports were handed over."""
+        if not len(trains) == len(losses) == len(ns) == len(corrects):
+            raise ValueError("add_many: the columns differ in length")
         s = self._sums
-        rows = list(zip(trains, losses, ns, corrects, strict=True))
+        sides = set(trains)
         for side, prefix in ((True, "train"), (False, "val")):
-            mine = [r for r in rows if bool(r[0]) is side]
-            if not mine:
+            if side not in sides:
                 continue
+            rows = (
+                zip(losses, ns, corrects, strict=True)
+                if len(sides) == 1
+                else ((x, n, c) for t, x, n, c in zip(trains, losses, ns, corrects, strict=True) if t == side)
+            )
             n_sum, loss_sum, correct_sum = s.get(prefix + "_n", 0), s.get(prefix + "_loss", 0.0), None
-            for _, loss, n, correct in mine:
+            for loss, n, correct in rows:
                 n_sum += n
                 loss_sum += loss * n
                 if correct >= 0:
