@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from amp_notebook.runtime.session import Session
 
 NUMERICS = {"ignore": 0, "raise": 1, "skip": 2}  # src/engine.h EngineConfig.numerics
-SPIN_US = 10.0  # how long an idle worker watches its mailbox before it sleeps (src/worker.cc Worker::idle)
+SPIN_US = 25.0  # how long an idle worker watches its mailbox before it sleeps (src/worker.cc Worker::idle)
 NATIVE_OPTIMIZERS: dict[type, str] = {SGD: "sgd", Momentum: "momentum", Adam: "adam"}
 
 

@@ -74,7 +74,7 @@ struct EngineConfig {
   bool local_updates = true;  // amp mode: update after min_update_frequency gradients
   int numerics = 1;           // 0 ignore, 1 raise, 2 skip (runtime/numerics.py on_nonfinite)
   bool tracing = true;
-  double spin_s = 10e-6;      // how long an idle worker watches its mailbox before it sleeps
+  double spin_s = 25e-6;      // how long an idle worker watches its mailbox before it sleeps
 };
 
 class Engine {
