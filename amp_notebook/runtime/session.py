@@ -69,20 +69,17 @@ class EpochStats:
     ) -> None:
         """Loss reports as columns, in order (``corrects[i]`` is -1 where the loss counts none): the sums grow
         one report at a time, so the means do not depend on how the reports were handed over."""
-        if not len(trains) == len(losses) == len(ns) == len(corrects):
-            raise ValueError("add_many: the columns differ in length")
         s = self._sums
         sides = set(trains)
+        mixed = len(sides) > 1
         for side, prefix in ((True, "train"), (False, "val")):
             if side not in sides:
                 continue
-            rows = (
-                zip(losses, ns, corrects, strict=True)
-                if len(sides) == 1
-                else ((x, n, c) for t, x, n, c in zip(trains, losses, ns, corrects, strict=True) if t == side)
-            )
+            rows = zip(trains, losses, ns, corrects, strict=True)  # columns of unequal length raise here
             n_sum, loss_sum, correct_sum = s.get(prefix + "_n", 0), s.get(prefix + "_loss", 0.0), None
-            for loss, n, correct in rows:
+            for train, loss, n, correct in rows:
+                if mixed and train != side:
+                    continue
                 n_sum += n
                 loss_sum += loss * n
                 if correct >= 0:
