@@ -7,13 +7,15 @@ worker and drives the run from the calling thread, as the Python engine's backen
 * the session admits keys and flushes (the controller stays in Python) and registers their messages with
   :class:`NativeLedger` (the engine's own credit ledger, which the native workers settle); the messages are
   converted once at :meth:`inject` and posted to their workers' mailboxes;
-* the driver waits for events with the GIL released: the engine wakes it only when a step completed keys or
-  flushes (per key, never per message), the run failed, or another thread queued a call (:meth:`call`: a live
-  Run's change). It then takes the loss reports and the keys skipped for NaN/inf (reports before the
-  completions that follow them), brings the contexts up to date when nothing is in flight (node versions,
-  held gradients, Adam's step count: :meth:`sync_state`), and hands the completions to the session, which
-  admits what follows, ends epochs (replica averaging on the contexts' arrays, which the engine shares) and
-  lowers learning rates (handed to the engine at :meth:`epoch_ended`);
+* the driver waits for events with the GIL released: the engine wakes it only when steps completed a batch of
+  keys (a quarter of ``max_active_keys``, fewer once no other key is in flight, one while paused:
+  :meth:`_wake_batch`) or a flush, the run failed, or another thread queued a call (:meth:`call`: a live Run's
+  change); never per message, and not per key, since each wake costs the driver and the waking worker a
+  thread switch while the workers still hold the other keys. It then takes the loss reports and the keys
+  skipped for NaN/inf (reports before the completions that follow them), brings the contexts up to date
+  when nothing is in flight (node versions, held gradients, Adam's step count: :meth:`sync_state`), and hands
+  the completions to the session, which admits what follows, ends epochs (replica averaging on the contexts'
+  arrays, which the engine shares) and lowers learning rates (handed to the engine at :meth:`epoch_ended`);
 * live knobs: the engine starts from the session's :class:`~amp_notebook.runtime.knobs.Knobs` and listens to
   them; ``max_bundle``, ``min_update_frequency`` and ``paused`` are atomics the workers read per bundle
   (:meth:`knobs_changed` forwards each change); ``max_active_keys`` and stop are the controller's;
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
 
 WAIT_S = 0.1  # the longest the driver waits at once (signals such as a KeyboardInterrupt are seen between waits)
 STUCK_JOIN_S = 5.0
+WAKE_SHARE = 4  # the driver wakes once per max_active_keys // WAKE_SHARE completed keys (_wake_batch)
 LIFE = ("not started", "running", "thread ended")
 
 
@@ -191,7 +194,7 @@ class NativeBackend:
         try:
             self.finished = session.begin(self)
             while not self.finished:
-                done, flushed, failed = engine.wait(min(tick, WAIT_S))
+                done, flushed, failed = engine.wait(min(tick, WAIT_S), self._wake_batch())
                 if failed:
                     self._collect()
                     self.sync_state()
@@ -277,6 +280,13 @@ class NativeBackend:
         skipped = self.engine.take_skipped()
         if skipped and session.numerics is not None:
             session.numerics.skipped.update(skipped)
+
+    def _wake_batch(self) -> int:
+        """How many completed keys are worth waking the driver for: a quarter of ``max_active_keys``, so the
+        workers keep three quarters of the keys in flight while the driver admits the next batch; one key while
+        paused (the status shows each completion) or below 8 keys in flight."""
+        knobs = self.session.knobs
+        return 1 if knobs.paused else max(1, knobs.max_active_keys // WAKE_SHARE)
 
     def _learning_rates(self) -> list[float | None]:
         return [None if o is None else o.lr for o in self.session.plan.optimizers]

@@ -146,6 +146,61 @@ def test_a_bundle_that_hands_its_credits_on_in_any_order_completes_as_credits_do
     assert native.outstanding() == dict(counts)
 
 
+def test_the_ledger_wakes_the_driver_once_a_batch_of_keys_completed_or_none_is_left() -> None:
+    """The driver names how many completed keys are worth a wake; fewer do once nothing else is in flight, and
+    a completed flush always does (``set_wake_batch`` answers whether what is queued is worth a wake now)."""
+    ledger = engine.native().Ledger()
+    for key in range(4):
+        ledger.inject_key(key, 1)
+    assert not ledger.set_wake_batch(2)  # nothing completed
+    assert ledger.release([(0, -1)], []) == ([0], [])
+    assert not ledger.set_wake_batch(2)  # one of two
+    assert ledger.set_wake_batch(1)  # a smaller batch makes the queued key worth it at once
+    assert not ledger.set_wake_batch(3)
+    ledger.release([(1, -1)], [])
+    assert not ledger.set_wake_batch(3)
+    ledger.release([(2, -1)], [])
+    assert ledger.set_wake_batch(3)
+    assert ledger.drain() == ([0, 1, 2], [])
+    assert not ledger.set_wake_batch(3)
+    ledger.release([(3, -1)], [])
+    assert ledger.set_wake_batch(3)  # one key of three, but none is left in flight
+    assert ledger.drain() == ([3], [])
+    ledger.inject_key(4, 1)
+    ledger.inject_flush(0, 1)
+    assert not ledger.set_wake_batch(8)
+    assert ledger.release([(-1, 0)], []) == ([], [0])
+    assert ledger.set_wake_batch(8)  # a completed flush
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    capacity=st.integers(1, 40),
+    steps=st.lists(
+        st.tuples(st.sampled_from(["put", "take", "get"]), st.lists(st.integers(-1, 1), max_size=2),
+                  st.integers(-5, 5)),
+        max_size=120,
+    ),
+)  # fmt: skip
+def test_the_native_state_map_holds_what_a_dict_holds(capacity, steps) -> None:
+    """Inserts, lookups and removals in any order (few distinct states, so probe runs collide and removals
+    shift them), from a small table that grows: the same answers and contents as a dict."""
+    native, python = engine.native().StateMap(capacity), {}
+    for op, state, value in steps:
+        key = tuple(state)
+        if op == "put":
+            assert native.put(state, value) == (key not in python)
+            python[key] = value
+        elif op == "take":
+            assert native.take(state) == python.pop(key, None)
+        else:
+            assert native.get(state) == python.get(key)
+        assert len(native) == len(python)
+    assert {tuple(s): v for s, v in native.items()} == python
+    native.clear()
+    assert len(native) == 0 and native.items() == [] and native.get([0]) is None
+
+
 def test_the_ledger_refuses_a_credit_it_never_gave() -> None:
     with pytest.raises(KeyError):
         engine.native().Ledger().release([(3, -1)], [])

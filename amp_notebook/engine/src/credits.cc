@@ -48,17 +48,30 @@ bool Ledger::transfers_only(Span<const Credit> bundle, Span<const int64_t> out_k
   return in == out;
 }
 
-void Ledger::release(Span<const Credit> bundle, Span<const int64_t> out_keys, std::vector<int64_t>* done,
+bool Ledger::release(Span<const Credit> bundle, Span<const int64_t> out_keys, std::vector<int64_t>* done,
                      std::vector<int64_t>* flushed) {
   // Each credit passes to an output of its key: the counts stay, none reaches zero, nothing to lock. The
   // handled messages hold their credits until now, so every key here has a count of at least one.
-  if (transfers_only(bundle, out_keys)) return;
+  if (transfers_only(bundle, out_keys)) return false;
   std::lock_guard<std::mutex> lock(mu_);
   for (int64_t k : out_keys) keys_[k] += 1;
   for (const Credit& c : bundle) {
     if (c.update) give_up(flushes_, c.flush_id, flushed, &flushed_queue_);
     else give_up(keys_, c.key, done, &done_queue_);
   }
+  return (!done->empty() || !flushed->empty()) && worth_waking();
+}
+
+bool Ledger::worth_waking() const {
+  if (!flushed_queue_.empty()) return true;
+  if (done_queue_.empty()) return false;
+  return static_cast<int64_t>(done_queue_.size()) >= wake_batch_ || keys_.empty();
+}
+
+bool Ledger::set_wake_batch(int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  wake_batch_ = std::max<int64_t>(1, n);
+  return worth_waking();
 }
 
 void Ledger::drain(std::vector<int64_t>* done, std::vector<int64_t>* flushed) {

@@ -4,7 +4,10 @@
 // complete when its count reaches zero. A flush counts its update messages the same way.
 // The worker adds the credits of emitted messages before delivering them and releases the handled
 // bundle's only after its local updates, so no other worker can drive a count to zero early.
-// Completion goes to Python per key (a queue the controller drains), never per message.
+// Completion goes to Python per key (a queue the controller drains), never per message. The driver need
+// not hear of every key at once: it names how many completed keys are worth a wake-up (`wake_batch`, from
+// the controller's max_active_keys), and release() says when the queue reached it, when no key is left in
+// flight (nothing else will complete), or when a flush completed. The rest wait for the next wake.
 // Shared by every worker of a run: one mutex, held for a few map updates per bundle. Most steps hand each
 // message's credit straight to its one output of the same key (a chain's step: one in, one out); no count
 // changes then, so release() sees that before it locks and touches nothing (`transfers_only`).
@@ -33,8 +36,11 @@ class Ledger {
   void add(Span<const int64_t> out_keys);
   // The handled bundle gives up its credits, `out_keys` (not yet counted) get theirs; keys and flushes
   // that completed are appended to `done` / `flushed` and to the completion queue.
-  void release(Span<const Credit> bundle, Span<const int64_t> out_keys, std::vector<int64_t>* done,
+  // Returns whether the driver should be woken now (class comment).
+  bool release(Span<const Credit> bundle, Span<const int64_t> out_keys, std::vector<int64_t>* done,
                std::vector<int64_t>* flushed);
+  // How many completed keys wake the driver (at least 1); returns whether the queue is worth a wake now.
+  bool set_wake_batch(int64_t n);
   // What completed since the last call (the controller's per-key events).
   void drain(std::vector<int64_t>* done, std::vector<int64_t>* flushed);
   std::unordered_map<int64_t, int64_t> outstanding();
@@ -45,12 +51,14 @@ class Ledger {
   // Whether handling `bundle` and emitting `out_keys` leaves every count as it was: no update message, and
   // the emitted keys are the handled ones, as a multiset (the common case is checked first: the same keys
   // in the same order).
+  bool worth_waking() const;  // with mu_ held
   static bool transfers_only(Span<const Credit> bundle, Span<const int64_t> out_keys);
   void give_up(std::unordered_map<int64_t, int64_t>& counts, int64_t id, std::vector<int64_t>* completed,
                std::vector<int64_t>* queue);
   std::mutex mu_;
   std::unordered_map<int64_t, int64_t> keys_, flushes_;
   std::vector<int64_t> done_queue_, flushed_queue_;
+  int64_t wake_batch_ = 1;
 };
 
 }  // namespace amp

@@ -53,11 +53,14 @@ void Engine::inject(std::vector<Message>& msgs) {
   msgs.clear();
 }
 
-bool Engine::wait(double timeout_s, std::vector<int64_t>* done, std::vector<int64_t>* flushed) {
+bool Engine::wait(double timeout_s, int64_t wake_batch, std::vector<int64_t>* done, std::vector<int64_t>* flushed) {
   {
+    // The batch is set before the event lock is taken: a worker that completes keys from here on judges by
+    // it, and what completed before is judged now (a smaller batch may make it worth a wake already).
+    const bool ready = ledger.set_wake_batch(wake_batch);
     std::unique_lock<std::mutex> lock(event_mu_);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-    while (!event_pending_ && !failed()) {
+    while (!ready && !event_pending_ && !failed()) {
       driver_waiting_ = true;
       if (event_cv_.wait_until(lock, deadline) == std::cv_status::timeout) break;
     }
@@ -94,7 +97,7 @@ void Engine::forget_python_failure() {
   }
 }
 
-void Engine::take_reports(std::vector<std::pair<int, Report>>* out) {
+void Engine::take_reports(std::vector<Report>* out) {
   std::lock_guard<std::mutex> lock(report_mu_);
   out->swap(reports_);
   reports_.clear();
@@ -106,9 +109,9 @@ void Engine::take_skipped(std::vector<int64_t>* out) {
   skipped_.clear();
 }
 
-void Engine::add_report(int node, const Report& report) {
+void Engine::add_reports(const std::vector<Report>& reports) {
   std::lock_guard<std::mutex> lock(report_mu_);
-  reports_.emplace_back(node, report);
+  reports_.insert(reports_.end(), reports.begin(), reports.end());
 }
 
 void Engine::add_skipped(const std::unordered_set<int64_t>& keys) {

@@ -97,16 +97,17 @@ class Engine {
 
   // The driver.
   void inject(std::vector<Message>& msgs);  // credits already registered with `ledger`
-  // Block until a step completed keys or flushes, the run failed, notify() was called, or `timeout_s`
-  // passed; the completed keys and flushes since the last call (in order) go to `done` and `flushed`.
-  bool wait(double timeout_s, std::vector<int64_t>* done, std::vector<int64_t>* flushed);
+  // Block until `wake_batch` keys completed (fewer once no key is left in flight) or a flush did, the run
+  // failed, notify() was called, or `timeout_s` passed; the completed keys and flushes since the last call
+  // (in order) go to `done` and `flushed`.
+  bool wait(double timeout_s, int64_t wake_batch, std::vector<int64_t>* done, std::vector<int64_t>* flushed);
   void notify();  // wake a waiting driver (a queued call from another Python thread)
   bool failed() const { return failed_.load(std::memory_order_acquire); }
   const Failure& failure() const { return failure_; }
   // Drop the failure's Python exception once the driver holds it: the exception's traceback reaches the
   // driver's frames, which hold this engine, a cycle Python's collector cannot see through.
   void forget_python_failure();
-  void take_reports(std::vector<std::pair<int, Report>>* out);
+  void take_reports(std::vector<Report>* out);
   void take_skipped(std::vector<int64_t>* out);
 
   // Live knobs (any thread).
@@ -124,8 +125,8 @@ class Engine {
 
   // Workers.
   void fail(Failure&& failure);  // the first failure stops the run; later ones are dropped
-  void completed();              // a step completed keys or flushes: wake the driver
-  void add_report(int node, const Report& report);
+  void completed();              // a step completed enough keys, or a flush (Ledger::release): wake the driver
+  void add_reports(const std::vector<Report>& reports);  // a bundle's, in order, under one lock
   void add_skipped(const std::unordered_set<int64_t>& keys);
   void add_skipped(int64_t key);
   bool stopping() const { return stopping_.load(std::memory_order_acquire); }
@@ -154,7 +155,7 @@ class Engine {
   bool driver_waiting_ = false;
   // what workers hand to the driver
   std::mutex report_mu_;
-  std::vector<std::pair<int, Report>> reports_;
+  std::vector<Report> reports_;
   std::vector<int64_t> skipped_;
 };
 

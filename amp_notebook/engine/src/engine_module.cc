@@ -2,7 +2,7 @@
 //
 //   Engine(codec, n_nodes, workers, priority, order, local_updates, numerics, tracing, spin_us)
 //   add_node(...), set_trace(worker, TraceBuffer), set_python_update(fn), start()     building (GIL held)
-//   admit_key/admit_flush, inject(messages, post), wait(timeout) -> (done, flushed, failed)  the driver
+//   admit_key/admit_flush, inject(messages, post), wait(timeout, wake_batch) -> (done, flushed, failed)
 //                                                   (post=False converts and checks only)
 //   take_reports(), take_skipped(), failure()                                         what workers handed over
 //   set_max_bundle / set_min_update_frequency / set_paused, set_lr                     live knobs
@@ -302,12 +302,12 @@ class EngineHandle {
     else engine_->inject(out);
   }
 
-  nb::tuple wait(double timeout) {
+  nb::tuple wait(double timeout, int64_t wake_batch) {
     std::vector<int64_t> done, flushed;
     bool failed;
     {
       nb::gil_scoped_release release;
-      failed = engine_->wait(timeout, &done, &flushed);
+      failed = engine_->wait(timeout, wake_batch, &done, &flushed);
     }
     return nb::make_tuple(done, flushed, failed);
   }
@@ -315,7 +315,7 @@ class EngineHandle {
   // The loss reports handed over since the last call, in order, as columns (key, loss, n, correct; correct
   // -1 where the loss counts none): four lists, not a dict per report, since a Tree-LSTM reports per tree node.
   nb::tuple take_reports() {
-    std::vector<std::pair<int, Report>> reports;
+    std::vector<Report> reports;
     engine_->take_reports(&reports);
     std::vector<int64_t> keys, ns, correct;
     std::vector<double> losses;
@@ -323,8 +323,7 @@ class EngineHandle {
     ns.reserve(reports.size());
     correct.reserve(reports.size());
     losses.reserve(reports.size());
-    for (const auto& entry : reports) {
-      const Report& r = entry.second;
+    for (const Report& r : reports) {
       keys.push_back(r.key);
       losses.push_back(r.loss);
       ns.push_back(r.n);
@@ -514,7 +513,7 @@ void bind_engine(nb::module_& m) {
       .def("admit_key", [](EngineHandle& h, int64_t key, int64_t n) { h.engine().ledger.inject_key(key, n); })
       .def("admit_flush", [](EngineHandle& h, int64_t id, int64_t n) { h.engine().ledger.inject_flush(id, n); })
       .def("inject", &EngineHandle::inject, nb::arg("msgs"), nb::arg("post") = true)
-      .def("wait", &EngineHandle::wait, nb::arg("timeout"))
+      .def("wait", &EngineHandle::wait, nb::arg("timeout"), nb::arg("wake_batch") = 1)
       .def("notify", [](EngineHandle& h) { h.engine().notify(); })
       .def("take_reports", &EngineHandle::take_reports)
       .def("forget_python_failure", [](EngineHandle& h) { h.engine().forget_python_failure(); })

@@ -1,5 +1,6 @@
 // Bindings of the worker's parts for their tests against the Python ones (runtime/inbox.py,
-// runtime/credits.py, trace/buffers.py), and for the Python trace reader (engine/trace.py).
+// runtime/credits.py, trace/buffers.py; StateMap against a dict), and for the Python trace reader
+// (engine/trace.py).
 #include "probes.h"
 
 #include <nanobind/ndarray.h>
@@ -183,6 +184,20 @@ bool arrays_finite(nb::list arrays) {
   return all_finite(grads);
 }
 
+// A state of the probe's maps: slot i holds values[i] (at most kMaxSlots values, all present).
+State probe_state(const std::vector<int64_t>& values) {
+  if (values.size() > static_cast<size_t>(kMaxSlots)) throw nb::value_error("a state has at most 16 slots");
+  State s;
+  for (size_t i = 0; i < values.size(); ++i) s.set(static_cast<int>(i), values[i]);
+  return s;
+}
+
+std::vector<int64_t> probe_values(const State& s) {
+  std::vector<int64_t> out;
+  for (int i = 0; i < kMaxSlots && s.has(i); ++i) out.push_back(s.get(i));
+  return out;
+}
+
 void bind_probes(nb::module_& m) {
   m.def("stacked_views", &stacked_views, nb::arg("parts"));
   m.def("arrays_finite", &arrays_finite, nb::arg("arrays"));
@@ -211,6 +226,32 @@ void bind_probes(nb::module_& m) {
       .def("has_work", &Inbox::has_work)
       .def("__len__", &Inbox::size);
 
+  // StateMap (state.h) over int64 values, for its test against a dict.
+  using ProbeMap = StateMap<int64_t>;
+  nb::class_<ProbeMap>(m, "StateMap")
+      .def(nb::init<size_t>(), nb::arg("capacity") = 16)
+      .def("put", [](ProbeMap& map, const std::vector<int64_t>& state, int64_t value) {
+        bool inserted = false;
+        map.emplace(probe_state(state), &inserted) = value;
+        return inserted;
+      })
+      .def("get", [](ProbeMap& map, const std::vector<int64_t>& state) -> nb::object {
+        const int64_t* v = map.find(probe_state(state));
+        return v ? nb::cast(*v) : nb::none();
+      })
+      .def("take", [](ProbeMap& map, const std::vector<int64_t>& state) -> nb::object {
+        bool found = false;
+        int64_t v = map.take(probe_state(state), &found);
+        return found ? nb::cast(v) : nb::none();
+      })
+      .def("items", [](const ProbeMap& map) {
+        std::vector<std::pair<std::vector<int64_t>, int64_t>> out;
+        map.for_each([&](const State& s, const int64_t& v) { out.emplace_back(probe_values(s), v); });
+        return out;
+      })
+      .def("clear", &ProbeMap::clear)
+      .def("__len__", &ProbeMap::size);
+
   nb::class_<Ledger>(m, "Ledger")
       .def(nb::init<>())
       .def("inject_key", &Ledger::inject_key)
@@ -234,6 +275,7 @@ void bind_probes(nb::module_& m) {
         l.drain(&done, &flushed);
         return std::make_pair(done, flushed);
       })
+      .def("set_wake_batch", &Ledger::set_wake_batch, nb::arg("n"))
       .def("outstanding", &Ledger::outstanding);
 
   nb::class_<TraceBuffer>(m, "TraceBuffer")

@@ -5,9 +5,10 @@
 // so equality and hash ignore the bool bit, as Python's do).
 //
 // StateMap<V>: what an op caches under the state of a forward message until its backward arrives
-// (ir/ops/base.py NodeContext.cache / joins), as an open-addressing hash table with linear probing and
-// backward-shift deletion: no allocation per entry, and deletion leaves no tombstones, so a table that
-// holds what is in flight stays as small as that.
+// (ir/ops/base.py NodeContext.cache / joins): a compact open-addressing index (linear probing, backward-shift
+// deletion, no tombstones) over a dense array of entries. No allocation per entry once the arrays have grown
+// to what is in flight, and a lookup reads 16-byte index slots rather than whole entries, which for a join's
+// waiting messages are most of a kilobyte (the entry is read once, on a matching hash).
 // Never touches Python, threads or payload data.
 #pragma once
 
@@ -73,80 +74,103 @@ struct Layout {
 template <class V>
 class StateMap {
  public:
-  explicit StateMap(size_t capacity = 16) { rehash(capacity < 8 ? 8 : capacity); }
+  explicit StateMap(size_t capacity = 16) {
+    rehash(capacity < 8 ? 8 : capacity);
+    entries_.reserve(capacity < 8 ? 8 : capacity);
+  }
 
-  size_t size() const { return size_; }
-  bool empty() const { return size_ == 0; }
+  size_t size() const { return entries_.size(); }
+  bool empty() const { return entries_.empty(); }
 
   V* find(const State& s) {
     const uint64_t h = s.hash();
-    size_t i = h & mask_;
-    while (slots_[i].used) {
-      if (slots_[i].hash == h && slots_[i].key == s) return &slots_[i].value;
-      i = (i + 1) & mask_;
+    for (size_t i = h & mask_; index_[i].pos != kEmpty; i = (i + 1) & mask_) {
+      Entry& e = entries_[static_cast<size_t>(index_[i].pos)];
+      if (index_[i].hash == h && e.key == s) return &e.value;
     }
     return nullptr;
   }
   bool contains(const State& s) { return find(s) != nullptr; }
 
-  // The entry for `s`, inserted (default-constructed) if absent; `inserted` tells which.
+  // The entry for `s`, inserted (default-constructed) if absent; `inserted` tells which. The reference lasts
+  // until the next emplace or take.
   V& emplace(const State& s, bool* inserted = nullptr) {
-    if ((size_ + 1) * 4 > slots_.size() * 3) rehash(slots_.size() * 2);
+    if ((entries_.size() + 1) * 4 > index_.size() * 3) rehash(index_.size() * 2);
     const uint64_t h = s.hash();
     size_t i = h & mask_;
-    while (slots_[i].used) {
-      if (slots_[i].hash == h && slots_[i].key == s) {
+    for (; index_[i].pos != kEmpty; i = (i + 1) & mask_) {
+      Entry& e = entries_[static_cast<size_t>(index_[i].pos)];
+      if (index_[i].hash == h && e.key == s) {
         if (inserted) *inserted = false;
-        return slots_[i].value;
+        return e.value;
       }
-      i = (i + 1) & mask_;
     }
-    slots_[i].used = true;
-    slots_[i].hash = h;
-    slots_[i].key = s;
-    slots_[i].value = V();
-    ++size_;
+    index_[i] = Slot{h, static_cast<int64_t>(entries_.size())};
+    Entry& e = entries_.emplace_back();  // built in place: an entry may be most of a kilobyte
+    e.hash = h;
+    e.key = s;
     if (inserted) *inserted = true;
-    return slots_[i].value;
+    return e.value;
   }
 
   // Remove `s` and return its value (`found` false and a default value if it was absent).
   V take(const State& s, bool* found = nullptr) {
+    V out{};
+    const bool got = take_into(s, &out);
+    if (found) *found = got;
+    return out;
+  }
+
+  // Remove `s` and move its value into `*out`: false (and `*out` untouched) if it was absent. No temporary,
+  // for large values.
+  bool take_into(const State& s, V* out) {
     const uint64_t h = s.hash();
-    size_t i = h & mask_;
-    while (slots_[i].used) {
-      if (slots_[i].hash == h && slots_[i].key == s) {
-        V out = std::move(slots_[i].value);
+    for (size_t i = h & mask_; index_[i].pos != kEmpty; i = (i + 1) & mask_) {
+      const size_t pos = static_cast<size_t>(index_[i].pos);
+      if (index_[i].hash == h && entries_[pos].key == s) {
+        *out = std::move(entries_[pos].value);
         erase_at(i);
-        if (found) *found = true;
-        return out;
+        if (pos + 1 != entries_.size()) {  // the last entry fills the hole; its index slot follows it
+          entries_[pos] = std::move(entries_.back());
+          slot_of_position(entries_[pos].hash, entries_.size() - 1).pos = static_cast<int64_t>(pos);
+        }
+        entries_.pop_back();
+        return true;
       }
-      i = (i + 1) & mask_;
     }
-    if (found) *found = false;
-    return V();
+    return false;
   }
 
   template <class F>
   void for_each(F&& f) const {
-    for (const auto& slot : slots_)
-      if (slot.used) f(slot.key, slot.value);
+    for (const Entry& e : entries_) f(e.key, e.value);
   }
   void clear() {
-    for (auto& slot : slots_) {
-      slot.used = false;
-      slot.value = V();
-    }
-    size_ = 0;
+    entries_.clear();
+    for (Slot& slot : index_) slot.pos = kEmpty;
   }
 
  private:
+  static constexpr int64_t kEmpty = -1;
+  // The index: open addressing with linear probing over 16-byte slots (a hash and the entry's position), so a
+  // probe reads one dense line and touches an entry only when the hash matches. The entries themselves (an
+  // op's cached tensors or a join's waiting messages: hundreds of bytes each) sit densely in `entries_`,
+  // where a removal moves the last entry into the hole.
   struct Slot {
-    bool used = false;
-    uint64_t hash = 0;  // the key's hash, kept: deletion and growth move entries without rehashing
+    uint64_t hash = 0;
+    int64_t pos = kEmpty;  // into entries_
+  };
+  struct Entry {
+    uint64_t hash = 0;  // the key's hash, kept: moving an entry finds its index slot without rehashing
     State key;
     V value{};
   };
+
+  Slot& slot_of_position(uint64_t h, size_t pos) {
+    size_t i = h & mask_;
+    while (index_[i].pos != static_cast<int64_t>(pos)) i = (i + 1) & mask_;
+    return index_[i];
+  }
 
   // Backward-shift deletion: move later members of the probe run into the hole while that keeps each
   // one at or after its home slot, so lookups never need tombstones.
@@ -154,39 +178,32 @@ class StateMap {
     size_t i = hole;
     for (;;) {
       i = (i + 1) & mask_;
-      if (!slots_[i].used) break;
-      size_t home = slots_[i].hash & mask_;
+      if (index_[i].pos == kEmpty) break;
+      size_t home = index_[i].hash & mask_;
       bool movable = (hole <= i) ? (home <= hole || home > i) : (home <= hole && home > i);
       if (movable) {
-        slots_[hole] = std::move(slots_[i]);
+        index_[hole] = index_[i];
         hole = i;
       }
     }
-    slots_[hole].used = false;
-    slots_[hole].value = V();
-    --size_;
+    index_[hole].pos = kEmpty;
   }
 
   void rehash(size_t capacity) {
     size_t n = 8;
     while (n < capacity) n <<= 1;
-    std::vector<Slot> old;
-    old.swap(slots_);
-    slots_.resize(n);
+    index_.assign(n, Slot{});
     mask_ = n - 1;
-    size_ = 0;
-    for (auto& slot : old) {
-      if (!slot.used) continue;
-      size_t i = slot.hash & mask_;
-      while (slots_[i].used) i = (i + 1) & mask_;
-      slots_[i] = std::move(slot);
-      ++size_;
+    for (size_t pos = 0; pos < entries_.size(); ++pos) {
+      size_t i = entries_[pos].hash & mask_;
+      while (index_[i].pos != kEmpty) i = (i + 1) & mask_;
+      index_[i] = Slot{entries_[pos].hash, static_cast<int64_t>(pos)};
     }
   }
 
-  std::vector<Slot> slots_;
+  std::vector<Slot> index_;
+  std::vector<Entry> entries_;
   size_t mask_ = 0;
-  size_t size_ = 0;
 };
 
 }  // namespace amp

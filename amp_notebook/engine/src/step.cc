@@ -133,9 +133,10 @@ void Worker::step(std::vector<Message>& bundle, int32_t depth) {
   for (const Message& m : outs_) out_keys_.push_back(m.key);
   done_.clear();
   flushed_.clear();
+  bool wake = false;
   try {
-    engine_.ledger.release(Span<const Credit>(credits_.data(), credits_.size()),
-                           Span<const int64_t>(out_keys_.data(), out_keys_.size()), &done_, &flushed_);
+    wake = engine_.ledger.release(Span<const Credit>(credits_.data(), credits_.size()),
+                                  Span<const int64_t>(out_keys_.data(), out_keys_.size()), &done_, &flushed_);
   } catch (...) {
     Failure f = failure_of(std::current_exception(), bundle);
     f.worker = index_;
@@ -148,7 +149,7 @@ void Worker::step(std::vector<Message>& bundle, int32_t depth) {
   step_end_ = end;
   if (!done_.empty() || !flushed_.empty()) {
     if (sim_clock) sim_clock->completed(end, done_, flushed_);
-    else engine_.completed();
+    else if (wake) engine_.completed();
   }
 }
 
@@ -221,22 +222,26 @@ void Worker::route_forward(NodeState& n, Outputs& emitted, bool key_trains, bool
   if (!n.ctx.reports.empty()) take_reports(n);
 }
 
-// Worker._take_reports: a loss's reports to the driver, checked for NaN/inf first.
+// Worker._take_reports: a loss's reports to the driver, checked for NaN/inf first (the bundle's finite ones
+// go over together, under one lock).
 void Worker::take_reports(NodeState& n) {
   const int numerics = engine_.config.numerics;
+  reports_out_.clear();
   for (const Report& r : n.ctx.reports) {
     if (numerics != 0 && !std::isfinite(r.loss)) {
       if (numerics == 2) {
         engine_.add_skipped(r.key);
         continue;
       }
+      if (!reports_out_.empty()) engine_.add_reports(reports_out_);  // the reports before it still count
       std::vector<Report> rest;  // clear before leaving: the run stops, nothing reads them again
       n.ctx.reports.swap(rest);
       throw NonFinite(Failure::kNonFiniteLoss, n.index, {r.key}, r);
     }
-    engine_.add_report(n.index, r);
+    reports_out_.push_back(r);
   }
   n.ctx.reports.clear();
+  if (!reports_out_.empty()) engine_.add_reports(reports_out_);
 }
 
 // Worker._backward_bundle: the op's backward (it sees n_grads before these gradients), then the count.

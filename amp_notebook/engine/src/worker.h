@@ -140,6 +140,7 @@ class Worker {
   std::vector<int64_t> keys_, out_keys_;
   std::vector<Credit> credits_;
   std::vector<int64_t> done_, flushed_;
+  std::vector<Report> reports_out_;  // a loss bundle's finite reports (take_reports)
   std::vector<int> due_;
   Outputs emitted_, loss_emitted_;
   // a step's times: its start (staleness rows), when its outputs leave (a simulation's links), its end

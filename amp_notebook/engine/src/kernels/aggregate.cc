@@ -127,7 +127,7 @@ class FanOut : public Kernel {
     e->port[e->got] = port;
     e->grad[e->got] = g;
     if (++e->got < count_bits(ctx.grad_outputs)) return false;
-    *done = pending_.take(s);
+    pending_.take_into(s, done);
     return true;
   }
   void remember(const State& s, const Tensor& x) {

@@ -36,12 +36,12 @@ State Joins::match(const State& s, const Layout& layout) const {
 }
 
 bool Joins::add(int port, const Tensor& x, const State& s, int n_ports, const Layout& layout, JoinEntry* got) {
-  State key = match(s, layout);
   if (n_ports == 1) {
     got->slot[port] = JoinSlot{true, x, s};
     got->count = 1;
     return true;
   }
+  const State key = match(s, layout);
   bool inserted = false;
   JoinEntry& entry = waiting_.emplace(key, &inserted);
   if (!inserted && entry.slot[port].got)
@@ -50,7 +50,7 @@ bool Joins::add(int port, const Tensor& x, const State& s, int n_ports, const La
                   "or set match_on)", port);
   entry.slot[port] = JoinSlot{true, x, s};
   if (++entry.count < n_ports) return false;
-  *got = waiting_.take(key);
+  waiting_.take_into(key, got);
   return true;
 }
 
