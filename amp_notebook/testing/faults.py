@@ -141,7 +141,7 @@ def installer(fault: Fault) -> Callable[[Session, ThreadedBackend], None]:
                 params = session.contexts[i].params
                 _break(plan.optimizers[i], "step", fault, lambda *args: args[0] is params)
             else:
-                _break(plan.ops[i], "forward" if fault.phase == "fwd" else "backward", fault)
+                _break_op(plan.ops[i], "forward" if fault.phase == "fwd" else "backward", fault)
         elif fault.kind in ("drop", "nan"):
             _intercept(session, backend, fault)
         elif fault.kind == "glue":
@@ -170,6 +170,42 @@ def _break(obj: Any, method: str, fault: Fault, counts: Callable[..., bool] | No
         return real(self, *args, **kwargs)
 
     obj.__class__ = type(base.__name__, (base,), {"__slots__": (), method: broken})
+
+
+def _break_op(op: Any, method: str, fault: Fault) -> None:
+    """Make ``op`` raise at its k-th message in ``method``'s direction (``forward`` or ``backward``), counting
+    messages as the census does. A worker hands a lone message to ``forward`` and a bundle of several to
+    ``forward_bundle`` (a rows op stacks them into one call), so both count: a bundle counts its messages and
+    raises if the k-th is among them, and a ``forward`` that the bundle's own code calls per message is not
+    counted again."""
+    base = type(op)
+    single, bundled = getattr(base, method), getattr(base, method + "_bundle")
+    seen = [0]
+    lock = threading.Lock()  # workers call ops concurrently
+    inside = threading.local()  # within a bundle call on this thread
+
+    def reach(n: int) -> None:
+        with lock:
+            before = seen[0]
+            seen[0] += n
+        if before < fault.k <= before + n:
+            fault.fire()
+            raise InjectedFaultError(f"injected: {fault.describe()}")
+
+    def broken(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not getattr(inside, "active", False):
+            reach(1)
+        return single(self, *args, **kwargs)
+
+    def broken_bundle(self: Any, ctx: Any, port: str, payloads: list[Any], states: list[Any]) -> Any:
+        reach(len(payloads))
+        inside.active = True
+        try:
+            return bundled(self, ctx, port, payloads, states)
+        finally:
+            inside.active = False
+
+    op.__class__ = type(base.__name__, (base,), {"__slots__": (), method: broken, method + "_bundle": broken_bundle})
 
 
 def _intercept(session: Session, backend: ThreadedBackend, fault: Fault) -> None:
