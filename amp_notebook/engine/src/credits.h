@@ -48,10 +48,10 @@ class Ledger {
   bool busy();  // any key or flush in flight
 
  private:
+  bool worth_waking() const;  // whether the completion queue is worth a wake (class comment); mu_ held
   // Whether handling `bundle` and emitting `out_keys` leaves every count as it was: no update message, and
   // the emitted keys are the handled ones, as a multiset (the common case is checked first: the same keys
   // in the same order).
-  bool worth_waking() const;  // with mu_ held
   static bool transfers_only(Span<const Credit> bundle, Span<const int64_t> out_keys);
   void give_up(std::unordered_map<int64_t, int64_t>& counts, int64_t id, std::vector<int64_t>* completed,
                std::vector<int64_t>* queue);

@@ -2,8 +2,8 @@
 //
 //   Engine(codec, n_nodes, workers, priority, order, local_updates, numerics, tracing, spin_us)
 //   add_node(...), set_trace(worker, TraceBuffer), set_python_update(fn), start()     building (GIL held)
-//   admit_key/admit_flush, inject(messages, post), wait(timeout, wake_batch) -> (done, flushed, failed)
-//                                                   (post=False converts and checks only)
+//   admit_key/admit_flush, inject(messages, post), wait(timeout, wake_batch) -> (done, flushed, failed):
+//                                                   the driver (post=False converts and checks only)
 //   take_reports(), take_skipped(), failure()                                         what workers handed over
 //   set_max_bundle / set_min_update_frequency / set_paused, set_lr                     live knobs
 //   handled(), queued(), activity(), in_flight(), busy(), held(node)                  watchdog and diagnosis
