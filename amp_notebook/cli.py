@@ -187,6 +187,19 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
         help="scaling only: measured (round robin, balanced stages and placement=auto's choice are timed here and "
         "the fastest runs the figures; the default) or a strategy for every figure: round_robin, balanced",
     )
+    b.add_argument(
+        "--no-ceiling",
+        dest="ceiling",
+        action="store_const",
+        const=False,
+        default=None,
+        help="scaling only: skip the machine's ceiling (independent copies of the 1-worker run timed side by side)",
+    )
+
+
+def _bench_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The options one benchmark takes (None: not given; ``run_benchmark`` refuses one it does not take)."""
+    return {"workers": args.workers, "placement": args.placement, "ceiling": args.ceiling}
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -196,10 +209,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from contextlib import redirect_stdout
 
         with redirect_stdout(sys.stderr):
-            result = run_benchmark(args.name, quick=args.quick, workers=args.workers, placement=args.placement)
+            result = run_benchmark(args.name, quick=args.quick, **_bench_options(args))
         print(json.dumps({"benchmark": args.name, **result}))
         return 0
-    result = run_benchmark(args.name, quick=args.quick, workers=args.workers, placement=args.placement)
+    result = run_benchmark(args.name, quick=args.quick, **_bench_options(args))
     if "text" in result:  # the other benchmarks print their table as they go
         print(f"{args.name}:\n{result['text']}")
     else:

@@ -26,6 +26,15 @@ default), balanced stages, and ``autoplace``'s choice (costs measured on that en
 robin), and ``placements`` in the JSON keeps every candidate's median and where the chosen one put each
 heavy node. ``placement="round_robin"`` (or any strategy of ``place``) skips the trials.
 
+**The machine's ceiling** (``ceiling=True``, the default; ``--no-ceiling`` skips it). Two workers of one
+run can at best do what two unrelated copies of its 1-worker run do side by side on the same cores, and on a
+virtual machine that can be well under 2x (:mod:`amp_notebook.bench.copies`). So for each model, 1 copy and
+N independent copies of the 1-worker run (separate processes, started together; on the native engine when it
+is among those measured, else the Python engine) are timed after the figures, model by model, ``repeats``
+rounds interleaved. ``ceiling`` in the JSON maps each
+model to the copies' throughput at the headline count over one copy's, and ``of_ceiling`` each engine's
+ratio over it: the share of what these cores give this workload that the run turned into throughput.
+
 Every (engine, model, workers) run is a side; the sides run ``repeats`` times, interleaved, the order
 flipping every round (``interleaved_medians``), and each is reported by its median with every round beside
 it. ``native`` and ``python`` (the JSON's headline) map each model to r = throughput on 2 workers / on 1
@@ -37,6 +46,7 @@ other processes competed.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -131,13 +141,27 @@ def measured_placement(
     return {"chosen": name, "placement": options[name], "trials": rates}
 
 
+def ceiling_rates(
+    workload: str, engine: str, counts: Sequence[int], max_active_keys: int, quick: bool, seed: int, repeats: int
+) -> dict[int, tuple[float, list[float]]]:
+    """Instances/s of ``n`` independent copies of the 1-worker run for each ``n`` in ``counts`` (module
+    docstring, :mod:`amp_notebook.bench.copies`): the median and every round, the counts interleaved."""
+    from amp_notebook.bench.copies import Copies
+
+    with Copies(workload, max(counts), quick=quick, seed=seed, engine=engine, max_active_keys=max_active_keys) as c:
+        medians = interleaved_medians(repeats, {str(n): functools.partial(c.rate, n) for n in counts})
+    return {int(n): value for n, value in medians.items()}
+
+
 def run(
     quick: bool = False, repeats: int = 3, seed: int = 0, workers: str | Sequence[int] = DEFAULT_WORKERS,
     models: Sequence[str] = tuple(MODELS), engines: Sequence[str] = ENGINES, placement: str = MEASURED,
+    ceiling: bool = True,
 ) -> dict[str, Any]:  # fmt: skip
     """Every model on every engine at every worker count (module docstring); ``quick``: a few keys, one
     round and one run per candidate placement (a smoke test: its figures mean nothing); ``placement``:
-    ``"measured"`` or a strategy of :func:`~amp_notebook.runtime.placement.place` for every figure."""
+    ``"measured"`` or a strategy of :func:`~amp_notebook.runtime.placement.place` for every figure;
+    ``ceiling``: time the machine's ceiling (independent copies of the 1-worker run) too."""
     from amp_notebook import engine as native_engine
     from amp_notebook.reproduce.workloads import workload
 
@@ -178,6 +202,10 @@ def run(
     rounds = {e: {m: {n: medians[f"{e}/{m}/{n}"][1] for n in counts} for m in models} for e in engines}
     ratios = {e: {m: {n: per_s[e][m][n] / per_s[e][m][1] for n in counts if n != 1} for m in models} for e in engines}
     head = headline_workers(counts)
+    copies_engine = "native" if "native" in engines else "python"
+    copies = {m: ceiling_rates(MODELS[m][0], copies_engine, counts, MODELS[m][1], quick, seed, repeats)
+              for m in (models if ceiling else ())}  # fmt: skip
+    ceilings = {m: {n: c[n][0] / c[1][0] if c[1][0] > 0 else 0.0 for n in counts if n != 1} for m, c in copies.items()}
     load = machine_load(load_before)
     result: dict[str, Any] = {e: {m: ratios[e][m][head] for m in models} if e in engines else None for e in ENGINES}
     result.update({
@@ -185,6 +213,12 @@ def run(
         "rounds_instances_per_s": rounds,
         "ratio_per_round": {e: {m: {n: [a / b for a, b in zip(rounds[e][m][n], rounds[e][m][1], strict=True)]
                                     for n in counts if n != 1} for m in models} for e in engines},
+        "ceiling": {m: r[head] for m, r in ceilings.items()} if ceiling else None,
+        "ceiling_ratios": ceilings, "ceiling_engine": copies_engine if ceiling else None,
+        "ceiling_instances_per_s": {m: {n: c[n][0] for n in counts} for m, c in copies.items()},
+        "ceiling_rounds_instances_per_s": {m: {n: c[n][1] for n in counts} for m, c in copies.items()},
+        "of_ceiling": {e: {m: ratios[e][m][head] / ceilings[m][head] if ceilings[m][head] > 0 else None
+                           for m in ceilings} for e in engines},
         "placement": placement,
         "placements": {e: {m: {n: _heavy_only(loads[m], chosen[e][m][n]) for n in counts if n != 1} for m in models}
                        for e in engines},
@@ -199,6 +233,14 @@ def run(
                                 for n in counts)  # fmt: skip
             gains = ", ".join(f"{ratios[e][m][n]:.2f}x at {n}" for n in counts if n != 1)
             rows.append((f"{e} {m}", f"{figures}   {gains}"))
+    for m, c in copies.items():
+        figures = ", ".join(f"{c[n][0]:.0f} ({'/'.join(f'{v:.0f}' for v in c[n][1])})" for n in counts)
+        top = ceilings[m][head]
+        shares = ", ".join(f"{e} {ratios[e][m][head] / top:.0%}" for e in engines if top > 0)
+        rows.append((f"ceiling {m}", f"{figures}   {top:.2f}x at {head}; reached: {shares}"))
+    if copies:
+        rows.append(("ceiling", f"independent copies of the 1-worker run ({copies_engine}) at once: what these cores "
+                                "give the workload; 'reached' is each engine's ratio over it"))  # fmt: skip
     for e in engines:
         for m in models:
             for n in counts:

@@ -82,13 +82,23 @@ class StalenessTotals:
     @classmethod
     def of(cls, columns: dict[str, np.ndarray]) -> StalenessTotals:
         """The totals of a block of staleness rows (columns ``node`` and ``value``)."""
-        nodes, values = columns["node"], columns["value"]
+        nodes, values = columns["node"].astype(np.int64), columns["value"].astype(np.int64)
         hist: dict[int, dict[int, int]] = {}
-        if len(nodes):
-            pairs, counts = np.unique(np.stack([nodes.astype(np.int64), values.astype(np.int64)]), axis=1,
-                                      return_counts=True)  # fmt: skip
-            for (node, value), count in zip(pairs.T.tolist(), counts.tolist(), strict=True):
-                hist.setdefault(node, {})[value] = count
+        if not len(nodes):
+            return cls(hist)
+        # Count (node, value) pairs as one int64 each, node * width + (value - low): its order is the pairs'
+        # lexicographic order, and a 1-D unique sorts plain integers (a 2-D unique along an axis sorts
+        # structured rows, ~30x slower: a full chunk took ~90 ms, and the driver waits on it).
+        low, high = int(values.min()), int(values.max())
+        width = high - low + 1
+        if int(nodes.max()) < (1 << 62) // width and int(nodes.min()) >= 0:
+            combined, counts = np.unique(nodes * width + (values - low), return_counts=True)
+            pairs = zip((combined // width).tolist(), (combined % width + low).tolist(), strict=True)
+        else:  # a range too wide to pack (never met in practice): the slow, general way
+            stacked, counts = np.unique(np.stack([nodes, values]), axis=1, return_counts=True)
+            pairs = zip(stacked[0].tolist(), stacked[1].tolist(), strict=True)
+        for (node, value), count in zip(pairs, counts.tolist(), strict=True):
+            hist.setdefault(node, {})[value] = count
         return cls(hist)
 
     def __add__(self, other: StalenessTotals) -> StalenessTotals:

@@ -30,6 +30,7 @@ import numpy as np
 
 from amp_notebook.trace.buffers import PHASES
 from amp_notebook.trace.metrics import staleness_histogram, utilization
+from amp_notebook.trace.totals import StalenessTotals
 from amp_notebook.trace.window import Cursor
 
 if TYPE_CHECKING:
@@ -197,10 +198,10 @@ class LiveFeed:
                 events["worker"], weights=events["end"] - events["start"], minlength=len(self._busy)
             )
         if staleness and len(staleness["value"]):
-            pairs, counts = np.unique(np.stack([staleness["node"], staleness["value"]]), axis=1, return_counts=True)
-            for (node, value), count in zip(pairs.T.tolist(), counts.tolist(), strict=True):
+            for node, counts in StalenessTotals.of(staleness).histogram.items():
                 per_node = self._hist.setdefault(node, {})
-                per_node[value] = per_node.get(value, 0) + count
+                for value, count in counts.items():
+                    per_node[value] = per_node.get(value, 0) + count
 
     def _whole_run(self, elapsed: float) -> tuple[dict[str, list[list[int]]], list[float]]:
         """Staleness histograms and utilization over the whole run: from what this feed read, when it read

@@ -81,14 +81,58 @@ def test_scaling_json_has_the_ratio_of_every_model_on_every_engine(
         return 100.0 * workers ** (0.5 if engine == "native" else 0.0)
 
     monkeypatch.setattr(scaling, "throughput", fake)
+    copied: list[tuple[str, str, tuple[int, ...], int]] = []
+
+    def ceiling(workload: str, engine: str, counts: Any, keys: int, quick: bool, seed: int, repeats: int) -> Any:
+        copied.append((workload, engine, tuple(counts), keys))
+        return {n: (100.0 * n**0.75, [100.0 * n**0.75]) for n in counts}  # copies: 2 of them give 2**0.75
+
+    monkeypatch.setattr(scaling, "ceiling_rates", ceiling)
     assert main(["bench", "scaling", "--quick", "--json", "--workers", "1,2,4", "--placement", "round_robin"]) == 0
-    out = last_json_line(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    out = last_json_line(captured.out)
     assert set(out["native"]) == set(out["python"]) == {"tree", "ggsnn", "tagger", "rnn_replicas", "mlp"}
     assert out["native"]["tree"] == pytest.approx(2**0.5) and out["python"]["mlp"] == pytest.approx(1.0)
     assert out["ratios"]["native"]["ggsnn"]["4"] == pytest.approx(2.0) and out["headline_workers"] == 2
     assert out["workers"] == [1, 2, 4] and out["settings"]["tagger"]["max_active_keys"] == 32
     assert ("bilstm-tagger", "native", 4, 32) in calls and ("rnn-2-replicas", "python", 1, 4) in calls
     assert len(calls) == 5 * 2 * 3  # every model, engine and count once (--quick: one round)
+    # the machine's ceiling: copies of every model's 1-worker run on the default engine, at every count
+    assert ("bilstm-tagger", "native", (1, 2, 4), 32) in copied and len(copied) == 5
+    assert out["ceiling_engine"] == "native" and out["ceiling"]["tree"] == pytest.approx(2**0.75)
+    assert out["ceiling_ratios"]["mlp"]["4"] == pytest.approx(2**1.5)
+    assert out["of_ceiling"]["native"]["tree"] == pytest.approx(2**-0.25)
+    assert out["of_ceiling"]["python"]["mlp"] == pytest.approx(2**-0.75)
+    assert "ceiling tree" in captured.err and "native 84%" in captured.err
+
+
+def test_scaling_without_the_ceiling_times_no_copies(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(native_engine, "available", lambda: True)
+    monkeypatch.setattr(scaling, "throughput", lambda *args: 10.0)
+    monkeypatch.setattr(scaling, "ceiling_rates", lambda *args: pytest.fail("copies timed with ceiling=False"))
+    out = run_benchmark("scaling", quick=True, placement="round_robin", models=("mlp",), ceiling=False)
+    assert out["ceiling"] is None and out["of_ceiling"] == {"native": {}, "python": {}} and out["native"]["mlp"] == 1.0
+
+
+def test_no_ceiling_is_refused_by_a_benchmark_without_one() -> None:
+    with pytest.raises(SettingError, match="bench overhead takes no --ceiling"):
+        run_benchmark("overhead", ceiling=False)
+
+
+@needs_native
+def test_copies_run_the_one_worker_run_side_by_side() -> None:
+    """Real processes, real runs (the quick MLP): each count gives a positive rate; a workload that cannot be
+    built fails with the copy's own error, and the copies are gone afterwards."""
+    from amp_notebook.bench.copies import Copies, CopyError
+
+    with Copies("mlp", 2, quick=True, seed=0, engine="native", max_active_keys=4) as copies:
+        assert copies.rate(1) > 0 and copies.rate(2) > 0
+        with pytest.raises(SettingError, match="expected 1 to 2 copies"):
+            copies.rate(3)
+        procs = list(copies._procs)
+    assert procs and not any(p.is_alive() for p in procs)
+    with pytest.raises(CopyError, match="a copy of the no-such-model run failed"):
+        Copies("no-such-model", 1, quick=True, seed=0, engine="native", max_active_keys=4)
 
 
 def test_scaling_runs_the_placement_that_was_fastest_here(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,6 +6,8 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from amp_notebook import models
 from amp_notebook.runtime.train import train
@@ -281,3 +283,32 @@ def test_live_since_while_a_background_run_writes(digits):
         rows, _ = result.trace.buffers[w].snapshot()
         np.testing.assert_array_equal(got["key"], rows["key"])
         np.testing.assert_allclose(got["start"], rows["start"] - result.trace.origin, rtol=0, atol=1e-9)
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 300), st.integers(-5, 10**6)), max_size=200),
+    st.sampled_from([np.int32, np.int64]),
+)
+@settings(max_examples=200, deadline=None)
+def test_staleness_totals_count_every_node_and_value_pair(pairs: list[tuple[int, int]], dtype: type) -> None:
+    """A sealed chunk's staleness histogram is the plain count of its (node, value) pairs, in sorted order,
+    whatever the range of the values (negative ones too, as a worker's clock never gives but a file may)."""
+    from collections import Counter
+
+    from amp_notebook.trace.totals import StalenessTotals
+
+    nodes, values = [n for n, _ in pairs], [v for _, v in pairs]
+    columns = {"node": np.array(nodes, dtype=dtype), "value": np.array(values, dtype=dtype)}
+    expected: dict[int, dict[int, int]] = {}
+    for (node, value), count in sorted(Counter(pairs).items()):
+        expected.setdefault(node, {})[value] = count
+    hist = StalenessTotals.of(columns).histogram
+    assert hist == expected
+    assert [list(h) for h in hist.values()] == [list(h) for h in expected.values()] and list(hist) == list(expected)
+
+
+def test_staleness_totals_of_a_range_too_wide_to_pack_take_the_general_way() -> None:
+    from amp_notebook.trace.totals import StalenessTotals
+
+    columns = {"node": np.array([2**40, 1, 1]), "value": np.array([-(2**40), 2**40, 2**40])}
+    assert StalenessTotals.of(columns).histogram == {1: {2**40: 2}, 2**40: {-(2**40): 1}}
