@@ -145,11 +145,12 @@ heatmap("staleness_mean", "mean staleness (updates between a key's forward and i
 #   5%, so past that point more keys buy little but staleness.
 # * **Along a row** the update frequency trades update count against staleness. With 16 keys in flight
 #   and min_update_frequency 1, every gradient triggers an update, gradients arrive several versions
-#   stale, and training fails: it never reaches the target and ends near chance. With 4 the staleness
-#   drops to about one version and the run reaches the target in fewer epochs than with 16, where a layer
-#   updates only 9 times an epoch (144 keys, one gradient each). The row of 4 keys shows the same valley:
-#   4 needs fewer epochs than 1 or 16. That is the paper's "neither too large nor too small": the update
-#   frequency must grow with the keys in flight, but not so far that updates become rare.
+#   stale, and training fails: it never reaches the target and ends far below it (where exactly depends
+#   on the last bits of the float32 arithmetic: near chance on one CPU, about half right on another). With
+#   4 the staleness drops to about one version and the run reaches the target in fewer epochs than with 16,
+#   where a layer updates only 9 times an epoch (144 keys, one gradient each). The row of 4 keys shows the
+#   same valley: 4 needs fewer epochs than 1 or 16. That is the paper's "neither too large nor too
+#   small": the update frequency must grow with the keys in flight, but not so far that updates become rare.
 # * **Time to target** is epochs times epoch length. Asynchrony pays where the shorter epochs outweigh
 #   the extra epochs: 4 keys in flight with min_update_frequency 4 reach the target sooner than plain SGD
 #   with one key, while no run with 16 keys beats the best run with 4, because on 4 devices 4 keys already
@@ -161,7 +162,7 @@ for m in (1, 4, 16):
     assert cell[(4, m)]["epoch_ms"] < 0.5 * cell[(1, m)]["epoch_ms"]
     assert cell[(16, m)]["epoch_ms"] > 0.95 * cell[(4, m)]["epoch_ms"]
 assert 1 < cell[(4, 1)]["staleness_mean"] < 2
-assert cell[(16, 1)]["epochs_to_target"] is None and cell[(16, 1)]["final_accuracy"] < 0.2
+assert cell[(16, 1)]["epochs_to_target"] is None and cell[(16, 1)]["final_accuracy"] < 0.8
 assert cell[(16, 4)]["staleness_mean"] < 1.5 and cell[(16, 4)]["epochs_to_target"] < cell[(16, 16)]["epochs_to_target"]
 assert cell[(4, 4)]["epochs_to_target"] < min(cell[(4, 1)]["epochs_to_target"], cell[(4, 16)]["epochs_to_target"])
 assert cell[(4, 4)]["ms_to_target"] < cell[(1, 1)]["ms_to_target"]

@@ -31,9 +31,9 @@ run can at best do what two unrelated copies of its 1-worker run do side by side
 virtual machine that can be well under 2x (:mod:`amp_notebook.bench.copies`). So for each model, 1 copy and
 N independent copies of the 1-worker run (separate processes, started together; on the native engine when it
 is among those measured, else the Python engine) are timed after the figures, model by model, ``repeats``
-rounds interleaved. ``ceiling`` in the JSON maps each
-model to the copies' throughput at the headline count over one copy's, and ``of_ceiling`` each engine's
-ratio over it: the share of what these cores give this workload that the run turned into throughput.
+rounds interleaved. ``ceiling`` in the JSON maps each model to the copies' throughput at the headline count
+over one copy's, and ``of_ceiling`` each engine's ratio over it: the share of what these cores give this
+workload that the run turned into throughput.
 
 Every (engine, model, workers) run is a side; the sides run ``repeats`` times, interleaved, the order
 flipping every round (``interleaved_medians``), and each is reported by its median with every round beside
