@@ -149,7 +149,7 @@ class LiveFeed:
         # if rows were dropped before this feed read them, it falls back to the trace's exact totals.
         self._complete = True
         self._busy = np.zeros(self.trace.workers)
-        self._hist: dict[int, dict[int, int]] = {}
+        self._hist = StalenessTotals()  # every staleness row read so far
 
     def poll(self, kind: str = "rows") -> Frame:
         ended = bool(self.run.done)
@@ -198,10 +198,7 @@ class LiveFeed:
                 events["worker"], weights=events["end"] - events["start"], minlength=len(self._busy)
             )
         if staleness and len(staleness["value"]):
-            for node, counts in StalenessTotals.of(staleness).histogram.items():
-                per_node = self._hist.setdefault(node, {})
-                for value, count in counts.items():
-                    per_node[value] = per_node.get(value, 0) + count
+            self._hist += StalenessTotals.of(staleness)
 
     def _whole_run(self, elapsed: float) -> tuple[dict[str, list[list[int]]], list[float]]:
         """Staleness histograms and utilization over the whole run: from what this feed read, when it read
@@ -209,7 +206,7 @@ class LiveFeed:
         if not self._complete:
             return staleness_histograms(self.trace), utilization(self.trace, elapsed)
         names = self.trace.node_names
-        hist = {names[n]: [[v, c] for v, c in sorted(h.items())] for n, h in sorted(self._hist.items())}
+        hist = {names[n]: [[v, c] for v, c in sorted(h.items())] for n, h in sorted(self._hist.histogram.items())}
         return hist, [float(b / elapsed) if elapsed > 0 else 0.0 for b in self._busy]
 
     def meta(self) -> dict[str, Any]:
