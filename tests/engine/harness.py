@@ -40,6 +40,7 @@ class NativeOp(Op):
         self._ins = list(op.input_ports())
         self._outs = list(op.output_ports())
         self._probes: dict[int, tuple[NodeContext, Any]] = {}
+        self.hold = False  # leave held-back gradients in the kernel after a backward, until settle()
 
     def input_ports(self) -> tuple[str, ...]:
         return self.op.input_ports()
@@ -66,6 +67,10 @@ class NativeOp(Op):
     def held(self, ctx: NodeContext) -> int:
         return int(self.probe(ctx).held())
 
+    def settle(self, ctx: NodeContext) -> None:
+        """Write the kernel's held-back gradients into ``ctx.grads`` (what the engine does before an update)."""
+        self.probe(ctx).settle()
+
     def forward(self, ctx: NodeContext, port: str, x: Any, state: State) -> list:
         return self.forward_bundle(ctx, port, [x], [state])
 
@@ -85,7 +90,7 @@ class NativeOp(Op):
         probe = self.probe(ctx)
         index = LOSS_INDEX if port == LOSS_PORT else self._outs.index(port)
         try:
-            emitted = probe.backward(index, list(gs), list(states), ctx.n_grads)
+            emitted = probe.backward(index, list(gs), list(states), ctx.n_grads, hold=self.hold)
         except (self.native.KernelError, self.native.ExpressionFailure) as exc:
             raise from_native(exc, self.op, False, port, list(gs), list(states), self.native) from None
         ctx.reports.extend(probe.take_reports())  # a bridged op's reports pass through the native side

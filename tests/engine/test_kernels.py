@@ -167,3 +167,60 @@ def test_a_linear_adds_one_row_gradients_as_numpy_does_bit_for_bit(dtype) -> Non
         results[side] = ctx.grads["W"]
     np.testing.assert_array_equal(results["native"], results["python"])
     np.testing.assert_array_equal(np.signbit(results["native"]), np.signbit(results["python"]))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_linear_holds_back_weight_gradients_and_settles_them_bit_for_bit(dtype) -> None:
+    """A Linear queues the rows of small bundles and adds them into grads["W"] when settled (before an update
+    or a read; here at the end and wherever the queue fills). The bits equal adding each row's product,
+    ``0 + x[i] * g[j]``, one row at a time, signed zeros included: in the vector strips and the columns
+    after them (70 columns), across the queue's limit of 64 rows, for bundles of several messages and of
+    several rows, after a restart (the first gradient after an update) and around a bundle too large to
+    wait (BLAS's x.T @ g, as numpy adds it), and onto an accumulator that holds -0."""
+    from amp_notebook.ir.message import State
+    from amp_notebook.ir.ops import Linear, NodeContext
+
+    n, p = 9, 70
+    rng = np.random.default_rng(8)
+    params = {"W": rng.standard_normal((n, p)).astype(dtype), "b": rng.standard_normal(p).astype(dtype)}
+    native = NativeOp(Linear(n, p), set())
+    native.hold = True
+    ctx = NodeContext("node", {k: v.copy() for k, v in params.items()})
+    ctx.grads = {k: np.zeros_like(v) for k, v in params.items()}
+    ctx.train, ctx.grad_inputs, ctx.grad_outputs = True, {"in"}, {"out"}
+    W = np.zeros((n, p), dtype)  # what adding one row at a time gives
+    b = np.zeros(p, dtype)
+    key = 0
+    shapes = [[1], [1, 1], [3], [2, 1, 1], [1] * 4, [6], [2, 2]] * 8  # rows per message, per bundle
+    for i, bundle in enumerate(shapes):
+        restart = i in (0, 30)  # the first gradient after an update: the accumulator starts over
+        ctx.n_grads = 0 if restart else max(ctx.n_grads, 1)
+        xs = [rng.standard_normal((r, n)).astype(dtype) for r in bundle]
+        gs = [rng.standard_normal((r, p)).astype(dtype) for r in bundle]
+        xs[0][0, :3] = [-0.0, 0.0, -0.0]
+        gs[-1][-1, :4] = [0.0, -0.0, -0.0, 0.0]
+        if i == 7:  # one row after a settle onto -0 (a sum BLAS could leave): -0 + (0 + -0) is +0
+            native.settle(ctx)
+            np.testing.assert_array_equal(ctx.grads["W"], W)
+            ctx.grads["W"][0, [0, -1]] = W[0, [0, -1]] = -0.0
+            gs[0][0, -1] = 0.0
+        states = [State(key=key + j) for j in range(len(bundle))]
+        key += len(bundle)
+        native.forward_bundle(ctx, "in", xs, states)
+        native.backward_bundle(ctx, "out", gs, states)
+        x, g = np.concatenate(xs), np.concatenate(gs)
+        if restart:
+            W[...] = 0
+            b[...] = 0
+        if len(x) > 4:  # too large to wait: numpy's product, added after the queued rows
+            W += x.T @ g
+        else:
+            for r in range(len(x)):
+                W += 0 + x[r][:, None] * g[r][None, :]
+        b += g.sum(axis=0)
+        ctx.n_grads += len(bundle)
+        if i in (7, len(shapes) - 1):
+            native.settle(ctx)
+            np.testing.assert_array_equal(ctx.grads["W"], W)
+            np.testing.assert_array_equal(np.signbit(ctx.grads["W"]), np.signbit(W))
+    np.testing.assert_allclose(ctx.grads["b"], b, rtol=1e-12 if dtype == np.float64 else 1e-5)

@@ -123,3 +123,25 @@ def test_checkpoints_resume_bit_for_bit_across_engines(tmp_path) -> None:
             assert relative_error(resumed.params, whole.params) == 0.0
         else:  # the engines agree to rounding
             assert relative_error(resumed.params, whole.params) <= 1e-9
+
+
+def test_gradients_a_kernel_holds_back_reach_the_contexts_when_the_run_stops() -> None:
+    """The per-tree layout's Linear nodes queue one-row gradients and add them at an update or when Python
+    reads the accumulators. With no update in the run, every gradient must still be in the contexts at its
+    end (what a checkpoint saves), equal to the Python engine's, which adds them as they come."""
+    entry = zoo.get("tree-lstm")
+    data = few_keys(entry.dataset("small", seed=0))
+    graph = entry.graph(data)
+    for node in graph.nodes.values():
+        node.min_update_frequency = 10**6
+    start = graph.init_params(3, np.float64)
+    held = {}
+    for engine in ("python", "native"):
+        r = run(graph, data, engine, workers=1, mode="amp", max_active_keys=2, epochs=1, seed=3, params=start,
+                optimizer=SGD)  # fmt: skip
+        contexts = zip(graph.nodes, r.session.contexts, strict=True)
+        held[engine] = {n: (c.n_grads, c.grads) for n, c in contexts if c.grads}
+    assert held["native"].keys() == held["python"].keys() and "branch_gates" in held["native"]
+    for node, (n_grads, grads) in held["python"].items():
+        assert n_grads > 0 and held["native"][node][0] == n_grads, node
+        assert relative_error({node: held["native"][node][1]}, {node: grads}) <= 1e-12, node

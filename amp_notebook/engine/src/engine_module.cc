@@ -399,8 +399,17 @@ class EngineHandle {
     return nb::make_tuple(n.kernel->held(), states);
   }
 
-  nb::tuple node_state(int node) {  // (version, n_grads, sorted grad keys, Adam's t): read when quiescent
+  // (version, n_grads, sorted grad keys, Adam's t): read when quiescent. The kernel's held-back gradients go
+  // into the accumulators first (Kernel::settle), under the owner's step lock, so that Python, which reads
+  // the accumulators next (a checkpoint, an epoch's end), finds every gradient there. The GIL is let go while
+  // the lock is taken: a worker inside a step through the bridge may be waiting for it.
+  nb::tuple node_state(int node) {
     NodeState& n = node_at(node);
+    {
+      nb::gil_scoped_release released;
+      std::lock_guard<std::mutex> lock(engine_->workers[static_cast<size_t>(n.owner)]->state_mu);
+      n.kernel->settle(n.ctx);
+    }
     std::vector<int64_t> keys(n.grad_keys.begin(), n.grad_keys.end());
     std::sort(keys.begin(), keys.end());
     return nb::make_tuple(n.version, n.ctx.n_grads, keys, n.optimizer ? n.optimizer->t : 0);

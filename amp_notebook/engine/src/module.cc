@@ -52,7 +52,10 @@ class KernelProbe {
     n_out_ = static_cast<int>(ks.out_names.size());
   }
 
-  nb::list run(bool forward, int port, nb::list payloads, nb::list states, bool train, int64_t n_grads) {
+  // One bundle through the kernel. After a backward the kernel's held-back gradients are written into the
+  // accumulators (Kernel::settle) unless `hold`: a test that reads them only at the end, as an update does.
+  nb::list run(bool forward, int port, nb::list payloads, nb::list states, bool train, int64_t n_grads,
+               bool hold = false) {
     if (forward ? (port < 0 || port >= n_in_) : (port != kLossPort && (port < 0 || port >= n_out_)))
       throw nb::value_error("port out of range");
     if (nb::len(payloads) != nb::len(states) || nb::len(payloads) == 0)
@@ -68,6 +71,7 @@ class KernelProbe {
     Span<const State> sspan(ss.data(), ss.size());
     if (forward) kernel_->forward(ctx_, port, xspan, sspan, out);
     else kernel_->backward(ctx_, port, xspan, sspan, out);
+    if (!forward && !hold) kernel_->settle(ctx_);
     nb::list result;
     for (const Output& o : out.items)
       result.append(nb::make_tuple(o.port, tensor_to_python(o.payload), codec_->decode(o.state)));
@@ -75,6 +79,7 @@ class KernelProbe {
   }
 
   size_t held() const { return kernel_->held(); }
+  void settle() { kernel_->settle(ctx_); }
 
   // Seconds per round, over `rounds` rounds (after one more to warm up), of every call in `forwards`
   // (training) then every call in `backwards`, each (port, payloads, states), converted once: what the
@@ -112,6 +117,7 @@ class KernelProbe {
         kernel_->backward(ctx_, c.port, Span<const Tensor>(c.xs.data(), c.xs.size()),
                           Span<const State>(c.ss.data(), c.ss.size()), out);
       }
+      kernel_->settle(ctx_);  // held-back gradients are part of the cost: once per round, as per update
     }
     const std::chrono::duration<double> spent = std::chrono::steady_clock::now() - start;
     return rounds > 0 ? spent.count() / static_cast<double>(rounds) : 0.0;
@@ -235,10 +241,11 @@ NB_MODULE(_native, m) {
       .def("forward", [](KernelProbe& k, int port, nb::list xs, nb::list ss, bool train, int64_t n_grads) {
         return k.run(true, port, xs, ss, train, n_grads);
       })
-      .def("backward", [](KernelProbe& k, int port, nb::list gs, nb::list ss, int64_t n_grads) {
-        return k.run(false, port, gs, ss, true, n_grads);
-      })
+      .def("backward", [](KernelProbe& k, int port, nb::list gs, nb::list ss, int64_t n_grads, bool hold) {
+        return k.run(false, port, gs, ss, true, n_grads, hold);
+      }, nb::arg("port"), nb::arg("gs"), nb::arg("ss"), nb::arg("n_grads"), nb::arg("hold") = false)
       .def("held", &KernelProbe::held)
+      .def("settle", &KernelProbe::settle)
       .def("cost", &KernelProbe::cost, nb::arg("forwards"), nb::arg("backwards"), nb::arg("rounds"))
       .def("take_reports", &KernelProbe::take_reports);
 

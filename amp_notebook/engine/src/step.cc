@@ -290,6 +290,7 @@ void Worker::route_back(NodeState& n, Outputs& emitted) {
 void Worker::apply_update(int node) {
   NodeState& n = *engine_.nodes[static_cast<size_t>(node)];
   if (n.ctx.n_grads == 0) return;
+  n.kernel->settle(n.ctx);  // every gradient in the accumulators before anything reads them
   if (n.python_update) {
     const bool updated = engine_.python_update(node, n.ctx.n_grads, sorted_keys(n.grad_keys), n.version);
     n.ctx.n_grads = 0;

@@ -98,6 +98,10 @@ class Kernel {
   virtual void backward(NodeCtx& ctx, int port, Span<const Tensor> gs, Span<const State> states, Outputs& out) = 0;
   // Entries cached or waiting at joins (0 once every backward has come back): leak checks, diagnosis.
   virtual size_t held() const { return 0; }
+  // Write any gradient the kernel still holds back into ctx.grads (a Linear's queued rows: deferred_grad.h).
+  // Called by the node's own worker before an update reads them, and under the worker's step lock before
+  // Python reads them; a kernel that accumulates as it goes has nothing to do.
+  virtual void settle(NodeCtx&) {}
 };
 
 using Factory = std::unique_ptr<Kernel> (*)(const KernelSpec&);

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "blas.h"
+#include "kernels/deferred_grad.h"
 #include "kernels/kernel.h"
 
 namespace amp {
@@ -103,15 +104,17 @@ class LinearKernel : public Kernel {
       throw OpError("Linear output 'out': expected a gradient of shape (" + std::to_string(x.dim(0)) + ", " +
                     std::to_string(ctx.params[0].dim(1)) + "), got " + shape_text(gs[0]));
     Tensor& gW = ctx.grads[0];
-    const bool in_place = ctx.n_grads == 0 && x.dtype() == g.dtype() && g.dtype() == gW.dtype();
-    if (in_place) {
-      matmul(transposed(x), g, gW);  // np.matmul(x.T, g, out=grads["W"])
-      if (bias_) {
-        if (g.dtype() == DType::f64) sum_rows_into<double>(g, ctx.grads[1].data<double>());
-        else sum_rows_into<float>(g, ctx.grads[1].data<float>());
-      }
+    if (DeferredGradient::fits(gW, x, g)) {
+      deferred_.add(gW, x, g, ctx.n_grads == 0);  // grads["W"] waits for settle (deferred_grad.h)
+      if (bias_) add_bias_gradient(ctx, g);
     } else {
-      accumulate(ctx, x, g);
+      deferred_.settle(gW);
+      if (ctx.n_grads == 0 && x.dtype() == g.dtype() && g.dtype() == gW.dtype()) {
+        matmul(transposed(x), g, gW);  // np.matmul(x.T, g, out=grads["W"])
+        if (bias_) add_bias_gradient(ctx, g);
+      } else {
+        accumulate(ctx, x, g);
+      }
     }
     if (!ctx.wants_grad(0)) return;
     const Tensor& W = ctx.params[0];
@@ -123,53 +126,33 @@ class LinearKernel : public Kernel {
   }
 
   size_t held() const override { return cache_.size(); }
+  void settle(NodeCtx& ctx) override { deferred_.settle(ctx.grads[0]); }
 
  private:
-  // NodeContext.accumulate("W", x.T @ g) and ("b", g.sum(axis=0)): the product in numpy's result dtype,
-  // then stored (first gradient) or added into the accumulator.
+  // NodeContext.accumulate("W", x.T @ g) and ("b", g.sum(axis=0)) where the rows cannot wait (mixed dtypes):
+  // the product in numpy's result dtype, then stored (first gradient) or added into the accumulator.
   void accumulate(NodeCtx& ctx, const Tensor& x, const Tensor& g) {
     DType dtype = promote(x.dtype(), g.dtype());
     Tensor xt = as_dtype(x, dtype);
     Tensor gt = as_dtype(g, dtype);
-    if (!add_outer_product(ctx, xt, gt)) {
-      Tensor dW = Tensor::empty(dtype, {xt.dim(1), gt.dim(1)});
-      matmul(transposed(xt), gt, dW);
-      store(ctx, 0, dW);
-    }
-    if (bias_) {
-      Tensor db = Tensor::empty(dtype, {gt.dim(1)});
-      if (dtype == DType::f64) sum_rows_into<double>(gt, db.data<double>());
-      else sum_rows_into<float>(gt, db.data<float>());
-      store(ctx, 1, db);
-    }
+    Tensor dW = Tensor::empty(dtype, {xt.dim(1), gt.dim(1)});
+    matmul(transposed(xt), gt, dW);
+    store(ctx, 0, dW);
+    if (bias_) add_bias_gradient(ctx, gt);
   }
-  // One row (a single message: the per-tree layout's common case) into an accumulator that already holds a
-  // gradient, in one pass and without a temporary: each element is numpy's x.T @ g for one row (the product
-  // added to a zero, rounded to T), then added into grads["W"], the same two roundings as the product and
-  // `+=` apart. False (nothing done) for anything else.
-  static bool add_outer_product(NodeCtx& ctx, const Tensor& x, const Tensor& g) {
-    Tensor& acc = ctx.grads[0];
-    const int64_t n = x.dim(1), p = g.dim(1);
-    if (ctx.n_grads == 0 || x.dim(0) != 1 || x.dtype() != acc.dtype() || g.dtype() != acc.dtype() ||
-        acc.rank() != 2 || acc.dim(0) != n || acc.dim(1) != p || acc.stride(0) != p || acc.stride(1) != 1)
-      return false;
-    if (acc.dtype() == DType::f64) add_outer<double>(acc.data<double>(), x, g);
-    else add_outer<float>(acc.data<float>(), x, g);
-    return true;
-  }
-  template <class T>
-  static void add_outer(T* acc, const Tensor& x, const Tensor& g) {
-    const int64_t n = x.dim(1), p = g.dim(1), sx = x.stride(1), sg = g.stride(1);
-    const T* xd = x.data<T>();
-    const T* gd = g.data<T>();
-    for (int64_t i = 0; i < n; ++i) {
-      const T xi = xd[i * sx];
-      T* row = acc + i * p;
-      if (sg == 1)
-        for (int64_t j = 0; j < p; ++j) row[j] += T(0) + xi * gd[j];
-      else
-        for (int64_t j = 0; j < p; ++j) row[j] += T(0) + xi * gd[j * sg];
+  // grads["b"]: g's rows summed, written in place as the first gradient after an update (when the dtypes
+  // agree: np.sum(g, axis=0, out=grads["b"])), else summed in g's dtype and stored or added.
+  void add_bias_gradient(NodeCtx& ctx, const Tensor& g) {
+    Tensor& acc = ctx.grads[1];
+    if (ctx.n_grads == 0 && g.dtype() == acc.dtype()) {
+      if (g.dtype() == DType::f64) sum_rows_into<double>(g, acc.data<double>());
+      else sum_rows_into<float>(g, acc.data<float>());
+      return;
     }
+    Tensor db = Tensor::empty(g.dtype(), {g.dim(1)});
+    if (g.dtype() == DType::f64) sum_rows_into<double>(g, db.data<double>());
+    else sum_rows_into<float>(g, db.data<float>());
+    store(ctx, 1, db);
   }
 
   static void store(NodeCtx& ctx, int which, const Tensor& value) {
@@ -186,6 +169,7 @@ class LinearKernel : public Kernel {
 
   bool bias_;
   StateMap<Tensor> cache_;
+  DeferredGradient deferred_;
 };
 AMP_REGISTER_KERNEL("linear", LinearKernel);
 
