@@ -29,7 +29,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SRC = HERE / "src"
 MODULE = "_native"
-CXX_FLAGS = ["-std=c++17", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", "-Wno-unused-parameter"]
+# -ffp-contract=off: a * b + c stays a multiply and an add, each rounded, as numpy computes it. GCC contracts
+# them into one fused multiply-add wherever the target has one, in C++ even in ISO mode; the default x86-64
+# target has none, but a build for a newer one (or a function built for AVX2 with FMA) would change the bits.
+CXX_FLAGS = ["-std=c++17", "-fPIC", "-fvisibility=hidden", "-ffp-contract=off", "-Wall", "-Wextra",
+             "-Wno-unused-parameter"]  # fmt: skip
 # -O2's "very cheap" vectorizer skips any loop that needs a remainder or an aliasing check, which is every
 # kernel loop over a payload; the dynamic cost model vectorizes them (the elementwise kernels, the optimizers).
 # Results stay bit-equal to the Python ops: elementwise IEEE operations give the same bits in vector lanes,

@@ -12,7 +12,7 @@
 // a + (0 + p) = a + p, except that a + p is -0 where both are -0 and a + (0 + p) is +0 there; a + (0 + p)
 // is never -0. So each row's add is (a + p) + 0, and by induction over the rows the whole sequence equals
 // (((a + p_1) + p_2) ... + p_k) + 0: one multiply and one add per row and element, then a single + 0.
-// Every operation is an IEEE one in lanes (no contraction to fused multiply-adds: ISO C++ compiles with
+// Every operation is an IEEE one in lanes (no contraction to fused multiply-adds: build.py compiles with
 // -ffp-contract=off), so the result is bit-equal to adding the rows one at a time, in any vector width,
 // wherever the queue happens to be flushed: a run paused for a checkpoint gives the bits of one that was not.
 // A bundle of a few rows adds them one at a time in their order, as if each were its own message (numpy
