@@ -116,8 +116,8 @@ void DeferredGradient::add(Tensor& acc, const Tensor& x, const Tensor& g, bool r
     x_.clear();
     g_.clear();
     zero_first_ = true;
-  } else if (rows_ > 0 && (acc.dtype() != dtype_ || acc.dim(0) != n_ || acc.dim(1) != p_)) {
-    settle(acc);  // never met in a run (one accumulator per kernel); kept exact if it is
+  } else if ((rows_ > 0 || zero_first_) && (acc.dtype() != dtype_ || acc.dim(0) != n_ || acc.dim(1) != p_)) {
+    throw std::logic_error("DeferredGradient::add: another accumulator than the queued rows'");  // one per kernel
   }
   dtype_ = acc.dtype();
   n_ = acc.dim(0);

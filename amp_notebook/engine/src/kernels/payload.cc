@@ -64,7 +64,8 @@ void add_into(T* dst, const Tensor& src) {
 
 // Linear (payload.Linear): y = x @ W + b over the stacked rows of the bundle; backward accumulates
 // dW = x^T g and db = sum of g's rows (written in place into the first gradient after an update, added
-// afterwards), and sends dx = g @ W^T when the input wants it. ints: [has_bias].
+// afterwards; dW of a bundle of a few rows is held back and added at settle: deferred_grad.h), and sends
+// dx = g @ W^T when the input wants it. ints: [has_bias].
 class LinearKernel : public Kernel {
  public:
   explicit LinearKernel(const KernelSpec& spec) : bias_(!spec.ints.empty() && spec.ints[0] != 0) {
@@ -129,8 +130,8 @@ class LinearKernel : public Kernel {
   void settle(NodeCtx& ctx) override { deferred_.settle(ctx.grads[0]); }
 
  private:
-  // NodeContext.accumulate("W", x.T @ g) and ("b", g.sum(axis=0)) where the rows cannot wait (mixed dtypes):
-  // the product in numpy's result dtype, then stored (first gradient) or added into the accumulator.
+  // NodeContext.accumulate("W", x.T @ g) and ("b", g.sum(axis=0)) for rows that do not wait (a large bundle,
+  // mixed dtypes): the product in numpy's result dtype, then stored (first gradient) or added.
   void accumulate(NodeCtx& ctx, const Tensor& x, const Tensor& g) {
     DType dtype = promote(x.dtype(), g.dtype());
     Tensor xt = as_dtype(x, dtype);
