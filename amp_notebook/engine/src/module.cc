@@ -116,8 +116,10 @@ class KernelProbe {
         Outputs out;
         kernel_->backward(ctx_, c.port, Span<const Tensor>(c.xs.data(), c.xs.size()),
                           Span<const State>(c.ss.data(), c.ss.size()), out);
+        // held-back gradients are part of the cost: every call starts the accumulator over (n_grads 0),
+        // which would drop the rows the call before queued, so each call's rows are added before the next
+        kernel_->settle(ctx_);
       }
-      kernel_->settle(ctx_);  // held-back gradients are part of the cost: once per round, as per update
     }
     const std::chrono::duration<double> spent = std::chrono::steady_clock::now() - start;
     return rounds > 0 ? spent.count() / static_cast<double>(rounds) : 0.0;
