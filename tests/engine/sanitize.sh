@@ -17,7 +17,9 @@ git ls-files -z --others --exclude-standard | xargs -0 -r -I{} cp --parents {} "
 cd "$WORK"
 # objects kept in the working tree's build/ folder: a second run recompiles only what changed
 "$PYTHON" amp_notebook/engine/build.py --sanitize --build-dir "$ROOT/build/engine/sanitize"
-ldd amp_notebook/engine/_native*.so | grep -q libasan || { echo "the extension is not linked with ASan" >&2; exit 1; }
+# grep without -q reads all of ldd's output: with -q it may exit at the match while ldd still writes, and the
+# SIGPIPE that ldd gets then fails the pipeline under pipefail (a false "not linked")
+ldd amp_notebook/engine/_native*.so | grep libasan >/dev/null || { echo "the extension is not linked with ASan" >&2; exit 1; }
 export LD_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libubsan.so)"
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:halt_on_error=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
