@@ -253,3 +253,14 @@ def _run_all(page: Any, timeout_s: float) -> None:
     item = page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first
     item.wait_for(timeout=timeout_s * 1000)
     item.click()
+
+
+def fit_view(page: Any, root: str) -> None:
+    """Click the "fit view" button of the builder ``root`` (a selector) and wait until the fit is drawn.
+
+    React Flow applies a fit a frame or more after the click, once every node is measured; boxes read
+    before then are those of the old view. The builder counts the fits it has drawn in data-fit-views."""
+    builder = page.locator(root)
+    done = int(builder.get_attribute("data-fit-views") or 0)
+    builder.locator(".react-flow__controls-fitview").click()
+    page.wait_for_selector(f"{root}[data-fit-views='{done + 1}']", state="attached", timeout=WAIT_MS)

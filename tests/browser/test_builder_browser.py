@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import WAIT_MS, open_and_run, write_notebook
+from tests.browser.conftest import WAIT_MS, fit_view, open_and_run, write_notebook
 
 pytestmark = pytest.mark.browser
 
@@ -73,7 +73,7 @@ def test_build_fix_and_train_in_jupyterlab(lab: Any, page: Any, tmp_path: Any) -
     page.wait_for_selector('.amp-builder[data-graph="partial_mlp"][data-nodes="5"]', timeout=WAIT_MS)
     builder.scroll_into_view_if_needed()
     # the builder opens at a readable zoom, where this wide hand-placed graph does not fit: show all of it
-    builder.locator(".react-flow__controls-fitview").click()
+    fit_view(page, '.amp-builder[data-graph="partial_mlp"]')
 
     # drag a Linear from the palette onto an empty part of the canvas
     canvas = builder.locator(".amp-canvas")

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import WAIT_MS, open_and_run, write_notebook
+from tests.browser.conftest import WAIT_MS, fit_view, open_and_run, write_notebook
 
 pytestmark = pytest.mark.browser
 
@@ -34,7 +34,7 @@ def test_drag_a_node_onto_a_worker_lane(lab: Any, page: Any, tmp_path: Any) -> N
     assert total_nodes == 10
 
     node = page.locator(f"{root} .amp-node[data-node='linear1']")
-    page.locator(f"{root} .react-flow__controls-fitview").click()
+    fit_view(page, root)  # the boxes below are read after the fit is drawn
     node.wait_for(timeout=WAIT_MS)
     before_worker = node.get_attribute("data-worker")
     target = "1" if before_worker != "1" else "2"
@@ -76,7 +76,7 @@ def test_drag_a_node_onto_a_worker_lane(lab: Any, page: Any, tmp_path: Any) -> N
     # succession on a busy CPU) and hid the whole graph at the next view. useGraphView.js keeps the nodes
     # measured; test_builder_measure_browser.py withholds the measurements to check it. The state is checked
     # first, so a failure says which of the two went wrong.
-    page.locator(f"{root} .react-flow__controls-fitview").click()
+    fit_view(page, root)
     page.wait_for_selector(unpinned, timeout=WAIT_MS)
 
     # undo (Python's history) pins it again

@@ -24,7 +24,7 @@ import InitialView from "./InitialView.jsx";
 import Overlays from "./Overlays.jsx";
 import { Inspector, Palette } from "./panels.jsx";
 import Lanes from "./Lanes.jsx";
-import { useKeepSelectedInView, useTrait } from "./hooks.js";
+import { useFitViewCount, useKeepSelectedInView, useTrait } from "./hooks.js";
 import { useGraphView, useRemeasure } from "./useGraphView.js";
 import { useCanvasGestures } from "./useCanvasGestures.js";
 import { CANVAS_MIN_H, allInView, routeLoops } from "./fit.js";
@@ -135,6 +135,7 @@ function Builder({ model }) {
   const selected = selectedIds.length === 1 && selectedIds[0] === inspected && view ? view.nodes.find((n) => n.id === inspected) : null;
   const entry = selected ? palette.find((p) => p.kind === selected.kind) : null;
   useKeepSelectedInView(selected ? selected.id : null, rootRef, canvasRef, flow);
+  const onFitView = useFitViewCount(flow, rootRef);
   const onMoveEnd = useCallback((_event, viewport) => {
     const c = canvasRef.current;
     if (c) setOverflowing(!allInView(drawnRef.current.bounds, viewport, c.clientWidth, heightRef.current));
@@ -198,7 +199,7 @@ function Builder({ model }) {
           >
             <Background gap={16} />
             {overflowing && <MiniMap pannable zoomable nodeColor={minimapColour} />}
-            <Controls showInteractive={false} />
+            <Controls showInteractive={false} onFitView={onFitView} />
             <InitialView
               pending={pending}
               tick={tick}
