@@ -6,11 +6,42 @@ import functools
 import os
 import statistics
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from amp_notebook.data.batch import Batch, Dataset
+
+T = TypeVar("T")
+DIVERGE_TRIES = 8  # runs a timed figure may take when its training diverges (retry_diverged)
+
+
+def retry_diverged(run: Callable[[int], T], seed: int, diverged: list[int] | None = None) -> T:
+    """``run(seed)``, run again from the next seed while its training diverges (a NaN or infinity stops it with
+    :class:`~amp_notebook.runtime.numerics.NonFiniteError`), at most ``DIVERGE_TRIES`` runs in all; each
+    diverged run's seed goes into ``diverged``. Asynchronous training can diverge where synchronous training
+    would not, and whether it does can depend on the threads' timing, not only on the seed: a throughput
+    figure is then the run that finished, and the diverged seeds are reported beside it. ``DIVERGE_TRIES``
+    diverged runs in a row raise the last error."""
+    from amp_notebook.runtime.numerics import NonFiniteError
+
+    tries = 0
+    while True:
+        try:
+            return run(seed + tries)
+        except NonFiniteError:
+            if diverged is not None:
+                diverged.append(seed + tries)
+            tries += 1
+            if tries == DIVERGE_TRIES:
+                raise
+
+
+def diverged_note(seeds: list[int]) -> str:
+    """What a report says of a figure's diverged runs ("" when none diverged)."""
+    if not seeds:
+        return ""
+    return f"{len(seeds)} run(s) diverged (NaN/inf) and ran again from the next seed (seeds {seeds})"
 
 
 def median_of(repeats: int, fn: Callable[[], float]) -> tuple[float, list[float]]:

@@ -42,19 +42,24 @@ def _copy(conn: Connection, name: str, quick: bool, seed: int, engine: str, max_
     import warnings
 
     try:
+        from amp_notebook.bench.common import retry_diverged
         from amp_notebook.bench.scaling import settings
         from amp_notebook.reproduce.workloads import workload
         from amp_notebook.runtime.train import train
 
         load = workload(name, quick=quick, seed=seed)
 
-        def run_once() -> tuple[float, float, int]:
+        def train_once(run_seed: int) -> Any:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)
-                r = train(load.graph, load.data, workers=1, placement="round_robin",
-                          **settings(load, engine, max_active_keys, seed))  # fmt: skip
+                return train(load.graph, load.data, workers=1, placement="round_robin",
+                             **settings(load, engine, max_active_keys, run_seed))  # fmt: skip
+
+        def run_once() -> tuple[float, float, int, list[int]]:
+            diverged: list[int] = []  # a diverged run runs again from the next seed, as the figures' runs do
+            r = retry_diverged(train_once, seed, diverged)
             end = time.monotonic()  # the clock every process on this machine shares
-            return end - r.wall_s, end, r.train_instances
+            return end - r.wall_s, end, r.train_instances, diverged
 
         run_once()
         conn.send(("ready",))
@@ -78,6 +83,7 @@ class Copies:
         if count < 1:
             raise SettingError("count", f"Copies: expected a count >= 1, got {count}")
         self.workload = workload
+        self.diverged: list[int] = []  # seeds of timed runs that diverged and ran again from the next seed
         ctx = mp.get_context("spawn")
         self._conns: list[Connection] = []
         self._procs: list[Any] = []
@@ -104,8 +110,10 @@ class Copies:
         for conn in self._conns[:k]:
             conn.send(("run", start_at))
         runs = [self._reply(conn, "ran", None) for conn in self._conns[:k]]
-        span = max(end for _, end, _ in runs) - min(start for start, _, _ in runs)
-        return sum(n for _, _, n in runs) / span if span > 0 else 0.0
+        for *_, diverged in runs:
+            self.diverged.extend(diverged)
+        span = max(end for _, end, _, _ in runs) - min(start for start, _, _, _ in runs)
+        return sum(n for _, _, n, _ in runs) / span if span > 0 else 0.0
 
     def close(self) -> None:
         """Tell every copy to quit and join it (a copy that does not end within 10 s is terminated)."""

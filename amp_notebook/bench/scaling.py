@@ -35,6 +35,12 @@ rounds interleaved. ``ceiling`` in the JSON maps each model to the copies' throu
 over one copy's, and ``of_ceiling`` each engine's ratio over it: the share of what these cores give this
 workload that the run turned into throughput.
 
+**Diverged runs.** Asynchronous training can diverge, and whether a run does can depend on the threads'
+timing (the MLP at ``max_active_keys`` 4 on 2 workers, now and then). A timed run (a figure, a placement
+trial or a copy of the ceiling) whose training stops at a NaN or infinity runs again from the next seed
+(:func:`~amp_notebook.bench.common.retry_diverged`); ``diverged_runs`` (per engine, model and worker count)
+and ``ceiling_diverged_runs`` (per model) keep the seeds that diverged, and the report names them.
+
 Every (engine, model, workers) run is a side; the sides run ``repeats`` times, interleaved, the order
 flipping every round (``interleaved_medians``), and each is reported by its median with every round beside
 it. ``native`` and ``python`` (the JSON's headline) map each model to r = throughput on 2 workers / on 1
@@ -50,7 +56,15 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from amp_notebook.bench.common import fastest_placement, interleaved_medians, load_line, machine_load, report
+from amp_notebook.bench.common import (
+    diverged_note,
+    fastest_placement,
+    interleaved_medians,
+    load_line,
+    machine_load,
+    report,
+    retry_diverged,
+)
 from amp_notebook.errors import SettingError
 from amp_notebook.runtime.placement import STRATEGIES
 
@@ -95,20 +109,25 @@ def settings(workload: Any, engine: str, max_active_keys: int, seed: int) -> dic
 
 
 def throughput(
-    workload: Any, engine: str, workers: int, max_active_keys: int, seed: int, placement: str | dict[str, int]
-) -> float:
+    workload: Any, engine: str, workers: int, max_active_keys: int, seed: int, placement: str | dict[str, int],
+    diverged: list[int] | None = None,
+) -> float:  # fmt: skip
     """Training instances per second of one epoch of ``workload`` on ``workers`` threads of ``engine``, with
-    ``placement`` (a strategy name or node -> worker)."""
+    ``placement`` (a strategy name or node -> worker). A run whose training diverges runs again from the next
+    seed (:func:`~amp_notebook.bench.common.retry_diverged`); the diverged seeds go into ``diverged``."""
     import warnings
 
     from amp_notebook.runtime.train import TrainResult, train
 
-    with warnings.catch_warnings():  # more workers than heavy nodes leave some idle: a fact of that run
-        warnings.simplefilter("ignore", UserWarning)
-        r = train(workload.graph, workload.data, workers=workers, placement=placement,
-                  **settings(workload, engine, max_active_keys, seed))  # fmt: skip
-    assert isinstance(r, TrainResult) and r.engine == engine
-    return r.train_instances_per_s
+    def once(run_seed: int) -> float:
+        with warnings.catch_warnings():  # more workers than heavy nodes leave some idle: a fact of that run
+            warnings.simplefilter("ignore", UserWarning)
+            r = train(workload.graph, workload.data, workers=workers, placement=placement,
+                      **settings(workload, engine, max_active_keys, run_seed))  # fmt: skip
+        assert isinstance(r, TrainResult) and r.engine == engine
+        return r.train_instances_per_s
+
+    return retry_diverged(once, seed, diverged)
 
 
 def candidates(workload: Any, engine: str, workers: int, max_active_keys: int, seed: int) -> dict[str, dict[str, int]]:
@@ -128,28 +147,34 @@ def candidates(workload: Any, engine: str, workers: int, max_active_keys: int, s
 
 
 def measured_placement(
-    workload: Any, engine: str, workers: int, max_active_keys: int, seed: int, trials: int
-) -> dict[str, Any]:
+    workload: Any, engine: str, workers: int, max_active_keys: int, seed: int, trials: int,
+    diverged: list[int] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """The fastest of :func:`candidates` on this machine (module docstring): its name, node -> worker, and
-    every candidate's median instances/s (``trials``; empty when the candidates are all one placement)."""
+    every candidate's median instances/s (``trials``; empty when the candidates are all one placement). The
+    seeds of trial runs that diverged go into ``diverged``."""
     options = candidates(workload, engine, workers, max_active_keys, seed)
 
     def rate(placement: dict[str, int]) -> float:
-        return throughput(workload, engine, workers, max_active_keys, seed, placement)
+        return throughput(workload, engine, workers, max_active_keys, seed, placement, diverged=diverged)
 
     name, rates = fastest_placement(options, rate, trials)
     return {"chosen": name, "placement": options[name], "trials": rates}
 
 
 def ceiling_rates(
-    workload: str, engine: str, counts: Sequence[int], max_active_keys: int, quick: bool, seed: int, repeats: int
-) -> dict[int, tuple[float, list[float]]]:
+    workload: str, engine: str, counts: Sequence[int], max_active_keys: int, quick: bool, seed: int, repeats: int,
+    diverged: list[int] | None = None,
+) -> dict[int, tuple[float, list[float]]]:  # fmt: skip
     """Instances/s of ``n`` independent copies of the 1-worker run for each ``n`` in ``counts`` (module
-    docstring, :mod:`amp_notebook.bench.copies`): the median and every round, the counts interleaved."""
+    docstring, :mod:`amp_notebook.bench.copies`): the median and every round, the counts interleaved. The
+    seeds of copies' runs that diverged (and ran again) go into ``diverged``."""
     from amp_notebook.bench.copies import Copies
 
     with Copies(workload, max(counts), quick=quick, seed=seed, engine=engine, max_active_keys=max_active_keys) as c:
         medians = interleaved_medians(repeats, {str(n): functools.partial(c.rate, n) for n in counts})
+        if diverged is not None:
+            diverged.extend(c.diverged)
     return {int(n): value for n, value in medians.items()}
 
 
@@ -182,6 +207,9 @@ def run(
     loads = {name: workload(MODELS[name][0], quick=quick, seed=seed) for name in models}
 
     chosen: dict[str, dict[str, dict[int, dict[str, Any]]]] = {e: {m: {} for m in models} for e in engines}
+    # the seeds of the runs (placement trials and figures) that diverged and ran again from the next seed
+    diverged: dict[str, dict[str, dict[int, list[int]]]] = {e: {m: {n: [] for n in counts} for m in models}
+                                                            for e in engines}  # fmt: skip
     for e in engines:
         for m in models:
             for n in counts:
@@ -190,11 +218,12 @@ def run(
                     chosen[e][m][n] = {"chosen": where, "placement": where, "trials": {}}
                 else:
                     trials = 1 if quick else PLACEMENT_TRIALS
-                    chosen[e][m][n] = measured_placement(loads[m], e, n, MODELS[m][1], seed, trials)
+                    chosen[e][m][n] = measured_placement(loads[m], e, n, MODELS[m][1], seed, trials, diverged[e][m][n])
 
     def side(engine: str, name: str, n: int) -> Callable[[], float]:
         where = chosen[engine][name][n]["placement"]
-        return lambda: throughput(loads[name], engine, n, MODELS[name][1], seed, where)
+        seeds = diverged[engine][name][n]
+        return lambda: throughput(loads[name], engine, n, MODELS[name][1], seed, where, diverged=seeds)
 
     sides = {f"{e}/{m}/{n}": side(e, m, n) for e in engines for m in models for n in counts}
     medians = interleaved_medians(repeats, sides)
@@ -203,7 +232,9 @@ def run(
     ratios = {e: {m: {n: per_s[e][m][n] / per_s[e][m][1] for n in counts if n != 1} for m in models} for e in engines}
     head = headline_workers(counts)
     copies_engine = "native" if "native" in engines else "python"
-    copies = {m: ceiling_rates(MODELS[m][0], copies_engine, counts, MODELS[m][1], quick, seed, repeats)
+    copies_diverged: dict[str, list[int]] = {m: [] for m in (models if ceiling else ())}
+    copies = {m: ceiling_rates(MODELS[m][0], copies_engine, counts, MODELS[m][1], quick, seed, repeats,
+                               diverged=copies_diverged[m])
               for m in (models if ceiling else ())}  # fmt: skip
     ceilings = {m: {n: c[n][0] / c[1][0] if c[1][0] > 0 else 0.0 for n in counts if n != 1} for m, c in copies.items()}
     load = machine_load(load_before)
@@ -224,6 +255,7 @@ def run(
                        for e in engines},
         "settings": {m: {"workload": MODELS[m][0], "max_active_keys": MODELS[m][1],
                          "keys": len(loads[m].data.train), "layout": loads[m].layout} for m in models},
+        "diverged_runs": diverged, "ceiling_diverged_runs": copies_diverged,
         "repeats": repeats, "seed": seed, "quick": quick, "notes": notes, "load_average_1min": load,
     })  # fmt: skip
     rows: list[tuple[str, Any]] = [("", f"instances/s at {counts} workers (median; rounds)   ratio vs 1 worker")]
@@ -248,6 +280,14 @@ def run(
                     c = chosen[e][m][n]
                     timed = ", ".join(f"{k} {v:.0f}" for k, v in c["trials"].items()) or "one candidate"
                     rows.append((f"{e} {m} placement at {n}", f"{c['chosen']} (timed here, instances/s: {timed})"))
+    for e in engines:
+        for m in models:
+            for n in counts:
+                if diverged[e][m][n]:
+                    rows.append((f"{e} {m} at {n}: diverged", diverged_note(diverged[e][m][n])))
+    for m, seeds in copies_diverged.items():
+        if seeds:
+            rows.append((f"ceiling {m}: diverged", diverged_note(seeds)))
     rows += [("runs per side", f"{repeats}, interleaved, order flipped every round; medians shown"), load_line(load)]
     rows += [(f"note ({k})", v) for k, v in notes.items()]
     print(report(rows))

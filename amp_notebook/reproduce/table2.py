@@ -43,9 +43,9 @@ machine's load; ``calibration_s`` keeps it). No peer on this backend.
 here the MLP at max_active_keys 4 on 2 worker threads diverged within its 120 timed keys in 3 of 32 runs,
 seeds 0-7 twice on balanced stages and twice on round robin, all 3 on balanced stages: whether a run diverges
 depends on the threads' timing, not only on the seed). A timed run whose training diverges stops at its first
-NaN or infinity, so it is run again from the next seed, at most ``DIVERGE_TRIES`` runs; the figure is the run
-that finished, and each row's ``diverged_runs`` lists the seeds that diverged (empty: none). The placement
-trials retry the same way. ``DIVERGE_TRIES`` diverged runs in a row end the table with the error (even if
+NaN or infinity, so it is run again from the next seed (:func:`~amp_notebook.bench.common.retry_diverged`); the
+figure is the run that finished, and each row's ``diverged_runs`` lists the seeds that diverged (empty: none).
+The placement trials retry the same way. ``DIVERGE_TRIES`` diverged runs in a row end the table with the error (even if
 every other run diverged, about 4 in 1,000 figures).
 """
 
@@ -58,13 +58,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from amp_notebook.bench.common import fastest_placement, interleaved_medians
+from amp_notebook.bench.common import diverged_note, fastest_placement, interleaved_medians, retry_diverged
 from amp_notebook.reproduce import paper
 from amp_notebook.reproduce.machine import load_1min, loaded
 from amp_notebook.reproduce.workloads import DEFAULT_ENGINE, MODELS, Workload, available, timed_data
 from amp_notebook.runtime.autoplace import autoplace, measure_costs
 from amp_notebook.runtime.costs import CostModel
-from amp_notebook.runtime.numerics import NonFiniteError
 from amp_notebook.runtime.placement import place
 from amp_notebook.runtime.train import TrainResult, train
 
@@ -73,7 +72,6 @@ QUICK_SEARCH: dict[str, Any] = {"keys": 8, "max_evaluations": 2}  # --quick: rou
 # the simulator runs on the engine the threads run on (its figures are virtual time: the same on either)
 SIMULATED: dict[str, Any] = {"workers": 16, "priority": "backward_first", "placement": "round_robin"}
 HEAVY_KINDS = ("linear", "embedding")
-DIVERGE_TRIES = 8  # runs a figure may take when training diverges (module docstring)
 PLACEMENT_TRIALS = 2  # timed runs of each candidate placement (thread_placements)
 
 
@@ -167,22 +165,16 @@ def _train(w: Workload, seed: int, diverged: list[int] | None = None, **knobs: A
     """One timed run of ``w``. A run whose training diverges (a NaN or infinity stops it) is run again from the
     next seed, at most ``DIVERGE_TRIES`` runs in all; each diverged run's seed goes into ``diverged``."""
     data = w.data if w.meta.get("quick") else timed_data(w.data)
-    tries = 0
-    while True:
-        try:
-            with warnings.catch_warnings():  # 16 devices for a model with fewer heavy nodes leave some idle
-                warnings.simplefilter("ignore", UserWarning)
-                r = train(w.graph, data, mode="amp", epochs=1, validate=False, trace=False,
-                          seed=seed + tries, optimizer=w.optimizer, **{**w.settings, **knobs})  # fmt: skip
-        except NonFiniteError:
-            if diverged is not None:
-                diverged.append(seed + tries)
-            tries += 1
-            if tries == DIVERGE_TRIES:
-                raise
-            continue
+
+    def once(run_seed: int) -> TrainResult:
+        with warnings.catch_warnings():  # 16 devices for a model with fewer heavy nodes leave some idle
+            warnings.simplefilter("ignore", UserWarning)
+            r = train(w.graph, data, mode="amp", epochs=1, validate=False, trace=False,
+                      seed=run_seed, optimizer=w.optimizer, **{**w.settings, **knobs})  # fmt: skip
         assert isinstance(r, TrainResult)
         return r
+
+    return retry_diverged(once, seed, diverged)
 
 
 def thread_placements(
@@ -315,9 +307,7 @@ def simulated_rows(members: list[Workload], costs: dict[str, CostModel], seed: i
 
 def _diverged_note(seeds: list[int]) -> str:
     """What the progress line says of a row's diverged runs."""
-    if not seeds:
-        return ""
-    return f"; {len(seeds)} run(s) diverged (NaN/inf) and ran again from the next seed (seeds {seeds})"
+    return f"; {diverged_note(seeds)}" if seeds else ""
 
 
 def _progress(message: str) -> None:

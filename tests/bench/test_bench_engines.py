@@ -17,7 +17,7 @@ from amp_notebook.bench import ggsnn_vs_torch, overhead, rnn_vs_torch, scaling, 
 from amp_notebook.bench.common import load_line, machine_load
 from amp_notebook.bench.registry import run_benchmark
 from amp_notebook.cli import main
-from amp_notebook.errors import SettingError
+from amp_notebook.errors import AmpError, SettingError
 
 needs_native = pytest.mark.skipif(not native_engine.available(), reason="the native engine is not built here")
 
@@ -75,15 +75,19 @@ def test_scaling_json_has_the_ratio_of_every_model_on_every_engine(
     monkeypatch.setattr(native_engine, "available", lambda: True)
     calls: list[tuple[str, str, int, int]] = []
 
-    def fake(workload: Any, engine: str, workers: int, max_active_keys: int, seed: int, placement: Any) -> float:
-        assert placement == (placement if workers == 1 else "round_robin")
+    def fake(
+        workload: Any, engine: str, workers: int, max_active_keys: int, seed: int, placement: Any, diverged: Any = None
+    ) -> float:
+        assert placement == (placement if workers == 1 else "round_robin") and diverged == []
         calls.append((workload.name, engine, workers, max_active_keys))
         return 100.0 * workers ** (0.5 if engine == "native" else 0.0)
 
     monkeypatch.setattr(scaling, "throughput", fake)
     copied: list[tuple[str, str, tuple[int, ...], int]] = []
 
-    def ceiling(workload: str, engine: str, counts: Any, keys: int, quick: bool, seed: int, repeats: int) -> Any:
+    def ceiling(
+        workload: str, engine: str, counts: Any, keys: int, quick: bool, seed: int, repeats: int, diverged: Any = None
+    ) -> Any:
         copied.append((workload, engine, tuple(counts), keys))
         return {n: (100.0 * n**0.75, [100.0 * n**0.75]) for n in counts}  # copies: 2 of them give 2**0.75
 
@@ -104,12 +108,111 @@ def test_scaling_json_has_the_ratio_of_every_model_on_every_engine(
     assert out["of_ceiling"]["native"]["tree"] == pytest.approx(2**-0.25)
     assert out["of_ceiling"]["python"]["mlp"] == pytest.approx(2**-0.75)
     assert "ceiling tree" in captured.err and "native 84%" in captured.err
+    assert out["diverged_runs"]["native"]["tree"]["2"] == [] and out["ceiling_diverged_runs"]["mlp"] == []
+    assert "diverged" not in captured.err
+
+
+def _nan(*args: object, **kwargs: object) -> Any:
+    from amp_notebook.runtime.numerics import NonFiniteError
+
+    raise NonFiniteError("loss", "SoftmaxCrossEntropy", "loss", [3], "the loss of key 3 is nan")
+
+
+def test_a_scaling_run_that_diverges_runs_again_from_the_next_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A diverged run (NaN/inf) is timed again from the next seed, its seed kept; every run diverging ends with
+    the error after DIVERGE_TRIES runs."""
+    from amp_notebook.bench.common import DIVERGE_TRIES
+    from amp_notebook.runtime import train as train_module
+    from amp_notebook.runtime.result import TrainResult
+
+    seeds: list[int] = []
+
+    class Done(TrainResult):
+        def __init__(self) -> None:  # only what throughput() reads
+            self.engine, self.train_instances, self.wall_s = "python", 246, 2.0
+
+    def nan_twice(graph: Any, data: Any, **settings: Any) -> Any:
+        seeds.append(settings["seed"])
+        return _nan() if len(seeds) <= 2 else Done()
+
+    monkeypatch.setattr(train_module, "train", nan_twice)
+    load = type("Load", (), {"graph": None, "data": None, "settings": {}, "optimizer": None})()
+    diverged: list[int] = []
+    assert scaling.throughput(load, "python", 2, 4, 7, "round_robin", diverged=diverged) == 123.0
+    assert seeds == [7, 8, 9] and diverged == [7, 8]
+
+    monkeypatch.setattr(train_module, "train", _nan)
+    diverged = []
+    with pytest.raises(AmpError, match="key 3 is nan"):
+        scaling.throughput(load, "python", 2, 4, 0, "round_robin", diverged=diverged)
+    assert diverged == list(range(DIVERGE_TRIES))
+
+
+def test_scaling_reports_the_seeds_that_diverged(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(native_engine, "available", lambda: True)
+
+    def fake(workload: Any, engine: str, workers: int, keys: int, seed: int, placement: Any, diverged: Any) -> float:
+        if engine == "native" and workers == 2:
+            diverged.append(seed)  # as throughput() records a diverged run before the one that finished
+        return 10.0 * workers
+
+    def ceiling(workload: str, engine: str, counts: Any, *args: Any, diverged: Any) -> Any:
+        diverged.append(5)
+        return {n: (10.0 * n, [10.0 * n]) for n in counts}
+
+    monkeypatch.setattr(scaling, "throughput", fake)
+    monkeypatch.setattr(scaling, "ceiling_rates", ceiling)
+    out = run_benchmark("scaling", quick=True, placement="round_robin", models=("mlp",))
+    assert out["diverged_runs"] == {"native": {"mlp": {1: [], 2: [0]}}, "python": {"mlp": {1: [], 2: []}}}
+    assert out["ceiling_diverged_runs"] == {"mlp": [5]}
+    printed = capsys.readouterr().out
+    assert "native mlp at 2: diverged" in printed
+    assert "1 run(s) diverged (NaN/inf) and ran again from the next seed (seeds [0])" in printed
+    assert "ceiling mlp: diverged" in printed and "python mlp at 2: diverged" not in printed
+
+
+def test_a_copy_whose_run_diverges_runs_again_from_the_next_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ceiling's copies retry a diverged run as the figures do, and say which seeds diverged (the copy's
+    loop runs here, in this process, on a fake pipe)."""
+    from amp_notebook.bench import copies
+    from amp_notebook.runtime import train as train_module
+
+    seeds: list[int] = []
+
+    class Done:
+        wall_s, train_instances = 0.5, 40
+
+    def nan_on_the_first_timed_run(graph: Any, data: Any, **settings: Any) -> Any:
+        seeds.append(settings["seed"])
+        return _nan() if len(seeds) == 2 else Done()  # the warm-up run finishes; the first timed one diverges
+
+    class Pipe:
+        def __init__(self) -> None:
+            self.sent: list[Any] = []
+            self.requests = [("run", 0.0), ("quit",)]
+
+        def send(self, message: Any) -> None:
+            self.sent.append(message)
+
+        def recv(self) -> Any:
+            return self.requests.pop(0)
+
+    monkeypatch.setattr(train_module, "train", nan_on_the_first_timed_run)
+    pipe = Pipe()
+    copies._copy(pipe, "mlp", True, 3, "python", 4)  # type: ignore[arg-type]
+    assert pipe.sent[0] == ("ready",) and seeds == [3, 3, 4]
+    kind, _start, _end, instances, diverged = pipe.sent[1]
+    assert kind == "ran" and instances == 40 and diverged == [3]
 
 
 def test_scaling_without_the_ceiling_times_no_copies(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(native_engine, "available", lambda: True)
-    monkeypatch.setattr(scaling, "throughput", lambda *args: 10.0)
-    monkeypatch.setattr(scaling, "ceiling_rates", lambda *args: pytest.fail("copies timed with ceiling=False"))
+    monkeypatch.setattr(scaling, "throughput", lambda *args, **kwargs: 10.0)
+    monkeypatch.setattr(
+        scaling, "ceiling_rates", lambda *args, **kwargs: pytest.fail("copies timed with ceiling=False")
+    )
     out = run_benchmark("scaling", quick=True, placement="round_robin", models=("mlp",), ceiling=False)
     assert out["ceiling"] is None and out["of_ceiling"] == {"native": {}, "python": {}} and out["native"]["mlp"] == 1.0
 
@@ -145,7 +248,7 @@ def test_scaling_runs_the_placement_that_was_fastest_here(monkeypatch: pytest.Mo
     speed = {0: 100.0, 1: 150.0}  # balanced (l2 on worker 0) is faster
     timed: list[Any] = []
 
-    def fake(workload: Any, engine: str, workers: int, max_active_keys: int, seed: int, placement: Any) -> float:
+    def fake(workload: Any, engine: str, workers: int, keys: int, seed: int, placement: Any, diverged: Any) -> float:
         if workers == 1:
             return 80.0
         timed.append(placement)

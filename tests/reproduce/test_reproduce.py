@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from amp_notebook.bench.common import DIVERGE_TRIES
 from amp_notebook.cli import main
 from amp_notebook.engine import available as engine_available
 from amp_notebook.reproduce import paper, table1, table2
@@ -289,7 +290,7 @@ def test_a_diverged_timed_run_runs_again_from_the_next_seed(monkeypatch: pytest.
     diverged = []
     with pytest.raises(NonFiniteError, match="key 3"):
         table2._train(w, 0, diverged, max_active_keys=1, workers=1)
-    assert diverged == list(range(table2.DIVERGE_TRIES))
+    assert diverged == list(range(DIVERGE_TRIES))
 
 
 @pytest.mark.parametrize("faster", ["round_robin", "chosen"])
