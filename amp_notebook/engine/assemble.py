@@ -37,7 +37,9 @@ if TYPE_CHECKING:
     from amp_notebook.runtime.session import Session
 
 NUMERICS = {"ignore": 0, "raise": 1, "skip": 2}  # src/engine.h EngineConfig.numerics
-SPIN_US = 25.0  # how long an idle worker watches its mailbox before it sleeps (src/worker.cc Worker::idle)
+# how long an idle worker watches its mailbox before it sleeps, in us: each worker adapts its own spin between
+# the two from how its sleeps end (src/worker.cc Worker::idle)
+SPIN_US = (25.0, 400.0)
 NATIVE_OPTIMIZERS: dict[type, str] = {SGD: "sgd", Momentum: "momentum", Adam: "adam"}
 
 
@@ -49,7 +51,7 @@ def assemble(session: Session) -> Any:
     codec = module.StateCodec(list(tables.layout), State)
     engine = module.Engine(
         codec, len(plan.names), config.workers, config.priority, config.order, config.mode == "amp",
-        NUMERICS[config.on_nonfinite], config.trace, SPIN_US,
+        NUMERICS[config.on_nonfinite], config.trace, *SPIN_US,
     )  # fmt: skip
     bridged = set(tables.bridged)
     python_updates = False

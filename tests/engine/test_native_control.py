@@ -22,6 +22,7 @@ import pytest
 
 from amp_notebook import models
 from amp_notebook.data import Batch, Dataset
+from amp_notebook.engine import assemble as assemble_module
 from amp_notebook.ir.graph import Graph, Ref
 from amp_notebook.ir.message import State
 from amp_notebook.ir.ops import Identity, Linear, NodeContext
@@ -217,6 +218,32 @@ def test_the_recorded_queue_depth_never_dips_below_zero() -> None:
                   max_bundle=1, optimizer={"name": "sgd", "lr": 0.01})  # fmt: skip
         depth = np.asarray(r.trace.events()["depth"])
         assert len(depth) > 100_000 and depth.min() >= 0, f"{int((depth < 0).sum())} negative depths"
+
+
+@pytest.mark.parametrize("spin_us", [(0.0, 0.0), (25.0, 25.0), (1000.0, 1000.0)])
+def test_how_long_an_idle_worker_spins_changes_no_result(digits, monkeypatch, spin_us) -> None:
+    """The spin only decides when an idle worker goes to sleep: sleeping at once (every hand-off a wake-up), a
+    fixed spin, and the default adaptive one end a sync run on 2 workers at the same parameters, bit for bit."""
+    data = Dataset("d", digits.train[:8], digits.val[:2], 10)
+    graph = models.mlp(input_width=64, hidden=32, layers=2)
+    settings = {"engine": "native", "workers": 2, "mode": "sync", "epochs": 2, "seed": 3, "dtype": "float64",
+                "optimizer": {"name": "adam", "lr": 1e-3}}  # fmt: skip
+    default = train(graph, data, **settings)
+    monkeypatch.setattr(assemble_module, "SPIN_US", spin_us)
+    other = train(graph, data, **settings)
+    assert set(other.trace.events()["worker"]) == {0, 1} and other.history[-1].train_instances == 160
+    assert default.params.keys() == other.params.keys()
+    for node, arrays in default.params.items():
+        for name, value in arrays.items():
+            assert np.array_equal(value, other.params[node][name]), (node, name)
+
+
+@pytest.mark.parametrize("spin_us", [(400.0, 25.0), (-1.0, 25.0), (25.0, 2e6)])
+def test_spin_bounds_out_of_order_or_range_are_refused(digits, monkeypatch, spin_us) -> None:
+    monkeypatch.setattr(assemble_module, "SPIN_US", spin_us)
+    with pytest.raises(ValueError, match=r"0 <= spin_min_us <= spin_max_us <= 1e6"):
+        train(models.mlp(input_width=64, hidden=16), Dataset("d", digits.train[:2], [], 10), engine="native", epochs=1)
+    assert native_threads() == []
 
 
 class MyLinear(Linear):

@@ -74,7 +74,10 @@ struct EngineConfig {
   bool local_updates = true;  // amp mode: update after min_update_frequency gradients
   int numerics = 1;           // 0 ignore, 1 raise, 2 skip (runtime/numerics.py on_nonfinite)
   bool tracing = true;
-  double spin_s = 25e-6;      // how long an idle worker watches its mailbox before it sleeps
+  // how long an idle worker watches its mailbox before it sleeps: each worker adapts its own spin between
+  // the two (Worker::idle); equal bounds give a fixed spin, 0 sleeps at once
+  double spin_min_s = 25e-6;
+  double spin_max_s = 400e-6;
 };
 
 class Engine {

@@ -1,6 +1,6 @@
 // The Python face of a native run (`_native.Engine`), which engine/backend.py builds and drives:
 //
-//   Engine(codec, n_nodes, workers, priority, order, local_updates, numerics, tracing, spin_us)
+//   Engine(codec, n_nodes, workers, priority, order, local_updates, numerics, tracing, spin_min_us, spin_max_us)
 //   add_node(...), set_trace(worker, TraceBuffer), set_python_update(fn), start()     building (GIL held)
 //   admit_key/admit_flush, inject(messages, post), wait(timeout, wake_batch) -> (done, flushed, failed):
 //                                                   the driver (post=False converts and checks only)
@@ -81,7 +81,7 @@ std::unique_ptr<OptimizerState> optimizer_state(nb::dict spec, const NodeCtx& ct
 class EngineHandle {
  public:
   EngineHandle(nb::object codec, int n_nodes, int workers, const std::string& priority, const std::string& order,
-               bool local_updates, int numerics, bool tracing, double spin_us)
+               bool local_updates, int numerics, bool tracing, double spin_min_us, double spin_max_us)
       : codec_obj_(codec), codec_(nb::cast<const StateCodec*>(codec)) {
     if (n_nodes < 1 || workers < 1) throw nb::value_error("a run has at least one node and one worker");
     if (numerics < 0 || numerics > 2) throw nb::value_error("numerics: 0 ignore, 1 raise, 2 skip");
@@ -92,8 +92,10 @@ class EngineHandle {
     config.local_updates = local_updates;
     config.numerics = numerics;
     config.tracing = tracing;
-    if (!(spin_us >= 0.0 && spin_us <= 1e6)) throw nb::value_error("spin_us: expected 0 to 1e6 microseconds");
-    config.spin_s = spin_us * 1e-6;
+    if (!(spin_min_us >= 0.0 && spin_min_us <= spin_max_us && spin_max_us <= 1e6))
+      throw nb::value_error("spin_min_us, spin_max_us: expected 0 <= spin_min_us <= spin_max_us <= 1e6 microseconds");
+    config.spin_min_s = spin_min_us * 1e-6;
+    config.spin_max_s = spin_max_us * 1e-6;
     engine_ = std::make_unique<Engine>(config, codec_->layout(), n_nodes);
     added_.assign(static_cast<size_t>(n_nodes), false);
     in_ports_.resize(static_cast<size_t>(n_nodes));
@@ -503,9 +505,9 @@ void bind_engine(nb::module_& m) {
     return opt->t;
   });
   nb::class_<EngineHandle>(m, "Engine", nb::type_slots(engine_slots))
-      .def(nb::init<nb::object, int, int, const std::string&, const std::string&, bool, int, bool, double>(),
+      .def(nb::init<nb::object, int, int, const std::string&, const std::string&, bool, int, bool, double, double>(),
            nb::arg("codec"), nb::arg("n_nodes"), nb::arg("workers"), nb::arg("priority"), nb::arg("order"),
-           nb::arg("local_updates"), nb::arg("numerics"), nb::arg("tracing"), nb::arg("spin_us"))
+           nb::arg("local_updates"), nb::arg("numerics"), nb::arg("tracing"), nb::arg("spin_min_us"), nb::arg("spin_max_us"))
       .def("add_node", &EngineHandle::add_node, nb::arg("index"), nb::arg("owner"), nb::arg("spec"), nb::arg("params"),
            nb::arg("grads"), nb::arg("grad_inputs"), nb::arg("grad_outputs"), nb::arg("fwd"), nb::arg("bwd"),
            nb::arg("parameterized"), nb::arg("receives_backward"), nb::arg("bridge").none(),

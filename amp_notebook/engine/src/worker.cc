@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -29,7 +30,7 @@ constexpr auto kIdleWait = std::chrono::milliseconds(50);  // a lost wake-up cos
 }
 
 Worker::Worker(Engine& engine, int index, Inbox::Priority priority, Inbox::Order order)
-    : engine_(engine), index_(index), inbox_(priority, order) {
+    : engine_(engine), index_(index), spin_s_(engine.config.spin_min_s), inbox_(priority, order) {
   limit_ = [this](int node, int direction) -> int64_t {
     int64_t cap = max_bundle_[static_cast<size_t>(node)];
     const NodeState& n = *engine_.nodes[static_cast<size_t>(node)];
@@ -146,25 +147,47 @@ bool Worker::take(std::vector<Message>* bundle) {
   return true;
 }
 
-// Spin briefly before sleeping: the next message is often close, and a sleeper costs its sender a wake-up.
-// The spin is bounded by time, not by a count of pause instructions: a pause takes from a few to ~140 cycles
-// depending on the CPU, so a count tuned on one machine spins ten times longer on another and takes the
-// core from the driver and the other workers. The clock is read every 64 pauses (well under a microsecond
-// apart on any CPU).
+// Spin before sleeping: the next message is often close, and a sleeper costs its sender a wake-up (25-40 us
+// on a VM) and itself a context switch.
+//   - The spin is bounded by time, not by a count of pause instructions: a pause takes from a few to ~140
+//     cycles depending on the CPU, so a count tuned on one machine spins ten times longer on another. The
+//     clock is read every 64 pauses (well under a microsecond apart on any CPU).
+//   - Each worker adapts its own bound, between config.spin_min_s and spin_max_s, from how its sleeps end.
+//     A sleep that mail ended within spin_max_s would have been caught by a longer spin: the bound doubles
+//     (at least to that gap). A sleep that lasted longer, or that a knob or stop ended, halves it. A
+//     pipeline that hands messages back and forth keeps its workers spinning; a mostly idle worker (a few
+//     keys in flight, a node that rarely gets work) soon sleeps at once again.
+//   - Past spin_min_s the spinner yields its core at every clock read, so a spinning worker gives way to the
+//     driver and to other workers when there are more threads than cores.
 void Worker::idle() {
   const uint64_t version = knobs_seen_;
-  const double spin_s = engine_.config.spin_s;
-  const double until = spin_s > 0.0 ? monotonic_now() + spin_s : 0.0;
-  for (uint32_t i = 1; spin_s > 0.0; ++i) {
+  const EngineConfig& config = engine_.config;
+  const double t0 = monotonic_now();
+  const double until = t0 + spin_s_;
+  const double yield_from = t0 + config.spin_min_s;
+  for (uint32_t i = 1; spin_s_ > 0.0; ++i) {
     if (mail_.load(std::memory_order_acquire) || engine_.stopping() || engine_.knob_version() != version) return;
     AMP_CPU_RELAX();
-    if ((i & 63) == 0 && monotonic_now() >= until) break;
+    if ((i & 63) == 0) {
+      const double now = monotonic_now();
+      if (now >= until) break;
+      if (now >= yield_from) std::this_thread::yield();
+    }
   }
-  std::unique_lock<std::mutex> lock(mu_);
-  if (!mailbox_.empty() || engine_.stopping() || engine_.knob_version() != version) return;
-  sleeping_ = true;
-  cv_.wait_for(lock, kIdleWait);
-  sleeping_ = false;
+  bool mail = false;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!mailbox_.empty() || engine_.stopping() || engine_.knob_version() != version) return;
+    sleeping_ = true;
+    cv_.wait_for(lock, kIdleWait);
+    sleeping_ = false;
+    mail = !mailbox_.empty();
+  }
+  const double gap = monotonic_now() - t0;
+  if (mail && gap <= config.spin_max_s)
+    spin_s_ = std::min(config.spin_max_s, std::max(2.0 * spin_s_, gap));
+  else
+    spin_s_ = std::max(config.spin_min_s, 0.5 * spin_s_);
 }
 
 size_t Worker::step_next() {

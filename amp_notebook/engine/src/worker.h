@@ -7,8 +7,9 @@
 //     take a bundle: backward first / oldest key first as configured, forward only while not paused, at most
 //       the node's live max_bundle, and for the gradients of a locally updating node no more than its next
 //       update needs (runtime/worker.py bundle_cap)
-//     nothing to take: spin briefly on the mailbox's count, then sleep on the condition variable; a sender
-//       notifies only a sleeper, so a busy pipeline pays no wake-up cost; knob changes and stop wake it too
+//     nothing to take: spin on the mailbox's count for a while that adapts to how the worker's recent sleeps
+//       ended (idle in worker.cc), then sleep on the condition variable; a sender notifies only a sleeper, so
+//       a busy pipeline pays no wake-up cost; knob changes and stop wake it too
 //     step the bundle
 //   step (step.cc), Worker.step's order exactly:
 //     forward: the kernel (train = the key trains and a backward will come back); fwd_version[state] =
@@ -116,6 +117,7 @@ class Worker {
 
   Engine& engine_;
   const int index_;
+  double spin_s_;  // how long idle() spins next, adapted between config.spin_min_s and spin_max_s
   std::thread thread_;
   // the mailbox: any thread posts under mu_; `sleeping_` (under mu_) says whether a sender must notify
   std::mutex mu_;
