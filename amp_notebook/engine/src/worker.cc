@@ -156,7 +156,7 @@ bool Worker::take(std::vector<Message>* bundle) {
 //     A sleep that mail ended within spin_max_s would have been caught by a longer spin: the bound doubles
 //     (at least to that gap). A sleep that lasted longer, or that a knob or stop ended, halves it. A
 //     pipeline that hands messages back and forth keeps its workers spinning; a mostly idle worker (a few
-//     keys in flight, a node that rarely gets work) soon sleeps at once again.
+//     keys in flight, a node that rarely gets work) soon spins only spin_min_s again.
 //   - Past spin_min_s the spinner yields its core at every clock read, so a spinning worker gives way to the
 //     driver and to other workers when there are more threads than cores.
 void Worker::idle() {
