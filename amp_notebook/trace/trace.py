@@ -20,6 +20,7 @@ import numpy as np
 
 from amp_notebook.trace.buffers import PHASES, WorkerBuffer
 from amp_notebook.trace.totals import EventTotals, StalenessTotals, sum_totals
+from amp_notebook.trace.waits import MIN_GAP_S, WorkerWaits, waits
 from amp_notebook.trace.window import Cursor, Increment, _merge, _with_worker, since, window
 
 
@@ -85,6 +86,12 @@ class Trace:
     def staleness_totals(self) -> StalenessTotals:
         """Every gradient's staleness over the whole run, as a histogram per node (exact after drops)."""
         return sum_totals((buf.staleness_totals() for buf in self.buffers), StalenessTotals())
+
+    def waits(self, min_gap_s: float = MIN_GAP_S, top: int = 5) -> list[WorkerWaits]:
+        """What each worker waited for over the rows held: its idle time split by what ended each wait (a new
+        key, a message from another worker, the key's own step here), with the top (cause, node, phase) per
+        worker (:mod:`amp_notebook.trace.waits`); ``summary(trace.waits())`` prints it."""
+        return waits(self.events(), self.node_names, self.phases, self.workers, min_gap_s, top)
 
     def busy_s(self) -> list[float]:
         """Seconds each worker spent handling messages and updates, over the whole run."""
