@@ -195,11 +195,19 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
         default=None,
         help="scaling only: skip the machine's ceiling (independent copies of the 1-worker run timed side by side)",
     )
+    b.add_argument(
+        "--no-waits",
+        dest="waits",
+        action="store_const",
+        const=False,
+        default=None,
+        help="scaling only: skip the traced run per model that splits each worker's idle time by what it waited for",
+    )
 
 
 def _bench_options(args: argparse.Namespace) -> dict[str, Any]:
     """The options one benchmark takes (None: not given; ``run_benchmark`` refuses one it does not take)."""
-    return {"workers": args.workers, "placement": args.placement, "ceiling": args.ceiling}
+    return {"workers": args.workers, "placement": args.placement, "ceiling": args.ceiling, "waits": args.waits}
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

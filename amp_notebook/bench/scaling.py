@@ -14,7 +14,9 @@ message's glue). Graphs, data and optimizers are the reproduction's workloads
 (:mod:`amp_notebook.reproduce.workloads`, the paper's layouts); the settings are the workload's with mode
 ``amp``, one epoch of training keys (the MLP's is 15 keys: its figure includes the pipeline filling and
 draining; ``reproduce table2`` times it over 120), no validation, no trace recording, the model's
-``max_active_keys`` (``MODELS``), the default inbox order and message bundling on (the default for amp runs).
+``max_active_keys`` (``MODELS``), the default inbox order (``light_first`` on 2 or more workers, the paper's
+``backward_first`` on 1: :func:`~amp_notebook.runtime.config.default_priority`) and message bundling on (the
+default for amp runs).
 Figure per run: training instances per second.
 
 **Placement, measured here** (``placement="measured"``, the default). Which worker runs which heavy node
@@ -34,6 +36,13 @@ is among those measured, else the Python engine) are timed after the figures, mo
 rounds interleaved. ``ceiling`` in the JSON maps each model to the copies' throughput at the headline count
 over one copy's, and ``of_ceiling`` each engine's ratio over it: the share of what these cores give this
 workload that the run turned into throughput.
+
+**What the workers waited for** (``waits=True``, the default; ``--no-waits`` skips it). A ratio under the
+ceiling means the workers of one run waited on each other. So after the figures, each model runs once more on
+the native engine at the headline worker count, with the chosen placement and the trace recording, and
+:mod:`amp_notebook.trace.waits` splits each worker's idle time by what ended each wait: a new key, a message
+from the other worker, or the key's own step on that worker. ``waits`` in the JSON keeps the split and the
+top waits per worker; the report prints one line per worker.
 
 **Diverged runs.** Asynchronous training can diverge, and whether a run does can depend on the threads'
 timing (the MLP at ``max_active_keys`` 4 on 2 workers, now and then). A timed run (a figure, a placement
@@ -67,6 +76,8 @@ from amp_notebook.bench.common import (
 )
 from amp_notebook.errors import SettingError
 from amp_notebook.runtime.placement import STRATEGIES
+from amp_notebook.trace.waits import WorkerWaits
+from amp_notebook.trace.waits import summary as waits_summary
 
 # benchmark name -> (reproduction workload, max_active_keys)
 MODELS: dict[str, tuple[str, int]] = {
@@ -162,6 +173,26 @@ def measured_placement(
     return {"chosen": name, "placement": options[name], "trials": rates}
 
 
+def waited_for(
+    workload: Any, workers: int, max_active_keys: int, seed: int, placement: str | dict[str, int]
+) -> list[WorkerWaits]:
+    """What each native worker waited for (:mod:`amp_notebook.trace.waits`) in one traced epoch of ``workload``
+    on ``workers`` threads with ``placement``; a run that diverges runs again from the next seed."""
+    import warnings
+
+    from amp_notebook.runtime.train import TrainResult, train
+
+    def once(run_seed: int) -> list[WorkerWaits]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            r = train(workload.graph, workload.data, workers=workers, placement=placement,
+                      **{**settings(workload, "native", max_active_keys, run_seed), "trace": True})  # fmt: skip
+        assert isinstance(r, TrainResult) and r.trace is not None
+        return r.trace.waits()
+
+    return retry_diverged(once, seed, None)
+
+
 def ceiling_rates(
     workload: str, engine: str, counts: Sequence[int], max_active_keys: int, quick: bool, seed: int, repeats: int,
     diverged: list[int] | None = None,
@@ -181,12 +212,13 @@ def ceiling_rates(
 def run(
     quick: bool = False, repeats: int = 3, seed: int = 0, workers: str | Sequence[int] = DEFAULT_WORKERS,
     models: Sequence[str] = tuple(MODELS), engines: Sequence[str] = ENGINES, placement: str = MEASURED,
-    ceiling: bool = True,
+    ceiling: bool = True, waits: bool = True,
 ) -> dict[str, Any]:  # fmt: skip
     """Every model on every engine at every worker count (module docstring); ``quick``: a few keys, one
     round and one run per candidate placement (a smoke test: its figures mean nothing); ``placement``:
     ``"measured"`` or a strategy of :func:`~amp_notebook.runtime.placement.place` for every figure;
-    ``ceiling``: time the machine's ceiling (independent copies of the 1-worker run) too."""
+    ``ceiling``: time the machine's ceiling (independent copies of the 1-worker run) too; ``waits``: split
+    the native workers' idle time by what they waited for (one traced run per model)."""
     from amp_notebook import engine as native_engine
     from amp_notebook.reproduce.workloads import workload
 
@@ -237,6 +269,8 @@ def run(
                                diverged=copies_diverged[m])
               for m in (models if ceiling else ())}  # fmt: skip
     ceilings = {m: {n: c[n][0] / c[1][0] if c[1][0] > 0 else 0.0 for n in counts if n != 1} for m, c in copies.items()}
+    waited = {m: waited_for(loads[m], head, MODELS[m][1], seed, chosen["native"][m][head]["placement"])
+              for m in (models if waits and "native" in engines else ())}  # fmt: skip
     load = machine_load(load_before)
     result: dict[str, Any] = {e: {m: ratios[e][m][head] for m in models} if e in engines else None for e in ENGINES}
     result.update({
@@ -255,6 +289,7 @@ def run(
                        for e in engines},
         "settings": {m: {"workload": MODELS[m][0], "max_active_keys": MODELS[m][1],
                          "keys": len(loads[m].data.train), "layout": loads[m].layout} for m in models},
+        "waits": {m: [w.as_dict() for w in ws] for m, ws in waited.items()} if waited else None,
         "diverged_runs": diverged, "ceiling_diverged_runs": copies_diverged,
         "repeats": repeats, "seed": seed, "quick": quick, "notes": notes, "load_average_1min": load,
     })  # fmt: skip
@@ -280,6 +315,12 @@ def run(
                     c = chosen[e][m][n]
                     timed = ", ".join(f"{k} {v:.0f}" for k, v in c["trials"].items()) or "one candidate"
                     rows.append((f"{e} {m} placement at {n}", f"{c['chosen']} (timed here, instances/s: {timed})"))
+    for m, ws in waited.items():
+        for line in waits_summary(ws).splitlines():
+            rows.append((f"native {m} at {head}, waits", line))
+    if waited:
+        rows.append(("waits", "one traced run per model: each worker's idle time by what ended each wait (a new key, "
+                              "a message from the other worker, the key's own step here: 'local')"))  # fmt: skip
     for e in engines:
         for m in models:
             for n in counts:

@@ -18,6 +18,7 @@ from amp_notebook.bench.common import load_line, machine_load
 from amp_notebook.bench.registry import run_benchmark
 from amp_notebook.cli import main
 from amp_notebook.errors import AmpError, SettingError
+from amp_notebook.trace.waits import WorkerWaits
 
 needs_native = pytest.mark.skipif(not native_engine.available(), reason="the native engine is not built here")
 
@@ -92,6 +93,13 @@ def test_scaling_json_has_the_ratio_of_every_model_on_every_engine(
         return {n: (100.0 * n**0.75, [100.0 * n**0.75]) for n in counts}  # copies: 2 of them give 2**0.75
 
     monkeypatch.setattr(scaling, "ceiling_rates", ceiling)
+    traced: list[tuple[str, int, int, Any]] = []
+
+    def waited(workload: Any, workers: int, keys: int, seed: int, placement: Any) -> list[WorkerWaits]:
+        traced.append((workload.name, workers, keys, placement))
+        return [WorkerWaits(w, 1.0, 0.75, 0.25, {"a new key": 0.05, f"worker {1 - w}": 0.2}) for w in range(2)]
+
+    monkeypatch.setattr(scaling, "waited_for", waited)
     assert main(["bench", "scaling", "--quick", "--json", "--workers", "1,2,4", "--placement", "round_robin"]) == 0
     captured = capsys.readouterr()
     out = last_json_line(captured.out)
@@ -110,6 +118,10 @@ def test_scaling_json_has_the_ratio_of_every_model_on_every_engine(
     assert "ceiling tree" in captured.err and "native 84%" in captured.err
     assert out["diverged_runs"]["native"]["tree"]["2"] == [] and out["ceiling_diverged_runs"]["mlp"] == []
     assert "diverged" not in captured.err
+    # what the native workers waited for: one traced run per model at the headline count, its placement
+    assert sorted(traced) == sorted((w, 2, k, "round_robin") for w, k in scaling.MODELS.values())
+    assert out["waits"]["ggsnn"][1]["by_cause"] == {"a new key": 0.05, "worker 0": 0.2}
+    assert "worker 1: busy 75%, idle 25% (20% worker 0, 5% a new key)" in captured.err
 
 
 def _nan(*args: object, **kwargs: object) -> Any:
@@ -164,7 +176,8 @@ def test_scaling_reports_the_seeds_that_diverged(
 
     monkeypatch.setattr(scaling, "throughput", fake)
     monkeypatch.setattr(scaling, "ceiling_rates", ceiling)
-    out = run_benchmark("scaling", quick=True, placement="round_robin", models=("mlp",))
+    out = run_benchmark("scaling", quick=True, placement="round_robin", models=("mlp",), waits=False)
+    assert out["waits"] is None
     assert out["diverged_runs"] == {"native": {"mlp": {1: [], 2: [0]}}, "python": {"mlp": {1: [], 2: []}}}
     assert out["ceiling_diverged_runs"] == {"mlp": [5]}
     printed = capsys.readouterr().out
@@ -213,7 +226,7 @@ def test_scaling_without_the_ceiling_times_no_copies(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(
         scaling, "ceiling_rates", lambda *args, **kwargs: pytest.fail("copies timed with ceiling=False")
     )
-    out = run_benchmark("scaling", quick=True, placement="round_robin", models=("mlp",), ceiling=False)
+    out = run_benchmark("scaling", quick=True, placement="round_robin", models=("mlp",), ceiling=False, waits=False)
     assert out["ceiling"] is None and out["of_ceiling"] == {"native": {}, "python": {}} and out["native"]["mlp"] == 1.0
 
 
@@ -256,7 +269,7 @@ def test_scaling_runs_the_placement_that_was_fastest_here(monkeypatch: pytest.Mo
 
     monkeypatch.setattr(scaling, "throughput", fake)
     monkeypatch.setattr(scaling, "_heavy_only", lambda workload, choice: choice)
-    result = scaling.run(repeats=3, models=("mlp",), engines=("native",))
+    result = scaling.run(repeats=3, models=("mlp",), engines=("native",), waits=False)
     chosen = result["placements"]["native"]["mlp"][2]
     assert chosen["chosen"] == "balanced" and chosen["placement"] == stages
     assert chosen["trials"] == {"round_robin": 100.0, "balanced": 150.0}  # auto's equal choice is not timed again
@@ -285,7 +298,20 @@ def test_scaling_runs_for_real_on_a_few_keys(capsys: pytest.CaptureFixture[str])
     for engine in engines:
         assert result[engine]["mlp"] > 0
         assert all(v > 0 for v in result["instances_per_s"][engine]["mlp"].values())
-    assert "mlp" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "mlp" in printed
+    if "native" in engines:  # the traced run: every worker's idle time split, and a line per worker
+        found = result["waits"]["mlp"]
+        assert [w["worker"] for w in found] == [0, 1] and all(w["busy_s"] > 0 for w in found)
+        assert all(sum(w["by_cause"].values()) == pytest.approx(w["idle_s"]) for w in found)
+        assert "native mlp at 2, waits" in printed and "worker 1: busy" in printed
+    else:
+        assert result["waits"] is None
+
+
+def test_no_waits_is_refused_by_a_benchmark_without_them() -> None:
+    with pytest.raises(SettingError, match="bench overhead takes no --waits"):
+        run_benchmark("overhead", waits=False)
 
 
 def test_only_scaling_takes_a_workers_list() -> None:
