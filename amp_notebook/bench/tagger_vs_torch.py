@@ -16,7 +16,7 @@ embeddings N(0, 1)), loaded into the torch model. Optimizer: Adam, lr 3e-3, grad
 - ours_mak32 / ours_mak1: one sentence per key (the paper's layout), mode amp, 2 workers, the model's
   per-node update frequencies (``models.bilstm_tagger.UPDATE_FREQUENCY``: about a sentence's worth of
   gradients; the other nodes after each), ``max_active_keys`` 32 or 1, no trace recording, the paper's
-  placement (heavy ops round-robin) and inbox order (backward first).
+  placement (heavy ops round-robin) and the default inbox order (``light_first`` on 2 workers).
 - ours_mak32_bundled: the same at 32 with ``max_bundle=32``: a node takes up to 32 waiting messages of
   different keys (same port and direction) as one call on their stacked rows, so the sentences in flight
   share each recurrent step's Linear and gate update (the runtime's message bundling).

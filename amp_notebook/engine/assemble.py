@@ -50,7 +50,7 @@ def assemble(session: Session) -> Any:
     module = native()
     codec = module.StateCodec(list(tables.layout), State)
     engine = module.Engine(
-        codec, len(plan.names), config.workers, config.priority, config.order, config.mode == "amp",
+        codec, len(plan.names), config.workers, config.inbox_priority, config.order, config.mode == "amp",
         NUMERICS[config.on_nonfinite], config.trace, *SPIN_US,
     )  # fmt: skip
     bridged = set(tables.bridged)

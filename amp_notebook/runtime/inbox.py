@@ -7,7 +7,12 @@ mailbox into it). Two rules decide the next message:
   flush updates before forward ones, so gradients return sooner (less staleness, fewer cached
   activations); ``fifo`` takes the earliest arrival of either direction. With several nodes per worker,
   strict backward-first can make the workers take turns (one drains its backward work while the other
-  starves of forward work); arrival order keeps both fed (``amp-notebook bench speedup`` shows both).
+  starves of forward work); arrival order keeps both fed (``amp-notebook bench speedup`` shows both);
+  ``light_first`` takes the messages of nodes without parameters (tier 0: control flow, joins,
+  activations, losses, each about a microsecond on the native engine) before those of parameterized nodes
+  (tier 1: the Linears and Embeddings), backward first within each tier. A light message often routes a
+  key on to another worker, and held behind a heavy op's 100 us it leaves that worker idle; the heavy
+  nodes, where gradients update parameters, still take their backward messages first.
 * **order** within a direction: ``oldest_key`` takes the message whose key was admitted earliest (keys
   are numbered in admission order), so the key furthest along finishes first and its successors follow it
   down the pipeline; ``arrival`` takes messages in the order they came.
@@ -19,7 +24,8 @@ worker runs them as one call. A bundle never mixes nodes, directions or ports (r
 nodes).
 
 Each (node, direction, port) *group* keeps its waiting messages sorted by rank (the key, or the arrival
-number), and each direction a heap of groups ordered by their best rank. A message joins its group's
+number), and each tier and direction a heap of groups ordered by their best rank (one tier unless
+``light_first``). A message joins its group's
 list (an append, as ranks mostly arrive in order); a group enters the heap when it gets its first
 message, or again when a message with a better rank arrives or after a take left some of its messages.
 A heap entry names the message that was first in its group when it was pushed (its arrival number); it
@@ -36,14 +42,14 @@ included.
 from __future__ import annotations
 
 from bisect import insort
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from heapq import heappop, heappush
 
 from amp_notebook.errors import SettingError
 from amp_notebook.ir.message import FWD, Message
 from amp_notebook.runtime.knobs import Knobs
 
-PRIORITIES = ("backward_first", "fifo")
+PRIORITIES = ("backward_first", "fifo", "light_first")
 ORDERS = ("oldest_key", "arrival", "largest_bundle")
 
 Group = tuple[int, int, str]  # (node, direction, port)
@@ -55,7 +61,7 @@ class Inbox:
     order they leave in; used by the one thread that steps the worker; never touches a mailbox, a thread or a
     message's payload, and reads ``max_bundle`` from the session's knobs in place."""
 
-    __slots__ = ("_bwd", "_by_key", "_fifo", "_fwd", "_groups", "_largest", "_seq", "limit", "max_bundle", "size")
+    __slots__ = ("_by_key", "_fifo", "_groups", "_heaps", "_largest", "_seq", "_tier", "limit", "max_bundle", "size")
 
     def __init__(
         self,
@@ -63,6 +69,7 @@ class Inbox:
         priority: str = "backward_first",
         order: str = "oldest_key",
         limit: Callable[[int, int], int] | None = None,
+        parameterized: Sequence[bool] = (),
     ) -> None:
         if priority not in PRIORITIES:
             raise SettingError("priority", f"priority: expected one of {PRIORITIES}, got {priority!r}")
@@ -73,8 +80,11 @@ class Inbox:
         self._fifo = priority == "fifo"
         self._by_key = order != "arrival"
         self._largest = order == "largest_bundle"
-        self._bwd: list[Entry] = []  # backward messages and flush updates: a heap of group entries
-        self._fwd: list[Entry] = []  # forward messages
+        # per tier: [forward, backward and flush updates] heaps of group entries (FWD is 0)
+        tiered = priority == "light_first"
+        self._heaps: tuple[tuple[list[Entry], list[Entry]], ...] = (([], []), ([], [])) if tiered else (([], []),)
+        # per node: its tier (light_first: 1 for a parameterized node; a node not listed is light)
+        self._tier = [int(p) for p in parameterized] if tiered else []
         self._groups: dict[Group, list[tuple[int, int, Message]]] = {}  # sorted by (rank, arrival)
         self._seq = 0
         self.size = 0  # messages waiting
@@ -98,34 +108,45 @@ class Inbox:
             insort(waiting, item)
             if waiting[0] is not item:
                 return
-        heappush(self._bwd if msg.direction else self._fwd, (rank, seq, group))  # FWD is 0
+        tiers = self._tier
+        heaps = self._heaps[tiers[msg.node] if msg.node < len(tiers) else 0] if tiers else self._heaps[0]
+        heappush(heaps[msg.direction > 0], (rank, seq, group))
 
     def has_work(self, allow_forward: bool = True) -> bool:
         """Whether :meth:`take` would return a bundle."""
-        return self._top(self._bwd) is not None or (allow_forward and self._top(self._fwd) is not None)
+        for fwd, bwd in self._heaps:
+            if self._top(bwd) is not None or (allow_forward and self._top(fwd) is not None):
+                return True
+        return False
 
     def forward_waiting(self) -> int:
         """Forward messages waiting (held while a run is paused)."""
         return sum(len(m) for (_, direction, _), m in self._groups.items() if direction == FWD)
 
     def take(self, allow_forward: bool = True) -> list[Message] | None:
-        """The next bundle (one message and those that join it), or None when nothing may be taken."""
-        bwd, fwd, groups = self._bwd, self._fwd, self._groups
-        heap = None
-        if bwd:
-            top = bwd[0]
-            waiting = groups.get(top[2])
-            if (waiting is not None and waiting[0][1] == top[1]) or self._top(bwd) is not None:
-                heap = bwd
-        if allow_forward and fwd and (heap is None or self._fifo):
-            top = fwd[0]
-            waiting = groups.get(top[2])
-            live = (waiting is not None and waiting[0][1] == top[1]) or self._top(fwd) is not None
-            if live and (heap is None or fwd[0][0] < bwd[0][0]):
-                heap = fwd
-        if heap is None:
+        """The next bundle (one message and those that join it), or None when nothing may be taken: from the
+        first tier with work, backward first within it (``fifo``: the better rank of the two directions)."""
+        groups = self._groups
+        # the first tier with work decides; within it backward (and updates) first, or with fifo the direction
+        # whose best live entry has the better rank
+        for tier, (fwd, bwd) in enumerate(self._heaps):  # noqa: B007 (the loop's last tier is read below)
+            heap = None
+            if bwd:
+                top = bwd[0]
+                waiting = groups.get(top[2])
+                if (waiting is not None and waiting[0][1] == top[1]) or self._top(bwd) is not None:
+                    heap = bwd
+            if allow_forward and fwd and (heap is None or self._fifo):
+                top = fwd[0]
+                waiting = groups.get(top[2])
+                live = (waiting is not None and waiting[0][1] == top[1]) or self._top(fwd) is not None
+                if live and (heap is None or fwd[0][0] < bwd[0][0]):
+                    heap = fwd
+            if heap is not None:
+                break
+        else:
             return None
-        group = self._largest_group(heap is fwd) if self._largest else heappop(heap)[2]
+        group = self._largest_group(heap is fwd, tier) if self._largest else heappop(heap)[2]
         waiting = groups[group]
         if len(waiting) == 1:  # a lone message: the shortest branch
             del groups[group]
@@ -146,11 +167,16 @@ class Inbox:
         heappush(heap, (first[0], first[1], group))  # live: it names the group's new first message
         return bundle
 
-    def _largest_group(self, forward: bool) -> Group:
-        """``largest_bundle`` order: the group of the direction with the most messages waiting (the oldest key
-        among equals); its heap entry stays, to be skipped as stale or taken later."""
-        groups = self._groups
-        return max((g for g in groups if (g[1] == FWD) == forward), key=lambda g: (len(groups[g]), -groups[g][0][0]))
+    def _largest_group(self, forward: bool, tier: int) -> Group:
+        """``largest_bundle`` order: the group of the tier and direction with the most messages waiting (the
+        oldest key among equals); its heap entry stays, to be skipped as stale or taken later."""
+        groups, tiers = self._groups, self._tier
+
+        def in_tier(g: Group) -> bool:
+            return (tiers[g[0]] if g[0] < len(tiers) else 0) == tier
+
+        candidates = (g for g in groups if (g[1] == FWD) == forward and in_tier(g))
+        return max(candidates, key=lambda g: (len(groups[g]), -groups[g][0][0]))
 
     def _top(self, heap: list[Entry]) -> Entry | None:
         """The heap's first live entry (one whose message is still first in its group); stale ones are dropped."""

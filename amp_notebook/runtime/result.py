@@ -81,7 +81,8 @@ class TrainResult:
 
     def summary(self, **extra: Any) -> dict[str, Any]:
         """The JSON-ready summary the CLI prints (``amp-notebook train --json``): ``extra``, every setting of
-        the run, then what the run did. ``placement`` is where each node ran, ``optimizer`` the full spec."""
+        the run, then what the run did. ``placement`` is where each node ran, ``optimizer`` the full spec,
+        ``priority_used`` the inbox priority the workers used (``priority``, or its default for the worker count)."""
         c = self.config
         st = self.staleness()
         settings = c.as_json(lambda s: s.name != "placement")
@@ -100,6 +101,7 @@ class TrainResult:
             "utilization": self.utilization(),
             "placement": self.placement,
             "placement_strategy": self.placement_strategy,
+            "priority_used": c.inbox_priority,
             "nonfinite_skipped": self.nonfinite_skipped,
             "restarts": len(self.restarts),
             "restart_causes": [r.as_dict() for r in self.restarts],

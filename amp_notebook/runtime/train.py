@@ -81,8 +81,10 @@ def train(
     (``"round_robin"``, the default, ``"balanced"``: contiguous cost-balanced stages, or ``"auto"``: the
     fastest of several candidates on the simulator, see :mod:`~amp_notebook.runtime.autoplace`; its search
     takes seconds before the run starts, background runs included) or a dict of node -> worker overrides.
-    ``priority`` orders each worker's inbox across directions: ``"backward_first"`` (the paper) or ``"fifo"``;
-    ``order`` within a direction: ``"oldest_key"`` (the key admitted earliest first) or ``"arrival"``.
+    ``priority`` orders each worker's inbox across directions: ``"backward_first"`` (the paper), ``"fifo"``,
+    or ``"light_first"`` (messages of nodes without parameters first, then backward first; the default with 2
+    or more workers on threads or Ray, backward_first otherwise); ``order`` within a direction:
+    ``"oldest_key"`` (the key admitted earliest first) or ``"arrival"``.
     ``max_bundle`` lets a node take up to that many waiting messages (of different keys, same port and
     direction) and run them as one call: one int for every node or ``{node: int}``; 1 (the default) runs
     every message alone. Results are those of the messages one by one (to the rounding of a larger matrix

@@ -1,6 +1,7 @@
 """The worker's native parts against the Python ones, on the same sequences (hypothesis):
 
-* the inbox gives the same bundles as ``runtime/inbox.py`` for every priority, order, max_bundle and cap;
+* the inbox gives the same bundles as ``runtime/inbox.py`` for every priority, order, max_bundle, cap and
+  set of parameterized nodes (light_first's tiers);
 * the ledger completes the same keys and flushes as ``runtime/credits.py``;
 * the trace buffer's rows, read in place as numpy columns, equal what ``trace/buffers.py`` holds for the
   same records, across chunk boundaries;
@@ -33,12 +34,15 @@ take = st.tuples(st.just("take"), st.booleans(), st.integers(0, 0), st.integers(
     order=st.sampled_from(ORDERS),
     max_bundle=st.lists(st.integers(1, 3), min_size=3, max_size=3),
     caps=st.none() | st.dictionaries(st.tuples(st.integers(0, 2), st.integers(0, 2)), st.integers(1, 3)),
+    parameterized=st.lists(st.booleans(), min_size=0, max_size=3),
     steps=st.lists(st.one_of(push, take), max_size=60),
 )
-def test_the_native_inbox_gives_the_python_inboxs_bundles(priority, order, max_bundle, caps, steps) -> None:
+def test_the_native_inbox_gives_the_python_inboxs_bundles(
+    priority, order, max_bundle, caps, parameterized, steps
+) -> None:
     limit = None if caps is None else (lambda node, direction: caps.get((node, direction), 2))
-    python = Inbox(Knobs(1, [1] * len(max_bundle), max_bundle), priority, order, limit)
-    native = engine.native().Inbox(priority, order)
+    python = Inbox(Knobs(1, [1] * len(max_bundle), max_bundle), priority, order, limit, parameterized)
+    native = engine.native().Inbox(priority, order, parameterized)
     messages: list[Message] = []
     for op, a, b, c, d in steps:
         if op == "push":
@@ -69,6 +73,22 @@ def test_a_partly_taken_group_keeps_its_place_among_equal_keys() -> None:
     taken = [python.take()[0].payload for _ in range(4)]
     assert taken == [0, 1, 2, 3]
     assert [native.take(True, max_bundle, None) for _ in range(4)] == [[0], [1], [2], [3]]
+
+
+@pytest.mark.parametrize("priority", ["light_first", "backward_first"])
+def test_light_first_takes_every_light_message_before_a_heavy_one(priority: str) -> None:
+    """Node 0 has parameters, node 1 has none: light_first takes node 1's forward message before node 0's
+    backward one (and keeps backward first within each tier); backward_first takes node 0's backward first."""
+    max_bundle = [1, 1]
+    python = Inbox(Knobs(1, [1, 1], max_bundle), priority, "oldest_key", None, [True, False])
+    native = engine.native().Inbox(priority, "oldest_key", [True, False])
+    pushed = [(0, 0, 1), (0, 1, 2), (1, 0, 3), (1, 1, 4)]  # (node, direction, key): heavy fwd, heavy bwd, ...
+    for i, (node, direction, key) in enumerate(pushed):
+        python.push(Message(node, "x", direction, i, State(key=key)))
+        native.push(i, node, direction, 0, key)
+    expected = [3, 2, 1, 0] if priority == "light_first" else [1, 3, 0, 2]
+    assert [python.take()[0].payload for _ in range(4)] == expected
+    assert [native.take(True, max_bundle, None)[0] for _ in range(4)] == expected
 
 
 credit_step = st.one_of(

@@ -144,6 +144,18 @@ def test_configs_are_immutable_and_copied_on_change() -> None:
     assert RunConfig(dtype=np.float64).dtype == "float64" and RunConfig(workers=np.int64(3)).workers == 3
 
 
+def test_the_inbox_priority_follows_the_worker_count_unless_named() -> None:
+    """None (the default) is light_first with 2 or more workers on threads or Ray, backward_first with 1 and on
+    the simulator; a named one is kept, also when the worker count changes."""
+    assert RunConfig().priority is None
+    assert RunConfig(workers=2, backend="simulated").inbox_priority == "backward_first"
+    assert [RunConfig(workers=n).inbox_priority for n in (1, 2, 16)] == ["backward_first", "light_first", "light_first"]
+    for named in ("backward_first", "fifo", "light_first"):
+        config = RunConfig(workers=1, priority=named)
+        assert config.inbox_priority == named and config.replace(workers=4).inbox_priority == named
+    assert RunConfig(workers=1).replace(workers=2).inbox_priority == "light_first"
+
+
 def test_settings_that_go_together_are_checked_together() -> None:
     with pytest.raises(SettingError, match="address= names a Ray cluster; it needs backend='ray'"):
         RunConfig(address="head:6379")
@@ -218,6 +230,7 @@ def test_the_summary_prints_every_setting(digits) -> None:
     assert s["optimizer"] == {"name": "sgd", "lr": 0.05, "clip_norm": None, "lr_decay": 1.0}
     assert s["placement"] == r.placement and s["placement_strategy"] == "round_robin"
     assert s["validate"] is False and s["backend"] == "threads"
+    assert s["priority"] is None and s["priority_used"] == "light_first"  # 2 workers, the default
 
 
 def test_command_line_options_come_from_the_declarations() -> None:

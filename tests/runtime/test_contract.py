@@ -78,7 +78,10 @@ class TurnTakingBackend:
         self.wall_s = 0.0
         self.timer = TickTime()
         config = session.config
-        self.inboxes = [Inbox(session.knobs, config.priority, config.order, w.bundle_cap) for w in session.workers]
+        self.inboxes = [
+            Inbox(session.knobs, config.inbox_priority, config.order, w.bundle_cap, session.plan.parameterized)
+            for w in session.workers
+        ]
         self.calls: deque[Callable[[], list[Action]]] = deque()
         self.called = threading.Event()
         self.heard: list[KnobChange] = []
@@ -158,8 +161,8 @@ class TurnTakingBackend:
         restart_session(self.session, checkpoint)
         self.ledger = Credits()
         config = self.session.config
-        self.inboxes = [Inbox(self.session.knobs, config.priority, config.order, w.bundle_cap)
-                        for w in self.session.workers]  # fmt: skip
+        self.inboxes = [Inbox(self.session.knobs, config.inbox_priority, config.order, w.bundle_cap,
+                              self.session.plan.parameterized) for w in self.session.workers]  # fmt: skip
 
 
 def small_rnn(replicas: int = 1):

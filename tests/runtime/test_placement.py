@@ -74,7 +74,9 @@ def test_unknown_strategy_and_priority_are_refused() -> None:
     with pytest.raises(PlacementError, match=r"expected one of \('round_robin', 'balanced'\), got 'clever'"):
         place(mlp(), 2, strategy="clever")
     data = load_digits_dataset()
-    with pytest.raises(ValueError, match=r"priority: expected one of \('backward_first', 'fifo'\), got 'lifo'"):
+    with pytest.raises(
+        ValueError, match=r"priority: expected one of \('backward_first', 'fifo', 'light_first'\) or None .*got 'lifo'"
+    ):
         train(mlp(64, 8), data, priority="lifo")
 
 

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from amp_notebook.data import Batch, Dataset
 from amp_notebook.ir.graph import Graph, Ref
 from amp_notebook.ir.interpret import Interpreter
+from amp_notebook.runtime.inbox import PRIORITIES
 from amp_notebook.runtime.reference import train_reference
 from amp_notebook.runtime.train import train
 
@@ -94,7 +95,7 @@ def problems(draw: st.DrawFn) -> tuple[Graph, Dataset, int, str]:
                   {"length": draw(st.integers(min_value=1, max_value=3))})
         )  # fmt: skip
     data = Dataset("random", train=keys, val=keys[:1])
-    return graph, data, draw(st.integers(min_value=1, max_value=3)), draw(st.sampled_from(["backward_first", "fifo"]))
+    return graph, data, draw(st.integers(min_value=1, max_value=3)), draw(st.sampled_from(PRIORITIES))
 
 
 def assert_same_training(graph: Graph, data: Dataset, workers: int, priority: str) -> None:

@@ -138,6 +138,7 @@ class EngineHandle {
     n.fwd = std::move(fwd);
     n.bwd = std::move(bwd);
     n.parameterized = parameterized;
+    for (auto& w : engine_->workers) w->set_parameterized(index, parameterized);
     n.receives_backward = receives_backward;
     n.python_update = python_update;
     n.version = version;

@@ -11,9 +11,17 @@ int Inbox::group_of(int node, int direction, int port) {
                     (static_cast<uint64_t>(direction) << 20) ^ static_cast<uint64_t>(static_cast<uint32_t>(port));
   auto it = index_.find(packed);
   if (it != index_.end()) return it->second;
-  groups_.push_back(Group{node, direction, port, {}, -1, 0, false});
+  const bool heavy = tiered_ && node >= 0 && static_cast<size_t>(node) < parameterized_.size() &&
+                     parameterized_[static_cast<size_t>(node)];
+  groups_.push_back(Group{node, direction, port, heavy ? 1 : 0, {}, -1, 0, false});
   index_[packed] = static_cast<int>(groups_.size() - 1);
   return static_cast<int>(groups_.size() - 1);
+}
+
+void Inbox::set_parameterized(int node, bool parameterized) {
+  if (node < 0) return;
+  if (static_cast<size_t>(node) >= parameterized_.size()) parameterized_.resize(static_cast<size_t>(node) + 1, 0);
+  parameterized_[static_cast<size_t>(node)] = parameterized ? 1 : 0;
 }
 
 void Inbox::push(uint64_t handle, int node, int direction, int port, int64_t key) {
@@ -37,7 +45,7 @@ void Inbox::push(uint64_t handle, int node, int direction, int port, int64_t key
     g.waiting.insert(at, item);
     if (!first) return;
   }
-  heaps_[direction == kForward].push(Entry{rank, seq, gi});
+  heap_of(g.tier, direction).push(Entry{rank, seq, gi});
   g.live = seq;
 }
 
@@ -51,7 +59,11 @@ const Inbox::Entry* Inbox::top(Heap& heap) {
   return nullptr;
 }
 
-bool Inbox::has_work(bool allow_forward) { return top(heaps_[0]) || (allow_forward && top(heaps_[1])); }
+bool Inbox::has_work(bool allow_forward) {
+  for (int tier = 0; tier < 2; ++tier)
+    if (top(heap_of(tier, kBackward)) || (allow_forward && top(heap_of(tier, kForward)))) return true;
+  return false;
+}
 
 void Inbox::retire(Group& g) {
   g.active = false;
@@ -62,22 +74,31 @@ void Inbox::retire(Group& g) {
 bool Inbox::take(bool allow_forward, const std::vector<int64_t>& max_bundle, const Limit& limit,
                  std::vector<uint64_t>* out) {
   out->clear();
-  Heap& bwd = heaps_[0];
-  Heap& fwd = heaps_[1];
-  const Entry* b = top(bwd);
-  Heap* heap = b ? &bwd : nullptr;
-  if (allow_forward) {
-    const Entry* f = top(fwd);
-    if (f && (!heap || (fifo_ && f->rank < b->rank))) heap = &fwd;
+  // the first tier with work decides; within it, backward first (fifo: the better rank of the two)
+  Heap* heap = nullptr;
+  int tier = 0;
+  bool forward = false;
+  for (int t = 0; t < 2 && !heap; ++t) {
+    Heap& bwd = heap_of(t, kBackward);
+    Heap& fwd = heap_of(t, kForward);
+    const Entry* b = top(bwd);
+    heap = b ? &bwd : nullptr;
+    if (allow_forward) {
+      const Entry* f = top(fwd);
+      if (f && (!heap || (fifo_ && f->rank < b->rank))) {
+        heap = &fwd;
+        forward = true;
+      }
+    }
+    tier = t;
   }
   if (!heap) return false;
   int gi;
   if (order_ == Order::kLargestBundle) {
-    const bool want_fwd = heap == &fwd;
     gi = -1;
     for (int i = 0; i < static_cast<int>(groups_.size()); ++i) {
       const Group& g = groups_[i];
-      if (!g.active || (g.direction == kForward) != want_fwd) continue;
+      if (!g.active || (g.direction == kForward) != forward || g.tier != tier) continue;
       if (gi < 0) {
         gi = i;
         continue;

@@ -62,7 +62,8 @@ nb::list table_chunks(RowTable& t) {
 Inbox::Priority priority_of(const std::string& p) {
   if (p == "backward_first") return Inbox::Priority::kBackwardFirst;
   if (p == "fifo") return Inbox::Priority::kFifo;
-  throw nb::value_error(("priority: expected 'backward_first' or 'fifo', got '" + p + "'").c_str());
+  if (p == "light_first") return Inbox::Priority::kLightFirst;
+  throw nb::value_error(("priority: expected 'backward_first', 'fifo' or 'light_first', got '" + p + "'").c_str());
 }
 
 Inbox::Order order_of(const std::string& o) {
@@ -207,9 +208,12 @@ void bind_probes(nb::module_& m) {
   m.def("cache_cost", &cache_cost, nb::arg("n"), nb::arg("in_flight"));
   m.def("ledger_cost", &ledger_cost, nb::arg("n"));
   nb::class_<Inbox>(m, "Inbox")
-      .def("__init__", [](Inbox* p, const std::string& priority, const std::string& order) {
+      .def("__init__", [](Inbox* p, const std::string& priority, const std::string& order,
+                          std::vector<bool> parameterized) {
         new (p) Inbox(priority_of(priority), order_of(order));
-      }, nb::arg("priority") = "backward_first", nb::arg("order") = "oldest_key")
+        for (size_t i = 0; i < parameterized.size(); ++i) p->set_parameterized(static_cast<int>(i), parameterized[i]);
+      }, nb::arg("priority") = "backward_first", nb::arg("order") = "oldest_key",
+         nb::arg("parameterized") = std::vector<bool>())
       .def("push", [](Inbox& in, uint64_t handle, int node, int direction, int port, int64_t key) {
         if (node < 0 || direction < 0 || direction > 2 || port < 0) throw nb::value_error("bad message address");
         in.push(handle, node, direction, port, key);

@@ -79,6 +79,8 @@ class Worker {
   void post(std::vector<Message>& msgs);
   // Look again now: a knob changed, or the run stops.
   void wake();
+  // Whether `node` has parameters, for the inbox's light_first tiers (set as the node is added, before a run).
+  void set_parameterized(int node, bool parameterized) { inbox_.set_parameterized(node, parameterized); }
   // A message into this worker's own inbox (its own thread, or the simulation's).
   void push_local(Message&& msg);
   // The simulation (sim.h) steps the worker instead of its thread: take the next bundle and step it; returns

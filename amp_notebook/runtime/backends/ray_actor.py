@@ -110,7 +110,7 @@ class WorkerHost:
         self.skipped_sent = 0  # keys skipped for NaN/inf already shipped to the driver
         self.ready = threading.Event()  # set when the step thread has something to report (returns or an error)
         self.ledger = WeightLedger(self.worker.reports, self.ready)
-        inbox = Inbox(knobs, config.priority, config.order, self.worker.bundle_cap)
+        inbox = Inbox(knobs, config.inbox_priority, config.order, self.worker.bundle_cap, plan.parameterized)
         self.loop = StepLoop(self.worker, inbox, self.ledger, knobs)
         self.error: dict[str, Any] | None = None
         self.peers: list[Any] = []

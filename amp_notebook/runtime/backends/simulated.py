@@ -99,7 +99,10 @@ class SimulatedBackend:
         workers = config.workers
         self.ledger = Credits()
         self.started = threading.Event()
-        self.inboxes = [Inbox(session.knobs, config.priority, config.order, w.bundle_cap) for w in session.workers]
+        self.inboxes = [
+            Inbox(session.knobs, config.inbox_priority, config.order, w.bundle_cap, session.plan.parameterized)
+            for w in session.workers
+        ]
         self.busy = [False] * workers
         self.heap: list[tuple[float, int, int, int, Any]] = []  # (time, kind, seq, worker, payload)
         self._seq = itertools.count()

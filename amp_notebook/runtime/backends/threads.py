@@ -75,7 +75,8 @@ class ThreadedBackend:
         self.stopped = False
         report = self._report
         self.loops = [
-            StepLoop(worker, Inbox(session.knobs, config.priority, config.order, worker.bundle_cap), self.ledger,
+            StepLoop(worker, Inbox(session.knobs, config.inbox_priority, config.order, worker.bundle_cap,
+                                   session.plan.parameterized), self.ledger,
                      session.knobs, report)
             for worker in session.workers
         ]  # fmt: skip
