@@ -10,7 +10,7 @@ mailbox into it). Two rules decide the next message:
   starves of forward work); arrival order keeps both fed (``amp-notebook bench speedup`` shows both);
   ``light_first`` takes the messages of nodes without parameters (tier 0: control flow, joins,
   activations, losses, each about a microsecond on the native engine) before those of parameterized nodes
-  (tier 1: the Linears and Embeddings), backward first within each tier. A light message often routes a
+  (tier 1: Linear, Embedding, LayerNorm), backward first within each tier. A light message often routes a
   key on to another worker, and held behind a heavy op's 100 us it leaves that worker idle; the heavy
   nodes, where gradients update parameters, still take their backward messages first.
 * **order** within a direction: ``oldest_key`` takes the message whose key was admitted earliest (keys
