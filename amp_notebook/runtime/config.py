@@ -192,9 +192,9 @@ def default_max_bundle(mode: str, backend: str) -> int:
 def default_priority(workers: int, backend: str) -> str:
     """``priority`` when a run names none (None): ``light_first`` with 2 or more workers on threads or Ray, where
     a light message held behind a heavy op leaves the worker it would route a key to idle
-    (:mod:`~amp_notebook.runtime.inbox`; measured: the RNN with 2 replicas 1.34x, the GG-NN 1.24x, the tagger
-    1.11x on 2 native workers); the paper's ``backward_first`` with 1 worker, which no other worker waits on,
-    and on the simulator, whose exact schedules reproduce the paper's runtime (as ``default_max_bundle``)."""
+    (:mod:`~amp_notebook.runtime.inbox`; what it gained is measured in ``docs/models.md``); the paper's
+    ``backward_first`` with 1 worker, which no other worker waits on, and on the simulator, whose exact
+    schedules reproduce the paper's runtime (as ``default_max_bundle``)."""
     return "light_first" if workers > 1 and backend != "simulated" else "backward_first"
 
 
