@@ -63,6 +63,10 @@ class TrainResult:
         return [e.val_accuracy for e in self.history]
 
     @property
+    def val_loss(self) -> list[float | None]:
+        return [e.val_loss for e in self.history]
+
+    @property
     def train_instances_per_s(self) -> float:
         return self.train_instances / self.wall_s if self.wall_s > 0 else 0.0
 
@@ -95,7 +99,7 @@ class TrainResult:
             "train_instances": self.train_instances,
             "train_instances_per_s": self.train_instances_per_s,
             "val_accuracy": self.val_accuracy,
-            "val_loss": [e.val_loss for e in self.history],
+            "val_loss": self.val_loss,
             "train_loss": [e.train_loss for e in self.history],
             "staleness": {"mean": st["mean"], "p95": st["p95"], "max": st["max"]},
             "utilization": self.utilization(),

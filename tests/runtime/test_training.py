@@ -26,6 +26,7 @@ def test_mlp_learns_digits(mode, keys, epochs):
     assert len(result.val_accuracy) == epochs
     assert result.val_accuracy[-1] >= 0.90, result.val_accuracy
     assert result.history[-1].train_loss < result.history[0].train_loss
+    assert len(result.val_loss) == epochs and result.val_loss[-1] < result.val_loss[0], result.val_loss
 
 
 @pytest.mark.slow
