@@ -204,9 +204,12 @@ def autoplace(
     pinned = {n for n in heavy if graph.nodes[n].worker is not None}
     movable = [n for n in heavy if n not in pinned]
     # the workload's settings: the run's, simulated, one pass over the workload without validation or trace
-    # (engine "auto": the simulator has no engine to choose; a run that asks for "native" by name is placed too)
+    # (engine "auto": the simulator has no engine to choose; a run that asks for "native" by name is placed too).
+    # The inbox priority is the one the run will use: its default follows the backend (light_first on 2 or more
+    # threads or Ray workers), and the simulator's own default is the paper's backward_first.
     base = config.replace(optimizer=spec, backend="simulated", engine="auto", address=None, epochs=1, validate=False,
-                          shuffle=False, trace=False, placement="round_robin")  # fmt: skip
+                          shuffle=False, trace=False, placement="round_robin",
+                          priority=config.inbox_priority)  # fmt: skip
     cache: dict[tuple[int, ...], float] = {}
 
     def predict(assignment: dict[str, int]) -> float:

@@ -61,6 +61,20 @@ def test_auto_picks_the_simulators_fastest_placement(priority: str) -> None:
     assert choice.placement == {**choice.placement, **choice.chosen.heavy}  # the full placement keeps the choice
 
 
+@pytest.mark.filterwarnings("ignore:graph 'mlp'.*get no node:UserWarning")
+@pytest.mark.parametrize(
+    ("workers", "backend", "expected"),
+    [(2, "threads", "light_first"), (1, "threads", "backward_first"), (2, "simulated", "backward_first")],
+)
+def test_auto_simulates_the_inbox_priority_the_run_will_use(workers: int, backend: str, expected: str) -> None:
+    # a run that names no priority gets its backend's default; the candidates are judged under that one
+    choice = autoplace(mlp(64, 16), workload(), workers=workers, max_active_keys=4, backend=backend,
+                       costs=paper_mlp_costs(), min_gain=0.0)  # fmt: skip
+    assert choice.config.priority == expected
+    if workers == 2:
+        assert simulated(choice.chosen.heavy, expected) == choice.predicted_per_s
+
+
 def test_auto_splits_the_heavy_layers_that_round_robin_puts_together() -> None:
     # heavy layers 1 and 3: round robin puts both on worker 0 and leaves worker 1 the light ones
     heavy, light = NodeCost(fwd_s=1.0, bwd_s=2.0, update_s=0.1), NodeCost(fwd_s=0.1, bwd_s=0.1, update_s=0.01)
