@@ -13,6 +13,7 @@ import pytest
 
 from amp_notebook import models
 from amp_notebook.data import Batch, Dataset
+from amp_notebook.runtime import numerics
 from amp_notebook.runtime.checkpoint import load_checkpoint
 from amp_notebook.runtime.numerics import NonFiniteError, all_finite
 from amp_notebook.runtime.run import Run
@@ -152,3 +153,14 @@ def test_bundled_losses_are_checked_too():
     events = result.trace.events()
     loss = result.trace.node_names.index("loss")
     assert (events["messages"][events["node"] == loss] > 1).any()  # some losses were computed as a bundle
+
+
+def test_each_batch_is_checked_once_per_run(monkeypatch):
+    # later epochs admit the same arrays: their inputs were found finite at the first admission
+    checked = []
+    real = numerics.all_finite
+    monkeypatch.setattr(numerics, "all_finite", lambda x: checked.append(id(x)) or real(x))
+    data = digits_dataset(batch_size=50)
+    train(mlp(), data, mode="amp", epochs=3, **SETTINGS)
+    inputs = [id(b.inputs["x"]) for b in (*data.train, *data.val)]
+    assert sorted(i for i in checked if i in set(inputs)) == sorted(inputs)
