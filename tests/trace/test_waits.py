@@ -87,3 +87,63 @@ def test_a_real_run_splits_all_its_idle_time(engine: str) -> None:
         assert ww.as_dict()["by_cause"] == ww.by_cause
     # every key was admitted while the run went: some worker waited for a new key or the other worker
     assert any(NEW_KEY in ww.by_cause or other_worker(1 - ww.worker) in ww.by_cause for ww in found)
+
+
+def looped(events: dict[str, np.ndarray], workers: int, min_gap_s: float) -> list[tuple[dict, list]]:
+    """The split gap by gap in plain Python (the module docstring's rules read literally): each worker's
+    causes in the order first seen, and its (cause, node, phase) seconds and gaps in the order first seen."""
+    worker, key, start, end = events["worker"], events["key"], events["start"], events["end"]
+    first, last = float(start.min()), float(end.max())
+    out = []
+    for w in range(workers):
+        rows = sorted((i for i in range(len(start)) if worker[i] == w), key=lambda i: start[i])
+        causes: dict[str, float] = {}
+        where: dict[tuple, list] = {}
+        ends = [first] + [float(end[i]) for i in rows]
+        starts = [float(start[i]) for i in rows] + [last]
+        for i, (a, b) in enumerate(zip(ends, starts, strict=True)):
+            gap = b - a
+            if gap <= 0:
+                continue
+            if gap < min_gap_s or i == len(rows):
+                name = SHORT if gap < min_gap_s else END
+                causes[name] = causes.get(name, 0.0) + gap
+                continue
+            n = rows[i]
+            before = [j for j in range(len(start)) if key[j] == key[n] and end[j] <= start[n]]
+            if not before:
+                name = NEW_KEY
+            else:  # the latest end; among equal ends the one the trace holds last
+                j = max(before, key=lambda j: (end[j], j))
+                name = LOCAL if worker[j] == w else other_worker(int(worker[j]))
+            causes[name] = causes.get(name, 0.0) + gap
+            slot = where.setdefault((name, NODES[int(events["node"][n])], PHASES[int(events["phase"][n])]), [0.0, 0])
+            slot[0] += gap
+            slot[1] += 1
+        out.append((causes, where))
+    return out
+
+
+@pytest.mark.parametrize(("seed", "min_gap_s"), [(seed, 12e-6) for seed in range(6)] + [(6, 0.0), (7, 5e-6)])
+def test_the_vectorized_split_is_the_gap_by_gap_one(seed: int, min_gap_s: float) -> None:
+    # random rows on 3 workers, times on a coarse grid so that ends tie with starts and with each other, some
+    # events of zero length, some gaps under the threshold
+    rng = np.random.default_rng(seed)
+    n = 300
+    start = rng.integers(0, 400, n) * 5e-6
+    rows = {
+        "worker": rng.integers(0, 3, n), "node": rng.integers(0, len(NODES), n), "phase": rng.integers(0, 2, n),
+        "key": rng.integers(0, 25, n), "start": start, "end": start + rng.integers(0, 6, n) * 5e-6,
+    }  # fmt: skip
+    found = waits(rows, NODES, PHASES, 4, min_gap_s=min_gap_s, top=1000)
+    expected = looped(rows, 4, min_gap_s)
+    for ww, (causes, where) in zip(found, expected, strict=True):
+        assert list(ww.by_cause) == list(causes)
+        assert ww.by_cause == pytest.approx(causes, rel=1e-12, abs=1e-15)
+        assert {(c, nd, ph): k for c, nd, ph, _, k in ww.top} == {t: k for t, (_, k) in where.items()}
+        assert {(c, nd, ph): s for c, nd, ph, s, _ in ww.top} == pytest.approx(
+            {t: s for t, (s, _) in where.items()}, rel=1e-12, abs=1e-15
+        )
+        seconds = [s for *_, s, _ in ww.top]
+        assert seconds == sorted(seconds, reverse=True)
+    assert found[3].by_cause == pytest.approx({END: float(rows["end"].max() - start.min())})  # no rows: all END
