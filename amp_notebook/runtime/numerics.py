@@ -67,11 +67,18 @@ class NonFiniteError(NodeError):  # a NodeError, hence an AmpError and a Runtime
         RuntimeError.__init__(self, f"{kind} {node!r}: {detail}; no parameter was updated with it. To fix: {FIX}")
 
 
+_ALL = np.logical_and.reduce  # the ufunc's own reduction: ``ndarray.all`` adds a Python-level wrapper
+
+
 def all_finite(x: Any) -> bool:
-    """Whether a payload holds no NaN or infinity (non-float payloads always do)."""
-    if not isinstance(x, np.ndarray) or x.dtype.kind not in "fc":
+    """Whether a payload holds no NaN or infinity (non-float payloads always do). A one-element float array,
+    a key's target or a scalar input, is read as one Python float (a tenth of the cost of the ufuncs)."""
+    if not isinstance(x, np.ndarray):
         return True
-    return bool(np.isfinite(x).all())
+    kind = x.dtype.kind
+    if kind == "f":
+        return math.isfinite(x.item()) if x.size == 1 else bool(_ALL(np.isfinite(x), axis=None))
+    return kind != "c" or bool(_ALL(np.isfinite(x), axis=None))
 
 
 def first_bad(x: np.ndarray) -> str:

@@ -136,6 +136,13 @@ def test_all_finite_tells_large_finite_values_from_nan_and_inf():
         x[1, 2] = bad
         assert not all_finite(x)
     assert all_finite(np.array([1, 2, 3])) and all_finite(None) and all_finite(np.zeros(0))
+    # one element (read as a Python float), in every float width, 0-d, and complex values
+    for dtype in (np.float16, np.float32, np.float64):
+        for shape in ((), (1,), (1, 1)):
+            assert all_finite(np.full(shape, np.finfo(dtype).max, dtype=dtype))
+            assert not any(all_finite(np.full(shape, bad, dtype=dtype)) for bad in (np.nan, np.inf, -np.inf))
+    assert all_finite(np.array([1 + 2j])) and not all_finite(np.array([complex(1, np.inf)]))
+    assert not all_finite(np.array([[1.0, np.nan], [3.0, 4.0]])[:, 1])  # a strided view
 
 
 def test_unknown_policies_are_refused():
