@@ -191,6 +191,10 @@ class Session:
         self.replica_averages = 0  # averages within epochs (average_every, before validation), besides epoch ends
         self.on_epoch: Callable[[EpochStats], bool | None] | None = None
         self.restarts = Restarts(config.max_failures)  # the restart policy and its record (runtime/restart.py)
+        # carry_out's handlers, made once (bound methods; the backend they act on is set per call): making
+        # four closures per call cost more than the controller's own work for a key
+        self._handlers = Handlers(self._admit, self._flush, self._end_epoch, self._average)
+        self._acting_on: Backend | None = None
 
     # ------------------------------------------------------------ actions -> messages
     def inject(self, info: KeyInfo) -> list[Message]:
@@ -224,7 +228,7 @@ class Session:
         fresh.controller.max_active_keys = self.knobs.max_active_keys
         if self.controller.paused:
             fresh.controller.pause()
-        kept = {"on_key_done", "on_epoch", "restarts", "data_fingerprint"}
+        kept = {"on_key_done", "on_epoch", "restarts", "data_fingerprint", "_handlers", "_acting_on"}
         vars(self).update({name: value for name, value in vars(fresh).items() if name not in kept})
 
     def completed(self, keys: list[int], flushes: list[int], backend: Backend) -> bool:
@@ -241,34 +245,44 @@ class Session:
     def carry_out(self, actions: list[Action], backend: Backend) -> bool:
         """Carry out controller actions: admitted keys and flushes become messages (credits registered,
         then injected), an epoch end runs its work at ``backend.now()``. Returns True once finished."""
+        outer, self._acting_on = self._acting_on, backend
+        try:
+            return carry_out(actions, self._handlers)
+        finally:
+            self._acting_on = outer
 
-        def admit(info: KeyInfo) -> list[Action]:
-            if self.numerics is not None and not self.numerics.inputs_ok(info):  # NaN/inf: raises, or skip it
-                self.key_done(info.key)
-                return self.controller.on_key_complete(info.key)
-            msgs = self.inject(info)
-            backend.ledger.admit_key(info.key, msgs)
-            backend.inject(msgs)
-            return []
+    def _backend(self) -> Backend:
+        backend = self._acting_on
+        assert backend is not None, "a handler runs only inside carry_out"
+        return backend
 
-        def flush(flush_id: int) -> list[Action]:
-            msgs = self.flush_messages(flush_id)
-            if not msgs:  # nothing to update: the flush is complete at once
-                return self.controller.on_flush_complete(flush_id)
-            backend.ledger.admit_flush(flush_id, msgs)
-            backend.inject(msgs)
-            return []
+    def _admit(self, info: KeyInfo) -> list[Action]:
+        if self.numerics is not None and not self.numerics.inputs_ok(info):  # NaN/inf: raises, or skip it
+            self.key_done(info.key)
+            return self.controller.on_key_complete(info.key)
+        backend = self._backend()
+        msgs = self.inject(info)
+        backend.ledger.admit_key(info.key, msgs)
+        backend.inject(msgs)
+        return []
 
-        def end_epoch(epoch: int) -> list[Action]:
-            self.end_epoch(epoch, backend)
-            return self.controller.on_epoch_end()
+    def _flush(self, flush_id: int) -> list[Action]:
+        msgs = self.flush_messages(flush_id)
+        if not msgs:  # nothing to update: the flush is complete at once
+            return self.controller.on_flush_complete(flush_id)
+        backend = self._backend()
+        backend.ledger.admit_flush(flush_id, msgs)
+        backend.inject(msgs)
+        return []
 
-        def average() -> list[Action]:  # average_every, or before validation: nothing is in flight
-            self.average_replicas()
-            self.replica_averages += 1
-            return self.controller.on_average_complete()
+    def _end_epoch(self, epoch: int) -> list[Action]:
+        self.end_epoch(epoch, self._backend())
+        return self.controller.on_epoch_end()
 
-        return carry_out(actions, Handlers(admit, flush, end_epoch, average))
+    def _average(self) -> list[Action]:  # average_every, or before validation: nothing is in flight
+        self.average_replicas()
+        self.replica_averages += 1
+        return self.controller.on_average_complete()
 
     @property
     def nonfinite_skipped(self) -> int:
