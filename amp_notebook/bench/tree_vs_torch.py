@@ -21,7 +21,7 @@ initial weights:
   3 forests in flight instead of 6. On two workers at once the same keys in flight make the gradients
   staler: at 6 keys a gradient was 15-16 updates stale on average (4 on one worker), and 4 epochs ended at
   95-97% node and 75-85% root accuracy against 99% and 95-97% on one worker (3 seeds). At 3 keys it was 7-8
-  updates stale, the accuracy was one worker's within 1-5 root points, and the run as fast as at 6 keys.
+  updates stale, the accuracy one worker's within 0.4-5.2 root points, and the run as fast as at 6 keys.
 - ours_per_tree: the paper's layout, one tree per key walked node by node with Collect (``models.tree_lstm``,
   fused cells), the paper's per-node update frequencies (embedding 1000 gradients, other nodes 50), with
   message bundling: 128 trees in flight, each node running up to ``max_bundle`` 128 of the messages waiting

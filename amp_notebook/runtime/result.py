@@ -60,10 +60,12 @@ class TrainResult:
 
     @property
     def val_accuracy(self) -> list[float | None]:
+        """Validation accuracy per epoch (None where the loss counts no correct answers or nothing validated)."""
         return [e.val_accuracy for e in self.history]
 
     @property
     def val_loss(self) -> list[float | None]:
+        """Validation loss per epoch, the mean over instances (None where nothing validated)."""
         return [e.val_loss for e in self.history]
 
     @property
