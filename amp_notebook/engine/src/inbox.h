@@ -12,9 +12,9 @@
 //
 // Each (node, direction, port) group keeps its messages sorted by (rank, arrival); each tier and direction
 // a min-heap of (best rank, entry number, group) entries (one tier unless light_first); an entry goes
-// stale when its group gets a better first message or is emptied, and is skipped when it surfaces. Heap work is paid per bundle, not per
-// message. The inbox holds message handles (the worker's), never messages, and is touched by its
-// worker's thread only. Never touches Python, payloads or states.
+// stale when its group gets a better first message or is emptied, and is skipped when it surfaces. Heap
+// work is paid per bundle, not per message. The inbox holds message handles (the worker's), never
+// messages, and is touched by its worker's thread only. Never touches Python, payloads or states.
 #pragma once
 
 #include <deque>
