@@ -71,11 +71,24 @@ def assemble(session: Session) -> Any:
             None if optimizer is None or python_update else optimizer_spec(optimizer, ctx, names), python_update,
             ctx.version, ctx.n_grads, sorted(ctx.grad_keys), knobs.min_update_frequency[i], knobs.max_bundle[i],
         )  # fmt: skip
+    engine.set_inputs(session.dtype.name, admitted_inputs(session))
     for w, buffer in enumerate(session.buffers):
         engine.set_trace(w, buffer.native)
     if python_updates:
         engine.set_python_update(_python_update(session))
     return engine
+
+
+def admitted_inputs(session: Session) -> list[tuple[str, int, str, int, bool]]:
+    """The engine's table for admitting a key in one call (``src/admission.h``): per Input node, in the plan's
+    order (``Session.input_messages``'), its name, index, port, the width of the zeros it fills itself with
+    (-1: its payload comes from the batch; ``Input`` refuses zeros without a width) and whether it is a float
+    Input (its payload cast to the run's dtype)."""
+    table = []
+    for name, node in session.plan.inputs.items():
+        op = session.plan.ops[node]
+        table.append((name, node, "in", op.width if op.fill == "zeros" else -1, op.dtype == "float"))
+    return table
 
 
 def shareable(array: np.ndarray) -> np.ndarray:
@@ -127,4 +140,4 @@ def _python_update(session: Session) -> Any:
     return update
 
 
-__all__ = ["NATIVE_OPTIMIZERS", "assemble", "optimizer_spec", "shareable"]
+__all__ = ["NATIVE_OPTIMIZERS", "admitted_inputs", "assemble", "optimizer_spec", "shareable"]

@@ -4,9 +4,10 @@ What runs where. :func:`~amp_notebook.engine.assemble.assemble` hands the sessio
 contexts' numpy memory and its trace buffers to a ``_native.Engine``; ``run()`` starts one native thread per
 worker and drives the run from the calling thread, as the Python engine's backend does:
 
-* the session admits keys and flushes (the controller stays in Python) and registers their messages with
-  :class:`NativeLedger` (the engine's own credit ledger, which the native workers settle); the messages are
-  converted once at :meth:`inject` and posted to their workers' mailboxes;
+* the session admits keys and flushes (the controller stays in Python): a key in one native call
+  (:meth:`admit`: its input messages built from the batch's arrays, checked for NaN/inf, registered with the
+  engine's own credit ledger, which the native workers settle, and posted to their workers' mailboxes), a
+  flush's messages registered with :class:`NativeLedger`, converted once at :meth:`inject` and posted;
 * the driver waits for events with the GIL released: the engine wakes it only when steps completed a batch of
   keys (a quarter of ``max_active_keys``, fewer once no other key is in flight, one while paused:
   :meth:`_wake_batch`) or a flush, the run failed, or another thread queued a call (:meth:`call`: a live Run's
@@ -42,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from amp_notebook.engine.assemble import assemble
 from amp_notebook.engine.errors import failure_exception
 from amp_notebook.ir.message import PHASES, Message
+from amp_notebook.runtime.backend import admit_by_messages
 from amp_notebook.runtime.blas import single_threaded_blas
 from amp_notebook.runtime.knobs import KnobChange
 from amp_notebook.runtime.recover import drive, restart_session
@@ -50,7 +52,7 @@ from amp_notebook.runtime.session import DataError
 from amp_notebook.runtime.watchdog import Diagnosis, StuckRunError, Watchdog, diagnose
 
 if TYPE_CHECKING:
-    from amp_notebook.runtime.controller import Action
+    from amp_notebook.runtime.controller import Action, KeyInfo
     from amp_notebook.runtime.session import Session
 
 WAIT_S = 0.1  # the longest the driver waits at once (signals such as a KeyboardInterrupt are seen between waits)
@@ -106,6 +108,26 @@ class NativeBackend:
         session.knobs.subscribe(self.knobs_changed)
 
     # ------------------------------------------------------------ the Backend protocol
+    def admit(self, info: KeyInfo) -> bool:
+        """Admit a key in one native call (``src/admission.h``): the messages ``Session.input_messages`` would
+        make, built from the batch's arrays, their credits registered and posted; the inputs checked for NaN/inf
+        there too when the run checks. Where the engine finds NaN/inf, the session's guard looks again and
+        raises or skips (False) as it does for Python messages. A batch the one-call path does not take (a float
+        Input fed integers, a payload that is no array, a field the engine cannot hold) goes through Python
+        messages, whose errors name the input."""
+        session, batch = self.session, info.batch
+        try:
+            bad = self.engine.admit(info.key, info.train, batch.inputs, batch.fields, batch.size)
+        except (TypeError, ValueError):
+            return admit_by_messages(session, self, info)
+        if bad < 0:
+            return True
+        guard = session.numerics
+        assert guard is not None, "the engine checks inputs only when the run does"
+        if guard.inputs_ok(info, recheck=True):  # Python's check is the specification: it raises, or skips (False)
+            return admit_by_messages(session, self, info)  # or finds none (the data changed in between)
+        return False
+
     def inject(self, msgs: list[Message]) -> None:
         """Post messages from the controller (their credits registered with :attr:`ledger`) to their workers; a
         payload or state the engine cannot take is a :class:`~amp_notebook.runtime.session.DataError` naming the

@@ -17,8 +17,14 @@ every backend, and none can be done from outside it:
   one of those returns True (finished). Before it returns or raises, every worker it started has ended.
   It sets ``origin`` (the trace's time zero, on ``time.perf_counter``'s clock) and ``started`` when the
   clock starts, and ``wall_s`` when the run ends.
-* ``inject(messages)`` delivers messages from the controller (a key's inputs, a flush's updates) to their
-  workers. The session registers them with ``ledger`` first.
+* ``admit(info)`` admits one key the controller let in: the numerics guard's check of its inputs (NaN/inf),
+  its input messages registered with ``ledger``, then delivered. It returns False when the guard skipped the
+  key (``on_nonfinite="skip"``; with "raise" the guard raises), and nothing was registered. Backends whose
+  workers take Python messages share :func:`admit_by_messages` (the session's
+  :meth:`~amp_notebook.runtime.session.Session.input_messages`, then ``inject``); the native backend builds
+  the same messages from the batch's arrays in one native call, which is most of the driver's work per key.
+* ``inject(messages)`` delivers messages from the controller (a flush's updates; a key's inputs, from
+  ``admit``) to their workers. The session registers them with ``ledger`` first.
 * ``ledger`` is the driver's side of completion (:class:`~amp_notebook.runtime.ledger.Ledger`): counted
   credits in one process, weighted credits across processes. The backend owns it because only the backend
   knows which kind its workers can keep.
@@ -52,8 +58,9 @@ every backend, and none can be done from outside it:
   the session's ``restarts`` allow (``max_failures``). The clock (``origin``) and the trace buffers go on.
 
 What a backend may call on the session: ``begin``, ``completed``, ``carry_out``, ``add_reports`` (driver
-thread only), ``collect_reports``; and read ``plan``, ``contexts``, ``workers`` (the state machines its loops
-step), ``buffers``, ``knobs`` and ``config``. Workers in the same process step ``session.workers[w]`` with
+thread only), ``collect_reports``, ``input_messages`` and its ``numerics`` guard's ``inputs_ok``; and read
+``plan``, ``contexts``, ``workers`` (the state machines its loops step), ``buffers``, ``knobs`` and
+``config``. Workers in the same process step ``session.workers[w]`` with
 :meth:`~amp_notebook.runtime.worker.Worker.step`; workers elsewhere build their own from the plan; a native
 engine runs its own loop on the contexts' arrays and keeps its own ledger (both sides of it natively).
 
@@ -70,12 +77,13 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from amp_notebook.ir.message import Message
-from amp_notebook.runtime.controller import Action
+from amp_notebook.runtime.controller import Action, KeyInfo
 from amp_notebook.runtime.knobs import KnobChange
 from amp_notebook.runtime.ledger import Ledger
 
 if TYPE_CHECKING:
     from amp_notebook.runtime.checkpoint import Checkpoint
+    from amp_notebook.runtime.session import Session
     from amp_notebook.runtime.watchdog import Diagnosis
 
 
@@ -91,6 +99,10 @@ class Backend(Protocol):
 
     def run(self) -> None:
         """Drive the session to the end in the calling thread; raises the first worker error."""
+        ...
+
+    def admit(self, info: KeyInfo) -> bool:
+        """Admit a key: inputs checked, messages registered with ``ledger`` and delivered; False if skipped."""
         ...
 
     def inject(self, msgs: list[Message]) -> None:
@@ -134,4 +146,16 @@ class Backend(Protocol):
         ...
 
 
-__all__ = ["Backend"]
+def admit_by_messages(session: Session, backend: Backend, info: KeyInfo) -> bool:
+    """``Backend.admit`` as Python messages (the threaded, simulated and Ray backends, and the native backend
+    where its one-call path cannot take a batch): the guard's check of the key's inputs (raises, or False to
+    skip the key), then the key's input messages registered with the ledger and injected."""
+    if session.numerics is not None and not session.numerics.inputs_ok(info):
+        return False
+    msgs = session.input_messages(info)
+    backend.ledger.admit_key(info.key, msgs)
+    backend.inject(msgs)
+    return True
+
+
+__all__ = ["Backend", "admit_by_messages"]

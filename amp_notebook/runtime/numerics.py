@@ -104,12 +104,16 @@ class Guard:
         # gradient checks.
         self._finite: set[int] = set()
 
-    def inputs_ok(self, info: KeyInfo) -> bool:
+    def inputs_ok(self, info: KeyInfo, recheck: bool = False) -> bool:
         """Check an admitted key's float payloads: True to run it, False to skip it (or raise). On the driver,
-        which holds the dataset (a Ray actor's guard checks losses and gradients only)."""
+        which holds the dataset (a Ray actor's guard checks losses and gradients only). ``recheck``: look
+        again at a batch found finite before (the native engine's own check, which reads every admission,
+        found NaN/inf in it since)."""
         assert self.dataset is not None
         if id(info.batch) in self._finite:
-            return True
+            if not recheck:
+                return True
+            self._finite.discard(id(info.batch))
         plan = self.plan
         for name in plan.inputs:
             x = info.batch.inputs.get(name)

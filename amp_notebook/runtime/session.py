@@ -1,11 +1,11 @@
 """What every backend shares: the compiled plan, node contexts, workers, controller, live knobs and epoch metrics.
 
-A backend only moves messages and keeps time; the session turns controller actions into messages
-(injecting a key's payloads into its Input nodes, sending update messages for a flush) and registers
-them with the backend's ledger, turns completed keys and flushes into controller events, does the
+A backend only moves messages and keeps time; the session turns controller actions into work for it
+(admitting a key, whose payloads go into its Input nodes; sending update messages for a flush, registered
+with the backend's ledger), turns completed keys and flushes into controller events, does the
 epoch-end work (replica averaging, metrics) and collects the losses that loss nodes report. It talks to a
-backend only through the :class:`~amp_notebook.runtime.backend.Backend` protocol (``inject``, ``ledger``,
-``now``, ``sync_state``, ``epoch_ended``); the settings that may change while a run goes live in its
+backend only through the :class:`~amp_notebook.runtime.backend.Backend` protocol (``admit``, ``inject``,
+``ledger``, ``now``, ``sync_state``, ``epoch_ended``); the settings that may change while a run goes live in its
 :class:`~amp_notebook.runtime.knobs.Knobs`, which backends listen to.
 """
 
@@ -197,11 +197,11 @@ class Session:
         self._acting_on: Backend | None = None
 
     # ------------------------------------------------------------ actions -> messages
-    def inject(self, info: KeyInfo) -> list[Message]:
-        """The messages that admit a key: one per Input node, with state (key, **fields)."""
+    def input_messages(self, info: KeyInfo) -> list[Message]:
+        """The messages that admit a key: one per Input node (in the plan's order), with state (key, **fields);
+        a float Input's payload in the run's dtype, a filling Input's zeros (size x width)."""
         batch = info.batch
         state = State(key=info.key, **batch.fields)
-        self.key_epoch[info.key] = (info.epoch, info.train)
         out = []
         for name, node in self.plan.inputs.items():
             op = self.plan.ops[node]
@@ -257,13 +257,11 @@ class Session:
         return backend
 
     def _admit(self, info: KeyInfo) -> list[Action]:
-        if self.numerics is not None and not self.numerics.inputs_ok(info):  # NaN/inf: raises, or skip it
+        if not self._backend().admit(info):  # NaN/inf in its inputs, skipped (on_nonfinite="skip")
             self.key_done(info.key)
             return self.controller.on_key_complete(info.key)
-        backend = self._backend()
-        msgs = self.inject(info)
-        backend.ledger.admit_key(info.key, msgs)
-        backend.inject(msgs)
+        # its loss reports count for its own epoch and side (read on this thread, after this returns)
+        self.key_epoch[info.key] = (info.epoch, info.train)
         return []
 
     def _flush(self, flush_id: int) -> list[Action]:

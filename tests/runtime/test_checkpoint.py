@@ -200,6 +200,9 @@ def test_capture_refuses_a_session_with_keys_in_flight(digits):
 class _Sink:
     ledger = Credits()
 
+    def admit(self, info) -> bool:
+        return True
+
     def inject(self, msgs) -> None:
         pass
 

@@ -29,10 +29,10 @@ from amp_notebook.engine.simulated import NativeSimulatedBackend
 from amp_notebook.ir.interpret import Interpreter
 from amp_notebook.ir.message import UPDATE, Message
 from amp_notebook.optim import DEFAULT_OPTIMIZER, make_optimizer
-from amp_notebook.runtime.backend import Backend
+from amp_notebook.runtime.backend import Backend, admit_by_messages
 from amp_notebook.runtime.backends.simulated import SimulatedBackend
 from amp_notebook.runtime.backends.threads import ThreadedBackend
-from amp_notebook.runtime.controller import Action
+from amp_notebook.runtime.controller import Action, KeyInfo
 from amp_notebook.runtime.credits import Credits
 from amp_notebook.runtime.inbox import Inbox
 from amp_notebook.runtime.knobs import KnobChange
@@ -123,6 +123,9 @@ class TurnTakingBackend:
                 self.called.wait(0.01)  # nothing to do until a live Run calls (resume, admission after a save)
                 self.called.clear()
         self.wall_s = self.timer.now
+
+    def admit(self, info: KeyInfo) -> bool:
+        return admit_by_messages(self.session, self, info)
 
     def inject(self, msgs: list[Message]) -> None:
         owner = self.session.plan.owner
@@ -282,8 +285,8 @@ def backend_classes() -> list[type]:
 def test_every_backend_implements_every_method_of_the_protocol(cls):
     methods = protocol_methods()
     assert set(methods) == {
-        "run", "inject", "now", "call", "knobs_changed", "sync_state", "epoch_ended", "diagnose", "stats", "shutdown",
-        "restart",
+        "run", "admit", "inject", "now", "call", "knobs_changed", "sync_state", "epoch_ended", "diagnose", "stats",
+        "shutdown", "restart",
     }  # fmt: skip
     for name, expected in methods.items():
         fn = getattr(cls, name, None)

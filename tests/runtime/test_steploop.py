@@ -31,7 +31,7 @@ def one_worker(digits, **settings):
 
 
 def admit(session, credits, loop, key: int, batch) -> list[Message]:
-    msgs = session.inject(KeyInfo(key, 0, True, batch))
+    msgs = session.input_messages(KeyInfo(key, 0, True, batch))
     credits.admit_key(key, msgs)
     for m in msgs:
         loop.post(m)

@@ -25,6 +25,90 @@ void widen_ints(const nb::ndarray<nb::ro>& a, int64_t* dst, int64_t n, const int
   }
 }
 
+// One integer item of `size` bytes at `p` as int64, by value (each type cast on its own: a conditional
+// between a signed and an unsigned operand would convert both to the unsigned type first). 8-byte items are
+// copied bit for bit, as uint64's widening has always wrapped them.
+template <class T>
+int64_t load_as_int64(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return static_cast<int64_t>(v);
+}
+
+template <class T1, class T2, class T4>
+int64_t read_int(const char* p, Py_ssize_t size) {
+  switch (size) {
+    case 1: return load_as_int64<T1>(p);
+    case 2: return load_as_int64<T2>(p);
+    case 4: return load_as_int64<T4>(p);
+    default: return load_as_int64<uint64_t>(p);
+  }
+}
+
+// The common case, read through the buffer protocol (a numpy array exports its memory, shape, strides and a
+// struct-module format code without allocating): an array of 1 to kMaxRank axes of float64, float32, bool or
+// integers of any width in native byte order, copied into a fresh contiguous tensor as the general path
+// below copies it. Returns false, having read nothing, for anything else (another format or byte order, 0
+// axes, strides that are not whole items, an object without the protocol): the general path then takes it,
+// with its errors. Items are read with memcpy (copy_to, read_int): a view may start off its items' alignment.
+bool copy_from_buffer(PyObject* obj, Tensor* out) {
+  if (!PyObject_CheckBuffer(obj)) return false;
+  Py_buffer view;
+  if (PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO) != 0) {
+    PyErr_Clear();
+    return false;
+  }
+  struct Release {  // the buffer goes back however this ends
+    Py_buffer* v;
+    ~Release() { PyBuffer_Release(v); }
+  } release{&view};
+  const char* f = view.format ? view.format : "B";
+  if (*f == '@' || *f == '=' || (*f == '<' && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__)) ++f;
+  if (f[0] == '\0' || f[1] != '\0' || view.ndim < 1 || view.ndim > kMaxRank || view.itemsize <= 0) return false;
+  DType dtype;
+  bool is_signed = false;
+  switch (f[0]) {
+    case 'd': dtype = DType::f64; if (view.itemsize != 8) return false; break;
+    case 'f': dtype = DType::f32; if (view.itemsize != 4) return false; break;
+    case '?': dtype = DType::b8; if (view.itemsize != 1) return false; break;
+    case 'b': case 'h': case 'i': case 'l': case 'q': dtype = DType::i64; is_signed = true; break;
+    case 'B': case 'H': case 'I': case 'L': case 'Q': dtype = DType::i64; break;
+    default: return false;
+  }
+  if (dtype == DType::i64 && view.itemsize != 1 && view.itemsize != 2 && view.itemsize != 4 && view.itemsize != 8)
+    return false;
+  const int rank = view.ndim;
+  int64_t shape[kMaxRank], strides[kMaxRank];
+  for (int i = 0; i < rank; ++i) {
+    if (view.strides[i] % view.itemsize != 0) return false;
+    shape[i] = static_cast<int64_t>(view.shape[i]);
+    strides[i] = static_cast<int64_t>(view.strides[i] / view.itemsize);
+  }
+  if (dtype != DType::i64 || (view.itemsize == 8 && is_signed)) {
+    Storage* borrowed = new Storage();  // release frees only this record: the memory is Python's, read here only
+    borrowed->refs.store(1);
+    borrowed->release = [](Storage* s) { delete s; };
+    *out = Tensor::view_of(borrowed, view.buf, dtype, shape, strides, rank).contiguous_copy(true);
+    return true;
+  }
+  // narrower or unsigned integers widen to int64 item by item (as widen_ints)
+  *out = Tensor::empty(DType::i64, shape, rank);
+  int64_t* dst = out->data<int64_t>();
+  const char* base = static_cast<const char*>(view.buf);
+  int64_t index[kMaxRank] = {0, 0, 0, 0};
+  for (int64_t k = 0, n = out->size(); k < n; ++k) {
+    const char* p = base;
+    for (int i = 0; i < rank; ++i) p += index[i] * view.strides[i];
+    dst[k] = is_signed ? read_int<int8_t, int16_t, int32_t>(p, view.itemsize)
+                       : read_int<uint8_t, uint16_t, uint32_t>(p, view.itemsize);
+    for (int i = rank - 1; i >= 0; --i) {
+      if (++index[i] < shape[i]) break;
+      index[i] = 0;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 Tensor tensor_from_python(nb::handle obj, const char* what) {
@@ -32,6 +116,8 @@ Tensor tensor_from_python(nb::handle obj, const char* what) {
     if (PyBool_Check(obj.ptr())) throw nb::value_error((std::string(what) + ": a bool is not a payload").c_str());
     return Tensor::scalar(nb::cast<double>(obj));
   }
+  Tensor fast;
+  if (copy_from_buffer(obj.ptr(), &fast)) return fast;
   nb::ndarray<nb::ro> a;
   if (!nb::try_cast(obj, a)) {
     std::string found = nb::cast<std::string>(nb::str(obj.type().attr("__name__")));
@@ -138,9 +224,12 @@ StateCodec::StateCodec(const std::vector<std::string>& names, nb::handle state_c
 }
 
 State StateCodec::encode(nb::handle state) const {
+  return encode_fields(nb::borrow<nb::dict>(state.attr("_fields")));
+}
+
+State StateCodec::encode_fields(nb::dict fields) const {
   State s;
-  nb::object fields = state.attr("_fields");
-  for (auto item : nb::borrow<nb::dict>(fields)) {
+  for (auto item : fields) {
     std::string name = nb::cast<std::string>(item.first);
     auto it = slot_of_.find(name);
     if (it == slot_of_.end())

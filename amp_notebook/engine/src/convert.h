@@ -34,6 +34,7 @@ class StateCodec {
   const Layout& layout() const { return layout_; }
   // Raises a Python ValueError naming the field when the state does not fit the layout.
   State encode(nb::handle state) const;
+  State encode_fields(nb::dict fields) const;  // a State's fields as a dict (State._fields)
   nb::object decode(const State& s) const;
 
  private:

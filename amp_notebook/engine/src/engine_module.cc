@@ -2,8 +2,10 @@
 //
 //   Engine(codec, n_nodes, workers, priority, order, local_updates, numerics, tracing, spin_min_us, spin_max_us)
 //   add_node(...), set_trace(worker, TraceBuffer), set_python_update(fn), start()     building (GIL held)
-//   admit_key/admit_flush, inject(messages, post), wait(timeout, wake_batch) -> (done, flushed, failed):
-//                                                   the driver (post=False converts and checks only)
+//   set_inputs(dtype, [(name, node, port, fill_width, cast)]), admit(key, train, inputs, fields, rows) -> -1 or
+//   the first input holding NaN/inf (admission.h; admission(...) builds the same and returns the messages),
+//   admit_key/admit_flush, inject(messages, post),
+//   wait(timeout, wake_batch) -> (done, flushed, failed):  the driver (post=False converts and checks only)
 //   take_reports(), take_skipped(), failure()                                         what workers handed over
 //   set_max_bundle / set_min_update_frequency / set_paused, set_lr                     live knobs
 //   handled(), queued(), activity(), in_flight(), busy(), held(node)                  watchdog and diagnosis
@@ -24,6 +26,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "admission.h"
 #include "bridge.h"
 #include "engine.h"
 #include "probes.h"
@@ -264,6 +267,56 @@ class EngineHandle {
     }
   }
 
+  // The Input nodes a key's admission feeds (admission.h), once, before the run: (name, node, input port name,
+  // fill width or -1, float Input), in the plan's order; `dtype` is the run's float dtype.
+  void set_inputs(const std::string& dtype, nb::list inputs) {
+    require_building();
+    if (dtype != "float32" && dtype != "float64") throw nb::value_error("set_inputs: dtype float32 or float64");
+    run_dtype_ = dtype == "float32" ? DType::f32 : DType::f64;
+    admission_ = Admission();
+    for (nb::handle h : inputs) {
+      nb::tuple t = nb::cast<nb::tuple>(h);
+      if (nb::len(t) != 5) throw nb::value_error("set_inputs: (name, node, port, fill_width, cast) per Input");
+      const int node = nb::cast<int>(t[1]);
+      if (node < 0 || node >= static_cast<int>(added_.size()) || !added_[static_cast<size_t>(node)])
+        throw nb::value_error("set_inputs: no such node");
+      admission_.add(nb::cast<nb::str>(t[0]), node, port_index(node, nb::cast<std::string>(t[2])),
+                     nb::cast<int64_t>(t[3]), nb::cast<bool>(t[4]));
+    }
+    inputs_set_ = true;
+  }
+
+  // One key in one call: its input messages built from the batch (admission.h), its credits registered, the
+  // messages posted. Returns -1, or (nothing registered or posted) the first input holding NaN/inf when the
+  // run checks; raises ValueError/TypeError, also having done nothing, where the Python path must admit it.
+  int64_t admit(int64_t key, bool train, nb::dict inputs, nb::dict fields, int64_t rows) {
+    if (!inputs_set_) throw nb::value_error("admit: set_inputs was never called");
+    if (key < 0) throw nb::value_error("admit: a key id is >= 0");
+    std::vector<Message> out;
+    const int64_t bad = admission_.build(key, train, inputs, fields, rows, engine_->config.numerics != 0,
+                                         run_dtype_, *codec_, &out);
+    if (bad >= 0) return bad;
+    engine_->ledger.inject_key(key, static_cast<int64_t>(out.size()));
+    if (sim_) sim_->inject(out);
+    else engine_->inject(out);
+    return -1;
+  }
+
+  // The messages admit would post for a key, built and handed back instead (nothing registered or posted):
+  // (-1 or the first input holding NaN/inf, [(node, port, direction, train, key, state, payload)]). The tests
+  // compare them with the Python path's.
+  nb::tuple admission(int64_t key, bool train, nb::dict inputs, nb::dict fields, int64_t rows) {
+    if (!inputs_set_) throw nb::value_error("admission: set_inputs was never called");
+    std::vector<Message> out;
+    const int64_t bad = admission_.build(key, train, inputs, fields, rows, engine_->config.numerics != 0,
+                                         run_dtype_, *codec_, &out);
+    nb::list msgs;
+    for (const Message& m : out)
+      msgs.append(nb::make_tuple(m.node, m.port, static_cast<int>(m.direction), m.train, m.key,
+                                 codec_->decode(m.state), tensor_to_python(m.payload)));
+    return nb::make_tuple(bad, msgs);
+  }
+
   void inject(nb::list msgs, bool post) {
     std::vector<Message> out;
     out.reserve(nb::len(msgs));
@@ -286,12 +339,7 @@ class EngineHandle {
       m.state = encoded;
       m.key = engine_->layout.key_of(m.state);
       if (m.direction == kForward) {
-        std::string port = nb::cast<std::string>(h.attr("port"));
-        const auto& names = in_ports_[static_cast<size_t>(m.node)];
-        auto it = std::find(names.begin(), names.end(), port);
-        if (it == names.end() && !names.empty())
-          throw nb::value_error(("inject: no input port '" + port + "'").c_str());
-        m.port = static_cast<int32_t>(it - names.begin()) % std::max<int32_t>(1, static_cast<int32_t>(names.size()));
+        m.port = port_index(m.node, nb::cast<std::string>(h.attr("port")));
         m.payload = tensor_from_python(h.attr("payload"), "payload of an injected message");
       } else if (m.direction == kUpdate) {
         if (m.key >= 0) throw nb::value_error("inject: an update message carries a flush, not a key");
@@ -451,6 +499,14 @@ class EngineHandle {
     return *engine_->nodes[static_cast<size_t>(node)];
   }
 
+  // A forward message's input port by name; a node with no named input ports takes port 0 whatever it is called.
+  int32_t port_index(int node, const std::string& port) const {
+    const auto& names = in_ports_[static_cast<size_t>(node)];
+    auto it = std::find(names.begin(), names.end(), port);
+    if (it == names.end() && !names.empty()) throw nb::value_error(("inject: no input port '" + port + "'").c_str());
+    return static_cast<int32_t>(it - names.begin()) % std::max<int32_t>(1, static_cast<int32_t>(names.size()));
+  }
+
   std::unique_ptr<OptimizerState> optimizer_from_python(nb::dict spec, const NodeCtx& ctx) {
     return optimizer_state(spec, ctx, &keep_);
   }
@@ -465,6 +521,9 @@ class EngineHandle {
   nb::object python_update_, cost_;
   std::unique_ptr<Simulation> sim_;
   bool needs_python_ = false;
+  Admission admission_;  // the Input nodes a key's admission feeds (set_inputs)
+  DType run_dtype_ = DType::f64;
+  bool inputs_set_ = false;
 };
 
 }  // namespace
@@ -524,6 +583,11 @@ void bind_engine(nb::module_& m) {
       .def("sim_stats", &EngineHandle::sim_stats)
       .def("admit_key", [](EngineHandle& h, int64_t key, int64_t n) { h.engine().ledger.inject_key(key, n); })
       .def("admit_flush", [](EngineHandle& h, int64_t id, int64_t n) { h.engine().ledger.inject_flush(id, n); })
+      .def("set_inputs", &EngineHandle::set_inputs, nb::arg("dtype"), nb::arg("inputs"))
+      .def("admit", &EngineHandle::admit, nb::arg("key"), nb::arg("train"), nb::arg("inputs"), nb::arg("fields"),
+           nb::arg("rows"))
+      .def("admission", &EngineHandle::admission, nb::arg("key"), nb::arg("train"), nb::arg("inputs"),
+           nb::arg("fields"), nb::arg("rows"))
       .def("inject", &EngineHandle::inject, nb::arg("msgs"), nb::arg("post") = true)
       .def("wait", &EngineHandle::wait, nb::arg("timeout"), nb::arg("wake_batch") = 1)
       .def("notify", [](EngineHandle& h) { h.engine().notify(); })

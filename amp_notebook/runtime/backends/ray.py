@@ -64,12 +64,13 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from amp_notebook.ir.message import Message
 from amp_notebook.ir.serialize import graph_to_dict
 from amp_notebook.optim import DEFAULT_OPTIMIZER, optimizer_memory
+from amp_notebook.runtime.backend import admit_by_messages
 from amp_notebook.runtime.backends import ray_cluster
 from amp_notebook.runtime.backends.ray_actor import encode, host_class, writable
 from amp_notebook.runtime.backends.ray_cluster import ClockOffset, ClusterError, alive_nodes, measure_offset, node_for
 from amp_notebook.runtime.backends.ray_credits import Completion
 from amp_notebook.runtime.backends.ray_rows import append_worker_rows
-from amp_notebook.runtime.controller import Action
+from amp_notebook.runtime.controller import Action, KeyInfo
 from amp_notebook.runtime.knobs import KnobChange
 from amp_notebook.runtime.numerics import NonFiniteError
 from amp_notebook.runtime.recover import drive, restart_session
@@ -157,6 +158,9 @@ class RayBackend:
         self.offsets = [measure_offset(h) for h in self.hosts]
 
     # ------------------------------------------------------------------ Backend protocol
+    def admit(self, info: KeyInfo) -> bool:
+        return admit_by_messages(self.session, self, info)
+
     def inject(self, msgs: list[Message]) -> None:
         """Messages from the controller (a key's inputs, weighed by the ledger, or a flush's updates), batched
         per worker."""

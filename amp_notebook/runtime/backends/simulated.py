@@ -55,8 +55,9 @@ from numpy import ndarray
 
 from amp_notebook.errors import RunStateError
 from amp_notebook.ir.message import Message
+from amp_notebook.runtime.backend import admit_by_messages
 from amp_notebook.runtime.blas import single_threaded_blas
-from amp_notebook.runtime.controller import Action
+from amp_notebook.runtime.controller import Action, KeyInfo
 from amp_notebook.runtime.costs import CostModel, CostTable
 from amp_notebook.runtime.credits import Credits
 from amp_notebook.runtime.inbox import Inbox
@@ -202,6 +203,9 @@ class SimulatedBackend:
         return deliver
 
     # ------------------------------------------------------------------ the Backend protocol
+    def admit(self, info: KeyInfo) -> bool:
+        return admit_by_messages(self.session, self, info)
+
     def inject(self, msgs: list[Message]) -> None:
         """Messages from the controller land in their workers' inboxes now, with no link cost."""
         owner = self.session.plan.owner

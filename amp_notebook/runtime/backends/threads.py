@@ -36,8 +36,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from amp_notebook.ir.message import PHASES, Message
+from amp_notebook.runtime.backend import admit_by_messages
 from amp_notebook.runtime.blas import single_threaded_blas
-from amp_notebook.runtime.controller import Action
+from amp_notebook.runtime.controller import Action, KeyInfo
 from amp_notebook.runtime.credits import Credits
 from amp_notebook.runtime.inbox import Inbox
 from amp_notebook.runtime.knobs import KnobChange
@@ -134,6 +135,9 @@ class ThreadedBackend:
         self.events.put(("error", exc))
 
     # ------------------------------------------------------------ the Backend protocol
+    def admit(self, info: KeyInfo) -> bool:
+        return admit_by_messages(self.session, self, info)
+
     def inject(self, msgs: list[Message]) -> None:
         loops, owner = self.loops, self._owner
         for msg in msgs:
