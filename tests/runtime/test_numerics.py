@@ -70,8 +70,9 @@ def assert_initial_params(run: Run, initial: dict[str, dict[str, np.ndarray]] | 
             assert np.array_equal(v, initial[node][k].astype(v.dtype)), f"{node}.{k} was updated"
 
 
-def test_a_nan_in_the_data_names_the_input_the_key_and_where_it_is():
-    run, error = failing_run(with_bad_key(0, np.nan), mode="sync")
+@pytest.mark.parametrize("engine", ["python", "native"])  # the guard's check; the engine's as it admits the key
+def test_a_nan_in_the_data_names_the_input_the_key_and_where_it_is(engine):
+    run, error = failing_run(with_bad_key(0, np.nan), mode="sync", engine=engine)
     assert isinstance(error, NodeError) and error.node == "x" and error.what == "input" and error.keys == [0]
     assert "dataset 'digits' train[0]" in str(error) and "nan at index (2, 0)" in str(error)
     assert_initial_params(run)  # the key never ran
@@ -97,8 +98,10 @@ def test_a_nan_gradient_stops_its_node_before_it_updates(monkeypatch):
         assert session.contexts[session.plan.index[node]].version == 0  # none of them updated with it
 
 
-def test_skip_counts_the_keys_and_trains_on():
-    result = train(mlp(), with_bad_key(3, np.inf), mode="amp", epochs=2, on_nonfinite="skip", **SETTINGS)
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_skip_counts_the_keys_and_trains_on(engine):
+    result = train(mlp(), with_bad_key(3, np.inf), mode="amp", epochs=2, on_nonfinite="skip", engine=engine,
+                   **SETTINGS)  # fmt: skip
     assert isinstance(result, TrainResult)
     assert result.nonfinite_skipped == 2 and [e.nonfinite_skipped for e in result.history] == [1, 1]
     assert result.summary()["nonfinite_skipped"] == 2
