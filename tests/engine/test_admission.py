@@ -199,3 +199,18 @@ def test_an_unaligned_array_is_read_as_before():
     batch = Batch({**data.train[0].inputs, "target": x}, data.train[0].size)
     session = native_session(models.mlp(input_width=64, hidden=8), data)
     assert_same_messages(session, assemble(session), KeyInfo(0, 0, True, batch))  # the general path reads it
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "int32", "int64", "bool", "float32", "float64"])
+def test_an_array_without_the_buffer_protocol_enters_through_dlpack_the_same(dtype):
+    # a torch tensor offers DLPack and no buffer protocol: the general import path reads it
+    torch = pytest.importorskip("torch")
+    x = raw_payload(getattr(np, dtype), "c")
+    data = digits_dataset(batch_size=10)
+    session = native_session(models.mlp(input_width=64, hidden=8), data)
+    tensor = torch.from_numpy(np.ascontiguousarray(x))
+    batch = Batch({**data.train[0].inputs, "target": tensor}, data.train[0].size)
+    bad, got = assemble(session).admission(0, True, batch.inputs, batch.fields, batch.size)
+    [payload] = [p for node, *_, p in got if node == session.plan.index["target"]]
+    want = as_engine_holds(x)
+    assert bad == -1 and payload.dtype == want.dtype and np.array_equal(payload, want)

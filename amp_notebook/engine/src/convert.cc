@@ -9,22 +9,6 @@ namespace {
 
 void release_tensor_capsule(void* p) noexcept { delete static_cast<Tensor*>(p); }
 
-template <class Src>
-void widen_ints(const nb::ndarray<nb::ro>& a, int64_t* dst, int64_t n, const int64_t* shape, const int64_t* strides,
-                int rank) {
-  const Src* src = static_cast<const Src*>(a.data());
-  int64_t index[kMaxRank] = {0, 0, 0, 0};
-  for (int64_t k = 0; k < n; ++k) {
-    int64_t offset = 0;
-    for (int i = 0; i < rank; ++i) offset += index[i] * strides[i];
-    dst[k] = static_cast<int64_t>(src[offset]);
-    for (int i = rank - 1; i >= 0; --i) {
-      if (++index[i] < shape[i]) break;
-      index[i] = 0;
-    }
-  }
-}
-
 // One integer item of `size` bytes at `p` as int64, by value (each type cast on its own: a conditional
 // between a signed and an unsigned operand would convert both to the unsigned type first). 8-byte items are
 // copied bit for bit, as uint64's widening has always wrapped them.
@@ -42,6 +26,22 @@ int64_t read_int(const char* p, Py_ssize_t size) {
     case 2: return load_as_int64<T2>(p);
     case 4: return load_as_int64<T4>(p);
     default: return load_as_int64<uint64_t>(p);
+  }
+}
+
+// Integer items (`size` bytes each, signed or not) at `base`, through byte strides, widened to int64 into the
+// contiguous `dst` in row-major order: both import paths below widen narrow and unsigned integers here.
+void widen_to_int64(const char* base, const int64_t* shape, const int64_t* byte_strides, int rank, int64_t size,
+                    bool is_signed, int64_t n, int64_t* dst) {
+  int64_t index[kMaxRank] = {0, 0, 0, 0};
+  for (int64_t k = 0; k < n; ++k) {
+    const char* p = base;
+    for (int i = 0; i < rank; ++i) p += index[i] * byte_strides[i];
+    dst[k] = is_signed ? read_int<int8_t, int16_t, int32_t>(p, size) : read_int<uint8_t, uint16_t, uint32_t>(p, size);
+    for (int i = rank - 1; i >= 0; --i) {
+      if (++index[i] < shape[i]) break;
+      index[i] = 0;
+    }
   }
 }
 
@@ -91,21 +91,12 @@ bool copy_from_buffer(PyObject* obj, Tensor* out) {
     *out = Tensor::view_of(borrowed, view.buf, dtype, shape, strides, rank).contiguous_copy(true);
     return true;
   }
-  // narrower or unsigned integers widen to int64 item by item (as widen_ints)
+  // narrower or unsigned integers widen to int64 item by item
   *out = Tensor::empty(DType::i64, shape, rank);
-  int64_t* dst = out->data<int64_t>();
-  const char* base = static_cast<const char*>(view.buf);
-  int64_t index[kMaxRank] = {0, 0, 0, 0};
-  for (int64_t k = 0, n = out->size(); k < n; ++k) {
-    const char* p = base;
-    for (int i = 0; i < rank; ++i) p += index[i] * view.strides[i];
-    dst[k] = is_signed ? read_int<int8_t, int16_t, int32_t>(p, view.itemsize)
-                       : read_int<uint8_t, uint16_t, uint32_t>(p, view.itemsize);
-    for (int i = rank - 1; i >= 0; --i) {
-      if (++index[i] < shape[i]) break;
-      index[i] = 0;
-    }
-  }
+  int64_t byte_strides[kMaxRank];
+  for (int i = 0; i < rank; ++i) byte_strides[i] = static_cast<int64_t>(view.strides[i]);
+  widen_to_int64(static_cast<const char*>(view.buf), shape, byte_strides, rank, view.itemsize, is_signed, out->size(),
+                 out->data<int64_t>());
   return true;
 }
 
@@ -153,15 +144,10 @@ Tensor tensor_from_python(nb::handle obj, const char* what) {
   const int64_t n = view.size();
   if (dtype == DType::i64 && dt != nb::dtype<int64_t>()) {
     Tensor out = Tensor::empty(DType::i64, shape, rank);
-    switch (dt.bits) {
-      case 8: dt.code == 0 ? widen_ints<int8_t>(a, out.data<int64_t>(), n, shape, strides, rank)
-                           : widen_ints<uint8_t>(a, out.data<int64_t>(), n, shape, strides, rank); break;
-      case 16: dt.code == 0 ? widen_ints<int16_t>(a, out.data<int64_t>(), n, shape, strides, rank)
-                            : widen_ints<uint16_t>(a, out.data<int64_t>(), n, shape, strides, rank); break;
-      case 32: dt.code == 0 ? widen_ints<int32_t>(a, out.data<int64_t>(), n, shape, strides, rank)
-                            : widen_ints<uint32_t>(a, out.data<int64_t>(), n, shape, strides, rank); break;
-      default: widen_ints<uint64_t>(a, out.data<int64_t>(), n, shape, strides, rank); break;
-    }
+    int64_t byte_strides[kMaxRank];
+    for (int i = 0; i < rank; ++i) byte_strides[i] = strides[i] * static_cast<int64_t>(dt.bits / 8);
+    widen_to_int64(static_cast<const char*>(a.data()), shape, byte_strides, rank, dt.bits / 8,
+                   dt.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Int), n, out.data<int64_t>());
     return out;
   }
   return view.contiguous_copy(true);

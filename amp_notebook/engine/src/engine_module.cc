@@ -290,11 +290,8 @@ class EngineHandle {
   // messages posted. Returns -1, or (nothing registered or posted) the first input holding NaN/inf when the
   // run checks; raises ValueError/TypeError, also having done nothing, where the Python path must admit it.
   int64_t admit(int64_t key, bool train, nb::dict inputs, nb::dict fields, int64_t rows) {
-    if (!inputs_set_) throw nb::value_error("admit: set_inputs was never called");
-    if (key < 0) throw nb::value_error("admit: a key id is >= 0");
     std::vector<Message> out;
-    const int64_t bad = admission_.build(key, train, inputs, fields, rows, engine_->config.numerics != 0,
-                                         run_dtype_, *codec_, &out);
+    const int64_t bad = build_admission(key, train, inputs, fields, rows, &out);
     if (bad >= 0) return bad;
     engine_->ledger.inject_key(key, static_cast<int64_t>(out.size()));
     if (sim_) sim_->inject(out);
@@ -306,10 +303,8 @@ class EngineHandle {
   // (-1 or the first input holding NaN/inf, [(node, port, direction, train, key, state, payload)]). The tests
   // compare them with the Python path's.
   nb::tuple admission(int64_t key, bool train, nb::dict inputs, nb::dict fields, int64_t rows) {
-    if (!inputs_set_) throw nb::value_error("admission: set_inputs was never called");
     std::vector<Message> out;
-    const int64_t bad = admission_.build(key, train, inputs, fields, rows, engine_->config.numerics != 0,
-                                         run_dtype_, *codec_, &out);
+    const int64_t bad = build_admission(key, train, inputs, fields, rows, &out);
     nb::list msgs;
     for (const Message& m : out)
       msgs.append(nb::make_tuple(m.node, m.port, static_cast<int>(m.direction), m.train, m.key,
@@ -497,6 +492,14 @@ class EngineHandle {
   NodeState& node_at(int node) {
     if (node < 0 || node >= static_cast<int>(added_.size())) throw nb::value_error("no such node");
     return *engine_->nodes[static_cast<size_t>(node)];
+  }
+
+  // What admit and admission share: a key's messages from its batch (admission.h), checked by the run's rule.
+  int64_t build_admission(int64_t key, bool train, nb::dict inputs, nb::dict fields, int64_t rows,
+                          std::vector<Message>* out) const {
+    if (!inputs_set_) throw nb::value_error("admit: set_inputs was never called");
+    if (key < 0) throw nb::value_error("admit: a key id is >= 0");
+    return admission_.build(key, train, inputs, fields, rows, engine_->config.numerics != 0, run_dtype_, *codec_, out);
   }
 
   // A forward message's input port by name; a node with no named input ports takes port 0 whatever it is called.
