@@ -175,10 +175,31 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("--json", action="store_true", help="print every figure as one JSON object on stdout")
     b.add_argument("--quick", action="store_true", help="a small, fast version (smoke test; figures not meaningful)")
     b.add_argument(
+        "--repeats",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="rounds per side (interleaved, medians reported; each benchmark has its own default, and --quick runs "
+        "one; refused by a benchmark that takes no rounds)",
+    )
+    b.add_argument(
         "--workers",
         default=None,
         metavar="COUNTS",
         help="scaling only: worker counts to compare with 1 worker, e.g. 1,2,4,8,16 (default 1,2)",
+    )
+    b.add_argument(
+        "--models",
+        default=None,
+        metavar="NAMES",
+        help="scaling only: which models, e.g. tree,ggsnn (default: tree, ggsnn, tagger, rnn_replicas, mlp)",
+    )
+    b.add_argument(
+        "--engines",
+        default=None,
+        metavar="NAMES",
+        help="scaling only: which engines, e.g. native (default: native,python; the Python engine's runs are the "
+        "slow ones on a machine with many cores)",
     )
     b.add_argument(
         "--placement",
@@ -205,9 +226,21 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
     )
 
 
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of rounds >= 1, like 5; got {text!r}")
+    return value
+
+
 def _bench_options(args: argparse.Namespace) -> dict[str, Any]:
     """The options one benchmark takes (None: not given; ``run_benchmark`` refuses one it does not take)."""
-    return {"workers": args.workers, "placement": args.placement, "ceiling": args.ceiling, "waits": args.waits}
+    return {"repeats": args.repeats, "workers": args.workers, "models": args.models, "engines": args.engines,
+            "placement": args.placement, "ceiling": args.ceiling, "waits": args.waits}  # fmt: skip
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

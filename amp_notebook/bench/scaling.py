@@ -57,6 +57,15 @@ worker, of the medians; with other worker counts (``--workers 1,2,4,8,16`` on a 
 ``ratios`` has r for each count against 1 worker, and the headline takes 2 workers when listed, else the
 largest count. A 2-core machine caps r at 2; the machine's load is printed and recorded, and flagged when
 other processes competed.
+
+**More workers than heavy nodes.** Placement gives workers heavy nodes and lets the light ones follow their
+producers, so a graph with k heavy nodes keeps at most k workers busy. ``workers_used`` (per engine, model
+and count) says how many workers got a node, and the report flags every count where some got none: such a
+run is the smaller one with idle threads beside it, and its figure differs from that one's only by noise.
+Replicating a heavy node is what spreads such a graph wider.
+
+On a machine with many cores, ``--engines native`` skips the Python engine's runs (the slow ones, which
+one core's GIL caps anyway), ``--models tree,ggsnn`` picks models, and ``--repeats 5`` takes more rounds.
 """
 
 from __future__ import annotations
@@ -106,6 +115,31 @@ def parse_workers(text: str | Sequence[int]) -> tuple[int, ...]:
     if len(set(counts)) < 2:
         raise SettingError("workers", f"--workers: expected a count besides 1, like 1,2; got {text!r}")
     return tuple(sorted(set(counts)))
+
+
+def parse_names(text: str | Sequence[str], known: Sequence[str], what: str) -> tuple[str, ...]:
+    """``"tree,ggsnn"`` (or a sequence) as the known names it lists, in ``known``'s order; ``what`` names the
+    option (``models`` or ``engines``) in the error."""
+    names = [t.strip() for t in text.split(",")] if isinstance(text, str) else [str(t) for t in text]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise SettingError(what, f"--{what}: expected names from {', '.join(known)}, comma-separated; got {text!r}")
+    return tuple(n for n in known if n in names)
+
+
+def workers_used(graph: Any, workers: int, where: str | dict[str, int]) -> int:
+    """How many of ``workers`` get any node of ``graph`` under ``where`` (a strategy name or node -> worker).
+    A strategy gives the heavy nodes their workers and lets the light ones follow, so a graph with fewer heavy
+    nodes than workers leaves the rest idle: that run is a smaller one with idle threads beside it."""
+    import warnings
+
+    from amp_notebook.runtime.placement import place
+
+    if isinstance(where, str):
+        with warnings.catch_warnings():  # the idle workers are what this counts
+            warnings.simplefilter("ignore", UserWarning)
+            where = place(graph, workers, strategy=where)
+    return len(set(where.values()))
 
 
 def headline_workers(counts: Sequence[int]) -> int:
@@ -211,7 +245,7 @@ def ceiling_rates(
 
 def run(
     quick: bool = False, repeats: int = 3, seed: int = 0, workers: str | Sequence[int] = DEFAULT_WORKERS,
-    models: Sequence[str] = tuple(MODELS), engines: Sequence[str] = ENGINES, placement: str = MEASURED,
+    models: str | Sequence[str] = tuple(MODELS), engines: str | Sequence[str] = ENGINES, placement: str = MEASURED,
     ceiling: bool = True, waits: bool = True,
 ) -> dict[str, Any]:  # fmt: skip
     """Every model on every engine at every worker count (module docstring); ``quick``: a few keys, one
@@ -225,16 +259,15 @@ def run(
     if quick:
         repeats = 1
     counts = parse_workers(workers)
-    unknown = sorted(set(models) - set(MODELS)) + sorted(set(engines) - set(ENGINES))
-    if unknown:
-        raise SettingError("scaling", f"unknown model or engine {unknown}; models {list(MODELS)}, engines {ENGINES}")
+    models = parse_names(models, tuple(MODELS), "models")
+    engines = parse_names(engines, ENGINES, "engines")
     if placement != MEASURED and placement not in STRATEGIES:
         expected = f"{MEASURED} or one of {list(STRATEGIES)}"
         raise SettingError("placement", f"--placement: expected {expected}; got {placement!r}")
     notes: dict[str, str] = {}
     if "native" in engines and not native_engine.available():
         notes["native"] = f"the native engine is not available here ({native_engine.status().get('reason')})"
-        engines = [e for e in engines if e != "native"]
+        engines = tuple(e for e in engines if e != "native")
     load_before = machine_load()["after"]
     loads = {name: workload(MODELS[name][0], quick=quick, seed=seed) for name in models}
 
@@ -257,6 +290,8 @@ def run(
         seeds = diverged[engine][name][n]
         return lambda: throughput(loads[name], engine, n, MODELS[name][1], seed, where, diverged=seeds)
 
+    used = {e: {m: {n: workers_used(loads[m].graph, n, chosen[e][m][n]["placement"]) for n in counts} for m in models}
+            for e in engines}  # fmt: skip
     sides = {f"{e}/{m}/{n}": side(e, m, n) for e in engines for m in models for n in counts}
     medians = interleaved_medians(repeats, sides)
     per_s = {e: {m: {n: medians[f"{e}/{m}/{n}"][0] for n in counts} for m in models} for e in engines}
@@ -289,6 +324,7 @@ def run(
                        for e in engines},
         "settings": {m: {"workload": MODELS[m][0], "max_active_keys": MODELS[m][1],
                          "keys": len(loads[m].data.train), "layout": loads[m].layout} for m in models},
+        "workers_used": used,
         "waits": {m: [w.as_dict() for w in ws] for m, ws in waited.items()} if waited else None,
         "diverged_runs": diverged, "ceiling_diverged_runs": copies_diverged,
         "repeats": repeats, "seed": seed, "quick": quick, "notes": notes, "load_average_1min": load,
@@ -308,6 +344,12 @@ def run(
     if copies:
         rows.append(("ceiling", f"independent copies of the 1-worker run ({copies_engine}) at once: what these cores "
                                 "give the workload; 'reached' is each engine's ratio over it"))  # fmt: skip
+    for e in engines:
+        for m in models:
+            for n in counts:
+                if used[e][m][n] < n:
+                    rows.append((f"{e} {m} at {n}", f"only {used[e][m][n]} of the {n} workers get a node (the graph "
+                                                    "has too few heavy nodes): the rest stay idle"))  # fmt: skip
     for e in engines:
         for m in models:
             for n in counts:

@@ -65,6 +65,70 @@ def test_scaling_refuses_worker_lists_without_a_comparison(text: str) -> None:
         scaling.parse_workers(text)
 
 
+@pytest.mark.parametrize(
+    ("text", "names"), [("tree", ("tree",)), ("mlp,tree", ("tree", "mlp")), (["ggsnn", "tree"], ("tree", "ggsnn"))]
+)
+def test_scaling_reads_model_lists_in_its_own_order(text: Any, names: tuple[str, ...]) -> None:
+    assert scaling.parse_names(text, tuple(scaling.MODELS), "models") == names
+
+
+@pytest.mark.parametrize("text", ["", "trees", "tree,lstm", ","])
+def test_scaling_refuses_unknown_models_and_says_which_exist(text: str) -> None:
+    with pytest.raises(SettingError, match=r"--models: expected names from tree, ggsnn, tagger") as info:
+        scaling.parse_names(text, tuple(scaling.MODELS), "models")
+    assert repr(text) in str(info.value)
+
+
+def test_scaling_counts_the_workers_a_placement_uses() -> None:
+    """The Tree-LSTM has 4 heavy nodes: on 8 workers every strategy leaves 4 of them without a node."""
+    from amp_notebook.reproduce.workloads import workload
+
+    graph = workload("tree-lstm", quick=True).graph
+    assert scaling.workers_used(graph, 2, "round_robin") == 2
+    assert scaling.workers_used(graph, 8, "round_robin") == scaling.workers_used(graph, 8, "balanced") == 4
+    assert scaling.workers_used(graph, 3, {name: 0 for name in graph.nodes}) == 1
+
+
+def test_scaling_takes_models_engines_and_rounds_and_flags_idle_workers(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--models``, ``--engines`` and ``--repeats`` reach the runs; a count with idle workers is flagged."""
+    monkeypatch.setattr(native_engine, "available", lambda: True)
+    calls: list[tuple[str, str, int]] = []
+
+    def fake(workload: Any, engine: str, workers: int, *args: Any, **kwargs: Any) -> float:
+        calls.append((workload.name, engine, workers))
+        return 100.0 * workers
+
+    monkeypatch.setattr(scaling, "throughput", fake)
+    argv = ["bench", "scaling", "--json", "--workers", "1,2,8", "--models", "tree", "--engines", "native",
+            "--repeats", "2", "--placement", "round_robin", "--no-ceiling", "--no-waits"]  # fmt: skip
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    out = last_json_line(captured.out)
+    assert sorted(set(calls)) == [("tree-lstm", "native", n) for n in (1, 2, 8)] and len(calls) == 3 * 2
+    assert out["python"] is None and set(out["native"]) == {"tree"} and out["repeats"] == 2
+    assert out["workers_used"] == {"native": {"tree": {"1": 1, "2": 2, "8": 4}}}
+    assert "native tree at 8" in captured.err and "only 4 of the 8 workers get a node" in captured.err
+    assert captured.err.count("workers get a node") == 1  # 1 and 2 workers both hold nodes
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "x"])
+def test_bench_refuses_a_round_count_below_one(bad: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["bench", "overhead", "--repeats", bad])
+    assert info.value.code == 2 and "expected a whole number of rounds >= 1" in capsys.readouterr().err
+
+
+def test_models_engines_and_repeats_are_refused_where_not_taken() -> None:
+    with pytest.raises(SettingError, match="bench overhead takes no --models"):
+        run_benchmark("overhead", models="tree")
+    with pytest.raises(SettingError, match="bench overhead takes no --engines"):
+        run_benchmark("overhead", engines="native")
+    with pytest.raises(SettingError, match="bench ggsnn-vs-torch takes no --repeats"):
+        run_benchmark("ggsnn-vs-torch", repeats=2)
+
+
 def test_scaling_headline_takes_2_workers_when_measured() -> None:
     assert scaling.headline_workers((1, 2, 4)) == 2
     assert scaling.headline_workers((1, 4, 16)) == 16
