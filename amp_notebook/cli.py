@@ -217,6 +217,14 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
         help="scaling only: skip the machine's ceiling (independent copies of the 1-worker run timed side by side)",
     )
     b.add_argument(
+        "--no-bound",
+        dest="bound",
+        action="store_const",
+        const=False,
+        default=None,
+        help="scaling only: skip the simulated run per model and count that gives what the graph itself allows",
+    )
+    b.add_argument(
         "--no-waits",
         dest="waits",
         action="store_const",
@@ -240,7 +248,7 @@ def _positive_int(text: str) -> int:
 def _bench_options(args: argparse.Namespace) -> dict[str, Any]:
     """The options one benchmark takes (None: not given; ``run_benchmark`` refuses one it does not take)."""
     return {"repeats": args.repeats, "workers": args.workers, "models": args.models, "engines": args.engines,
-            "placement": args.placement, "ceiling": args.ceiling, "waits": args.waits}  # fmt: skip
+            "placement": args.placement, "ceiling": args.ceiling, "waits": args.waits, "bound": args.bound}  # fmt: skip
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -96,7 +96,7 @@ def test_train_several_instances_per_key(model: str, extra: list[str], capsys: p
     ("name", "keys"),
     [
         ("overhead", {"us_per_message", "us_per_message_native"}),
-        ("scaling", {"native", "python", "ratios", "workers", "ceiling", "of_ceiling", "waits"}),
+        ("scaling", {"native", "python", "ratios", "workers", "ceiling", "of_ceiling", "waits", "bound"}),
         ("speedup", {"amp_per_s", "sync_per_s", "ratio", "auto_ratio", "engine", "python_ratio"}),
         ("trace-overhead", {"ratio"}),
         ("rnn-vs-torch", {"ours", "ours_python", "torch", "throughput_ratio", "engine_gain"}),

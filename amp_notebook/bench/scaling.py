@@ -37,6 +37,16 @@ rounds interleaved. ``ceiling`` in the JSON maps each model to the copies' throu
 over one copy's, and ``of_ceiling`` each engine's ratio over it: the share of what these cores give this
 workload that the run turned into throughput.
 
+**What the graph allows** (``bound=True``, the default; ``--no-bound`` skips it). Each model also runs on the
+simulator at every count, with the figures' placements and settings and the node costs that
+:func:`~amp_notebook.runtime.autoplace.measure_costs` times here on the native engine: a run of this graph
+on free hand-offs, with no driver and no core shared with anything (and each message charged its unbundled
+cost, so bundling's savings are left out on both sides of the ratio). Its n-worker throughput over its
+1-worker throughput is the bound that the graph's own structure sets at these settings (its heavy nodes,
+the heaviest node's share of the work, ``max_active_keys`` keys in flight); ``bound`` in the JSON gives it
+per model and count, and ``of_bound`` the native ratio over it. Where the bound itself stays low at many
+workers, more cores cannot help that graph at these settings: replicas or more keys in flight can.
+
 **What the workers waited for** (``waits=True``, the default; ``--no-waits`` skips it). A ratio under the
 ceiling means the workers of one run waited on each other. So after the figures, each model runs once more on
 the native engine at the headline worker count, with the chosen placement and the trace recording, and
@@ -227,6 +237,36 @@ def waited_for(
     return retry_diverged(once, seed, None)
 
 
+def bound_rates(
+    workload: Any, max_active_keys: int, counts: Sequence[int], placements: dict[int, str | dict[str, int]], seed: int
+) -> dict[int, float]:
+    """Simulated training instances/s of ``workload`` at each count (module docstring, "What the graph
+    allows"): node costs measured here on the native engine, each count with its placement and the threaded
+    backend's default inbox priority for that count."""
+    import warnings
+
+    from amp_notebook.runtime.autoplace import measure_costs
+    from amp_notebook.runtime.config import default_priority
+    from amp_notebook.runtime.launch import simulate
+    from amp_notebook.runtime.placement import place
+
+    run = settings(workload, "native", max_active_keys, seed)
+    dtype = run.get("dtype", "float32")
+    costs = measure_costs(workload.graph, workload.data, optimizer=workload.optimizer, dtype=dtype, seed=seed,
+                          engine="native")  # fmt: skip
+    base = {k: v for k, v in run.items() if k != "engine"}  # the simulator chooses its own engine
+    out: dict[int, float] = {}
+    for n in counts:
+        where = placements[n]
+        with warnings.catch_warnings():  # idle workers are a fact of that count, reported elsewhere
+            warnings.simplefilter("ignore", UserWarning)
+            full = place(workload.graph, n, strategy=where) if isinstance(where, str) else dict(where)
+            r = simulate(workload.graph, workload.data, costs=costs, backend="simulated", workers=n, placement=full,
+                         priority=default_priority(n, "threads"), **base)  # fmt: skip
+        out[n] = float(r.train_instances_per_s)
+    return out
+
+
 def ceiling_rates(
     workload: str, engine: str, counts: Sequence[int], max_active_keys: int, quick: bool, seed: int, repeats: int,
     diverged: list[int] | None = None,
@@ -246,13 +286,14 @@ def ceiling_rates(
 def run(
     quick: bool = False, repeats: int = 3, seed: int = 0, workers: str | Sequence[int] = DEFAULT_WORKERS,
     models: str | Sequence[str] = tuple(MODELS), engines: str | Sequence[str] = ENGINES, placement: str = MEASURED,
-    ceiling: bool = True, waits: bool = True,
+    ceiling: bool = True, waits: bool = True, bound: bool = True,
 ) -> dict[str, Any]:  # fmt: skip
     """Every model on every engine at every worker count (module docstring); ``quick``: a few keys, one
     round and one run per candidate placement (a smoke test: its figures mean nothing); ``placement``:
     ``"measured"`` or a strategy of :func:`~amp_notebook.runtime.placement.place` for every figure;
     ``ceiling``: time the machine's ceiling (independent copies of the 1-worker run) too; ``waits``: split
-    the native workers' idle time by what they waited for (one traced run per model)."""
+    the native workers' idle time by what they waited for (one traced run per model); ``bound``: simulate
+    what the graph allows at each count (native engine only)."""
     from amp_notebook import engine as native_engine
     from amp_notebook.reproduce.workloads import workload
 
@@ -304,6 +345,10 @@ def run(
                                diverged=copies_diverged[m])
               for m in (models if ceiling else ())}  # fmt: skip
     ceilings = {m: {n: c[n][0] / c[1][0] if c[1][0] > 0 else 0.0 for n in counts if n != 1} for m, c in copies.items()}
+    bounds_per_s = {m: bound_rates(loads[m], MODELS[m][1], counts, {n: chosen["native"][m][n]["placement"]
+                                                                   for n in counts}, seed)
+                    for m in (models if bound and "native" in engines else ())}  # fmt: skip
+    bounds = {m: {n: b[n] / b[1] if b[1] > 0 else 0.0 for n in counts if n != 1} for m, b in bounds_per_s.items()}
     waited = {m: waited_for(loads[m], head, MODELS[m][1], seed, chosen["native"][m][head]["placement"])
               for m in (models if waits and "native" in engines else ())}  # fmt: skip
     load = machine_load(load_before)
@@ -319,6 +364,9 @@ def run(
         "ceiling_rounds_instances_per_s": {m: {n: c[n][1] for n in counts} for m, c in copies.items()},
         "of_ceiling": {e: {m: ratios[e][m][head] / ceilings[m][head] if ceilings[m][head] > 0 else None
                            for m in ceilings} for e in engines},
+        "bound": bounds if bounds else None, "bound_instances_per_s": bounds_per_s,
+        "of_bound": {m: {n: ratios["native"][m][n] / r if r > 0 else None for n, r in b.items()}
+                     for m, b in bounds.items()},
         "placement": placement,
         "placements": {e: {m: {n: _heavy_only(loads[m], chosen[e][m][n]) for n in counts if n != 1} for m in models}
                        for e in engines},
@@ -344,6 +392,13 @@ def run(
     if copies:
         rows.append(("ceiling", f"independent copies of the 1-worker run ({copies_engine}) at once: what these cores "
                                 "give the workload; 'reached' is each engine's ratio over it"))  # fmt: skip
+    for m, b in bounds.items():
+        gains = ", ".join(f"{b[n]:.2f}x at {n} (native {ratios['native'][m][n] / b[n]:.0%})" if b[n] > 0 else
+                          f"0 at {n}" for n in counts if n != 1)  # fmt: skip
+        rows.append((f"bound {m}", gains))
+    if bounds:
+        rows.append(("bound", "the simulator on this machine's node costs (native), free hand-offs, no driver: what "
+                              "the graph allows at these settings; the share is the native ratio over it"))  # fmt: skip
     for e in engines:
         for m in models:
             for n in counts:

@@ -101,16 +101,31 @@ def test_scaling_takes_models_engines_and_rounds_and_flags_idle_workers(
         return 100.0 * workers
 
     monkeypatch.setattr(scaling, "throughput", fake)
+    monkeypatch.setattr(scaling, "bound_rates", lambda *args: pytest.fail("simulated with --no-bound"))
     argv = ["bench", "scaling", "--json", "--workers", "1,2,8", "--models", "tree", "--engines", "native",
-            "--repeats", "2", "--placement", "round_robin", "--no-ceiling", "--no-waits"]  # fmt: skip
+            "--repeats", "2", "--placement", "round_robin", "--no-ceiling", "--no-waits", "--no-bound"]  # fmt: skip
     assert main(argv) == 0
     captured = capsys.readouterr()
     out = last_json_line(captured.out)
     assert sorted(set(calls)) == [("tree-lstm", "native", n) for n in (1, 2, 8)] and len(calls) == 3 * 2
-    assert out["python"] is None and set(out["native"]) == {"tree"} and out["repeats"] == 2
+    assert out["python"] is None and set(out["native"]) == {"tree"} and out["repeats"] == 2 and out["bound"] is None
     assert out["workers_used"] == {"native": {"tree": {"1": 1, "2": 2, "8": 4}}}
     assert "native tree at 8" in captured.err and "only 4 of the 8 workers get a node" in captured.err
     assert captured.err.count("workers get a node") == 1  # 1 and 2 workers both hold nodes
+
+
+@needs_native
+def test_the_simulated_bound_of_one_worker_spread_over_two_is_one_worker() -> None:
+    """Every node on worker 0 of 2 is the 1-worker run (the simulator is deterministic), and a placement over
+    both workers is allowed more."""
+    from amp_notebook.reproduce.workloads import workload
+
+    load = workload("mlp", quick=True)
+    alone = {name: 0 for name in load.graph.nodes}
+    rates = scaling.bound_rates(load, 4, (1, 2), {1: "round_robin", 2: alone}, seed=0)
+    assert rates[1] > 0 and rates[2] == pytest.approx(rates[1], rel=0.02)
+    spread = scaling.bound_rates(load, 4, (1, 2), {1: "round_robin", 2: "balanced"}, seed=0)
+    assert spread[2] > 1.2 * spread[1]
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "x"])
@@ -164,6 +179,13 @@ def test_scaling_json_has_the_ratio_of_every_model_on_every_engine(
         return [WorkerWaits(w, 1.0, 0.75, 0.25, {"a new key": 0.05, f"worker {1 - w}": 0.2}) for w in range(2)]
 
     monkeypatch.setattr(scaling, "waited_for", waited)
+    bounded: list[tuple[str, int, tuple[int, ...], Any]] = []
+
+    def bound(workload: Any, keys: int, counts: Any, placements: Any, seed: int) -> dict[int, float]:
+        bounded.append((workload.name, keys, tuple(counts), placements))
+        return {n: 100.0 * n**0.6 for n in counts}
+
+    monkeypatch.setattr(scaling, "bound_rates", bound)
     assert main(["bench", "scaling", "--quick", "--json", "--workers", "1,2,4", "--placement", "round_robin"]) == 0
     captured = capsys.readouterr()
     out = last_json_line(captured.out)
@@ -186,6 +208,12 @@ def test_scaling_json_has_the_ratio_of_every_model_on_every_engine(
     assert sorted(traced) == sorted((w, 2, k, "round_robin") for w, k in scaling.MODELS.values())
     assert out["waits"]["ggsnn"][1]["by_cause"] == {"a new key": 0.05, "worker 0": 0.2}
     assert "worker 1: busy 75%, idle 25% (20% worker 0, 5% a new key)" in captured.err
+    # what the graph allows: one simulated run per model and count, with the figures' placements
+    assert sorted(b[:3] for b in bounded) == sorted((w, k, (1, 2, 4)) for w, k in scaling.MODELS.values())
+    assert all(b[3] == {1: "round_robin", 2: "round_robin", 4: "round_robin"} for b in bounded)
+    assert out["bound"]["tree"]["4"] == pytest.approx(4**0.6)
+    assert out["of_bound"]["ggsnn"]["2"] == pytest.approx(2**-0.1)
+    assert "bound tree" in captured.err and "1.52x at 2 (native 93%)" in captured.err
 
 
 def _nan(*args: object, **kwargs: object) -> Any:
@@ -290,7 +318,8 @@ def test_scaling_without_the_ceiling_times_no_copies(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(
         scaling, "ceiling_rates", lambda *args, **kwargs: pytest.fail("copies timed with ceiling=False")
     )
-    out = run_benchmark("scaling", quick=True, placement="round_robin", models=("mlp",), ceiling=False, waits=False)
+    out = run_benchmark("scaling", quick=True, placement="round_robin", models=("mlp",), ceiling=False, waits=False,
+                        bound=False)  # fmt: skip
     assert out["ceiling"] is None and out["of_ceiling"] == {"native": {}, "python": {}} and out["native"]["mlp"] == 1.0
 
 
@@ -333,7 +362,7 @@ def test_scaling_runs_the_placement_that_was_fastest_here(monkeypatch: pytest.Mo
 
     monkeypatch.setattr(scaling, "throughput", fake)
     monkeypatch.setattr(scaling, "_heavy_only", lambda workload, choice: choice)
-    result = scaling.run(repeats=3, models=("mlp",), engines=("native",), waits=False)
+    result = scaling.run(repeats=3, models=("mlp",), engines=("native",), waits=False, bound=False)
     chosen = result["placements"]["native"]["mlp"][2]
     assert chosen["chosen"] == "balanced" and chosen["placement"] == stages
     assert chosen["trials"] == {"round_robin": 100.0, "balanced": 150.0}  # auto's equal choice is not timed again
@@ -369,8 +398,9 @@ def test_scaling_runs_for_real_on_a_few_keys(capsys: pytest.CaptureFixture[str])
         assert [w["worker"] for w in found] == [0, 1] and all(w["busy_s"] > 0 for w in found)
         assert all(sum(w["by_cause"].values()) == pytest.approx(w["idle_s"]) for w in found)
         assert "native mlp at 2, waits" in printed and "worker 1: busy" in printed
+        assert result["bound"]["mlp"][2] > 0 and result["of_bound"]["mlp"][2] > 0 and "bound mlp" in printed
     else:
-        assert result["waits"] is None
+        assert result["waits"] is None and result["bound"] is None
 
 
 def test_no_waits_is_refused_by_a_benchmark_without_them() -> None:
