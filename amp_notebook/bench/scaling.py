@@ -402,16 +402,13 @@ def run(
     for e in engines:
         for m in models:
             for n in counts:
-                if used[e][m][n] < n:
-                    rows.append((f"{e} {m} at {n}", f"only {used[e][m][n]} of the {n} workers get a node (the graph "
-                                                    "has too few heavy nodes): the rest stay idle"))  # fmt: skip
-    for e in engines:
-        for m in models:
-            for n in counts:
                 if n != 1 and placement == MEASURED:
                     c = chosen[e][m][n]
                     timed = ", ".join(f"{k} {v:.0f}" for k, v in c["trials"].items()) or "one candidate"
                     rows.append((f"{e} {m} placement at {n}", f"{c['chosen']} (timed here, instances/s: {timed})"))
+                if used[e][m][n] < n:
+                    rows.append((f"{e} {m} at {n}", f"only {used[e][m][n]} of the {n} workers get a node (the graph "
+                                                    "has too few heavy nodes): the rest stay idle"))  # fmt: skip
     for m, ws in waited.items():
         for line in waits_summary(ws).splitlines():
             rows.append((f"native {m} at {head}, waits", line))
