@@ -45,7 +45,8 @@ cost, so bundling's savings are left out on both sides of the ratio). Its n-work
 1-worker throughput is the bound that the graph's own structure sets at these settings (its heavy nodes,
 the heaviest node's share of the work, ``max_active_keys`` keys in flight); ``bound`` in the JSON gives it
 per model and count, and ``of_bound`` the native ratio over it. Where the bound itself stays low at many
-workers, more cores cannot help that graph at these settings: replicas or more keys in flight can.
+workers, more cores cannot help that graph at these settings; the paper widens such a graph with replicas of
+its heavy nodes.
 
 **What the workers waited for** (``waits=True``, the default; ``--no-waits`` skips it). A ratio under the
 ceiling means the workers of one run waited on each other. So after the figures, each model runs once more on
