@@ -1,14 +1,18 @@
 // Elementwise kernels, the native twins of ir/ops/payload.py's ReLU, Tanh, Sigmoid (one input, "rows"
 // bundling: one pass over the stacked rows) and Add, Sub, Mul (two inputs joined by state,
 // "per_message"). The arithmetic is the Python op's, in the same order per element, so results agree to
-// the rounding of the math library's tanh (float64: within 1e-12).
+// the rounding of tanh (float64: within 1e-12). Tanh and Sigmoid run vecmath.h's tanh on SIMD lanes, the
+// one the fused cells use (within 3 ulp, as numpy's own vectorized tanh is within 2): the C library's is
+// scalar, about 15 ns per item here against 1 (float32).
 // Never touches Python, the inbox or other nodes.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
 #include <type_traits>
 
 #include "kernels/kernel.h"
+#include "kernels/vecmath.h"
 
 namespace amp {
 
@@ -35,6 +39,10 @@ struct ReLUMath {
   static constexpr bool keeps_ints = true;
   template <class T>
   static T f(T x) { return (x >= 0 || x != x) ? x : T(0); }  // np.maximum(x, 0): NaN stays NaN
+  template <class T>
+  static void all(const T* x, T* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
+  }
   template <class T, class G>
   // g * (x > 0), as numpy multiplies by a bool: g where x > 0, else g * 0 (-0 for a negative g, NaN for an
   // infinite one). Both are computed and the bits of one kept by a mask, so the loop vectorizes: written
@@ -43,32 +51,36 @@ struct ReLUMath {
   static G df(T x, T, G g) { return select_bits(x > T(0), g, g * G(0)); }
 };
 
+// tanh or the sigmoid of n contiguous items into y (not overlapping x), on SIMD lanes; compiled for each
+// instruction set (vecmath.h).
+template <class T, bool kSigmoid>
+AMP_SIMD_CLONES void tanh_lanes(const T* x, T* y, int64_t n) {
+  if (n <= 0) return;  // an empty payload: no pointer to read or write
+  simd::blocks_over<T>(n, AMP_LANES {
+    const typename simd::Lanes<T>::V v = simd::load(x + j, m);
+    simd::store(y + j, kSigmoid ? simd::sigmoid<T>(v) : simd::tanh<T>(v), m);
+  });
+}
+
 struct TanhMath {
   static constexpr bool keeps_ints = false;
   template <class T>
-  static T f(T x) { return std::tanh(x); }
+  static void all(const T* x, T* y, int64_t n) { tanh_lanes<T, false>(x, y, n); }
   template <class T, class G>
   static G df(T, T y, G g) { return g * (G(1) - G(y) * G(y)); }  // g * (1.0 - y * y)
 };
 
-struct SigmoidMath {  // (1 + tanh(x / 2)) / 2, in the Python op's steps: never overflows
+struct SigmoidMath {  // tanh(x * 0.5) * 0.5 + 0.5, in the Python op's steps: never overflows
   static constexpr bool keeps_ints = false;
   template <class T>
-  static T f(T x) {
-    T y = x * T(0.5);
-    y = std::tanh(y);
-    y = y * T(0.5);
-    return y + T(0.5);
-  }
+  static void all(const T* x, T* y, int64_t n) { tanh_lanes<T, true>(x, y, n); }
   template <class T, class G>
   static G df(T, T y, G g) { return g * G(y) * (G(1) - G(y)); }  // g * y * (1.0 - y)
 };
 
 template <class Math, class T>
 void apply_f(const Tensor& x, Tensor& y) {
-  const T* xd = x.data<T>();
-  T* yd = y.data<T>();
-  for (int64_t i = 0, n = x.size(); i < n; ++i) yd[i] = Math::f(xd[i]);
+  Math::template all<T>(x.data<T>(), y.data<T>(), x.size());
 }
 
 template <class Math, class T, class G>
@@ -95,7 +107,10 @@ class UnaryKernel : public Kernel {
     switch (x.dtype()) {
       case DType::f64: apply_f<Math, double>(x, y); break;
       case DType::f32: apply_f<Math, float>(x, y); break;
-      default: apply_f<Math, int64_t>(x, y); break;
+      default:  // integers: only ReLU keeps them (the others took float64 above)
+        if constexpr (Math::keeps_ints) apply_f<Math, int64_t>(x, y);
+        else throw std::logic_error("integer payload reached a float-only elementwise op");
+        break;
     }
     for (size_t i = 0; i < xs.size(); ++i) {
       Tensor yi = y.rows(offsets[i], offsets[i + 1]);
