@@ -30,8 +30,8 @@ two threads gain little whatever max_active_keys is.
 **simulated**: the paper's machine, 16 cores, as 16 simulated devices calibrated from this machine.
 Calibration: :func:`~amp_notebook.runtime.autoplace.measure_costs` runs a short traced sync training on one
 worker thread here (on the native engine where it runs the graph: ``calibration_engine``) and fixes every
-node's forward, backward and update time at the median of its trace rows; a node the sample never reached
-costs FLOPs over this core's measured matmul FLOP/s plus its measured per-message overhead
+node's forward, backward and update time per message (each key's mean there, the median over keys); a node
+the sample never reached costs FLOPs over this core's measured matmul FLOP/s plus its measured per-message overhead
 (:meth:`CostModel.this_cpu`). Each simulated device is then one core of this machine running that engine, with
 free links (shared memory): what it would do on 16 such cores. The simulator itself computes with the Python
 ops (the rows' ``engine``); only its clock comes from the calibration. Placement: the paper's round robin (one

@@ -8,8 +8,12 @@ asks the simulated backend, which runs the same session, controller and workers 
 1. **Costs.** On simulated hardware the run's own :class:`~amp_notebook.runtime.costs.CostModel`. On this
    machine, :func:`measure_costs` runs a short ``sync`` training on one worker thread over the first
    ``measure_keys`` training keys, with tracing on, and fixes each node's forward, backward and update time
-   at the median of its trace rows (a :class:`~amp_notebook.runtime.costs.NodeCost` per node: the heavy
-   nodes' matrix work and the light nodes' glue alike), on the engine the run itself uses (its ``engine``
+   per message (a :class:`~amp_notebook.runtime.costs.NodeCost` per node: the heavy nodes' matrix work and
+   the light nodes' glue alike): each key's time at the node over its messages there, then the median over
+   the keys. A join's arrivals differ (the last one computes, the others are stored), so a median over
+   single rows would give the cheap arrival's time; the mean of one key's rows charges each message its
+   share of the whole, and the median over keys keeps one key slowed by the machine from moving the figure.
+   The costs come from the engine the run itself uses (its ``engine``
    setting: a native run's nodes are timed on the native engine). A node the sample never reached (a
    replica no sampled key was routed to) falls back to :func:`~amp_notebook.runtime.calibrate.this_cpu`'s
    formula for that engine: FLOPs over this core's measured FLOP/s plus the engine's measured per-message
@@ -125,7 +129,8 @@ def measure_costs(
     ``engine`` (the ``engine`` setting's values; "auto" resolves as a run's does).
 
     Returns :func:`~amp_notebook.runtime.calibrate.this_cpu` for the engine that ran, with a :class:`NodeCost`
-    for every node the sample reached: the median of its forward, backward and update rows (module docstring, step 1).
+    for every node the sample reached: its forward, backward and update time per message (module docstring,
+    step 1).
     """
     sample = Dataset(dataset.name, _cycle(dataset.train, measure_keys), [], dataset.num_classes, dataset.meta)
     start = params if params is not None else graph.init_params(seed, np.dtype(dtype))
@@ -135,18 +140,25 @@ def measure_costs(
     runner = backend_for(session)
     runner.run()
     r = result_of(session, runner, spec)
-    events = r.trace.events()
-    names = r.trace.node_names
-    durations: dict[tuple[int, int], list[float]] = {}
-    for node, phase, t0, t1 in zip(events["node"], events["phase"], events["start"], events["end"], strict=True):
-        durations.setdefault((int(node), int(phase)), []).append(float(t1 - t0))
+    seconds = per_message_seconds(r.trace.events())
     nodes: dict[str, NodeCost] = {}
-    for index, name in enumerate(names):
-        times = {field: statistics.median(durations[(index, p)]) for p, field in enumerate(PHASE_FIELDS)
-                 if (index, p) in durations}  # fmt: skip
+    for index, name in enumerate(r.trace.node_names):
+        times = {field: seconds[(index, p)] for p, field in enumerate(PHASE_FIELDS) if (index, p) in seconds}
         if times:
             nodes[name] = NodeCost(**times)
     return this_cpu(engine=r.engine, nodes=nodes)
+
+
+def per_message_seconds(events: dict[str, np.ndarray]) -> dict[tuple[int, int], float]:
+    """(node, phase) -> seconds per message, from trace event columns (``Trace.events``): each key's time
+    there over its messages there, then the median over the keys (module docstring, step 1)."""
+    per_key: dict[tuple[int, int], dict[int, list[float]]] = {}  # (node, phase) -> key -> [seconds, messages]
+    columns = (events[c].tolist() for c in ("node", "phase", "key", "start", "end", "messages"))
+    for node, phase, key, t0, t1, messages in zip(*columns, strict=True):
+        total = per_key.setdefault((node, phase), {}).setdefault(key, [0.0, 0])
+        total[0] += t1 - t0
+        total[1] += messages
+    return {where: statistics.median(s / n for s, n in keys.values()) for where, keys in per_key.items()}
 
 
 def _measured_engine(config: RunConfig) -> str:

@@ -17,7 +17,7 @@ from amp_notebook.bench.common import repeat_epochs
 from amp_notebook.cli import main
 from amp_notebook.data import Dataset
 from amp_notebook.models import mlp
-from amp_notebook.runtime.autoplace import autoplace, measure_costs
+from amp_notebook.runtime.autoplace import autoplace, measure_costs, per_message_seconds
 from amp_notebook.runtime.costs import CostModel, NodeCost
 from amp_notebook.runtime.train import train
 from tests.conftest import digits_dataset
@@ -128,6 +128,23 @@ def test_measure_costs_times_every_node_on_this_machine() -> None:
         assert c.fwd_s is not None and c.fwd_s > 0 and c.bwd_s is not None and c.bwd_s > 0
         assert c.update_s is not None and c.update_s > 0
     assert costs.nodes["x"].bwd_s is None  # inputs get no gradient
+
+
+def test_a_joins_cost_per_message_is_its_share_of_each_keys_time() -> None:
+    """A join of 3 inputs stores two arrivals (1 us each) and computes at the third (10 us): 4 us per message,
+    not the median row's 1 us. The median over keys ignores one key slowed 100x by the machine; a node that
+    a key visits several times (a loop) and a bundle's row (3 messages) count per message too."""
+    rows = []  # node, phase, key, start, end, messages
+    for key in range(5):
+        scale = 100.0 if key == 2 else 1.0
+        stored, computed = (7, 0, key, 0.0, 1e-6 * scale, 1), (7, 0, key, 0.0, 1e-5 * scale, 1)
+        rows += [stored, stored, computed, *[(8, 1, key, 0.0, 2e-6, 1)] * 4, (9, 0, key, 0.0, 6e-6, 3)]
+    names = ("node", "phase", "key", "start", "end", "messages")
+    events = {c: np.array(v) for c, v in zip(names, zip(*rows, strict=True), strict=True)}
+    got = per_message_seconds(events)
+    assert set(got) == {(7, 0), (8, 1), (9, 0)}
+    assert got[(7, 0)] == pytest.approx(4e-6) and got[(8, 1)] == pytest.approx(2e-6)
+    assert got[(9, 0)] == pytest.approx(2e-6)
 
 
 def test_train_auto_on_threads_measures_costs() -> None:
