@@ -12,6 +12,8 @@
 #include <nanobind/stl/tuple.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "convert.h"
@@ -153,6 +155,57 @@ std::tuple<int64_t, int64_t, int64_t> trace_publish_check(int64_t n, int64_t chu
   return {reads, checked, bad};
 }
 
+// Tensors handed between threads in waves, as payloads travel between workers (blocks.cc): each of
+// `threads` threads makes `wave` tensors per round (sizes cycling over every class and beyond the largest),
+// fills each with a pattern of (thread, round, index), and hands the wave to the next thread, which checks
+// every item and drops them; waves larger than a thread's stack of a class make it spill to the shared
+// stacks and refill from them. Returns the items checked and those found wrong.
+std::pair<int64_t, int64_t> blocks_exchange_check(int64_t threads, int64_t rounds, int64_t wave) {
+  if (threads < 1 || rounds < 0 || wave < 0) throw nb::value_error("blocks_exchange_check: counts >= 0, threads >= 1");
+  std::vector<std::vector<std::vector<Tensor>>> inbox(static_cast<size_t>(threads));  // per thread, waves
+  std::mutex mu;
+  std::condition_variable cv;
+  std::atomic<int64_t> checked{0}, bad{0};
+  auto pattern = [](int64_t t, int64_t r, int64_t i, int64_t j) { return double(((t * 131 + r) * 137 + i) * 139 + j); };
+  auto body = [&](int64_t t) {
+    int64_t local_checked = 0, local_bad = 0;
+    for (int64_t r = 0; r < rounds; ++r) {
+      std::vector<Tensor> made;
+      for (int64_t i = 0; i < wave; ++i) {
+        const int64_t items = (int64_t{1} << (i % 17)) + i % 5;  // 1 item to past the largest class (256 KiB)
+        Tensor x = Tensor::empty(DType::f64, {items});
+        for (int64_t j = 0; j < items; ++j) x.data<double>()[j] = pattern(t, r, i, j);
+        made.push_back(std::move(x));
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        inbox[static_cast<size_t>((t + 1) % threads)].push_back(std::move(made));
+      }
+      cv.notify_all();
+      std::vector<Tensor> got;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        auto& mine = inbox[static_cast<size_t>(t)];
+        cv.wait(lock, [&] { return !mine.empty(); });
+        got = std::move(mine.front());
+        mine.erase(mine.begin());
+      }
+      const int64_t from = (t + threads - 1) % threads;
+      for (int64_t i = 0; i < static_cast<int64_t>(got.size()); ++i)
+        for (int64_t j = 0; j < got[static_cast<size_t>(i)].size(); ++j) {
+          local_bad += got[static_cast<size_t>(i)].data<double>()[j] != pattern(from, r, i, j);
+          ++local_checked;
+        }
+    }
+    checked += local_checked;
+    bad += local_bad;
+  };
+  std::vector<std::thread> pool;
+  for (int64_t t = 0; t < threads; ++t) pool.emplace_back(body, t);
+  for (auto& th : pool) th.join();
+  return {checked.load(), bad.load()};
+}
+
 // Views as the kernels make them (rows [r0, r1) of axis 0, then items [c0, c1) of the last axis) of each
 // array, stacked along axis 0 as a bundle is (one view comes back as a contiguous copy of itself): the
 // strided copy against numpy's slicing and concatenation.
@@ -203,6 +256,8 @@ void bind_probes(nb::module_& m) {
   m.def("stacked_views", &stacked_views, nb::arg("parts"));
   m.def("arrays_finite", &arrays_finite, nb::arg("arrays"));
   m.def("trace_publish_check", &trace_publish_check, nb::arg("n"), nb::arg("chunk_rows"),
+        nb::call_guard<nb::gil_scoped_release>());
+  m.def("blocks_exchange_check", &blocks_exchange_check, nb::arg("threads"), nb::arg("rounds"), nb::arg("wave"),
         nb::call_guard<nb::gil_scoped_release>());
   m.def("inbox_cost", &inbox_cost, nb::arg("n"), nb::arg("wave"), nb::arg("max_bundle"));
   m.def("cache_cost", &cache_cost, nb::arg("n"), nb::arg("in_flight"));

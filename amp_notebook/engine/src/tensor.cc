@@ -1,10 +1,14 @@
 // Tensor allocation, views and copies (see tensor.h). Allocation is 64-byte aligned so BLAS and vector
 // loops see aligned rows; nothing here knows about messages or Python.
+//
+// A new tensor's Storage record and items share one block (blocks.h), the record first.
 #include "tensor.h"
 
 #include <cstdlib>
 #include <new>
 #include <utility>
+
+#include "blocks.h"
 
 namespace amp {
 
@@ -19,9 +23,13 @@ const char* dtype_name(DType d) {
 }
 
 namespace {
+
+static_assert(sizeof(Storage) <= kBlockHeader, "the Storage record fits before the items");
+
 void release_owned(Storage* s) {
-  std::free(s->data);
-  delete s;
+  const size_t bytes = s->bytes;
+  s->~Storage();
+  give_back_block(s, bytes);  // the record is at the block's start
 }
 
 void set_contiguous_strides(int64_t* strides, const int64_t* shape, int rank) {
@@ -43,11 +51,10 @@ Tensor Tensor::empty(DType dtype, const int64_t* shape, int rank) {
     n *= shape[i];
   }
   set_contiguous_strides(t.strides_, t.shape_, rank);
-  size_t bytes = static_cast<size_t>(n) * itemsize(dtype);
-  size_t padded = ((bytes ? bytes : 1) + 63) / 64 * 64;
-  void* data = std::aligned_alloc(64, padded);
-  if (!data) throw std::bad_alloc();
-  auto* st = new Storage();
+  const size_t bytes = static_cast<size_t>(n) * itemsize(dtype);
+  void* block = take_block(bytes);
+  void* data = static_cast<char*>(block) + kBlockHeader;
+  auto* st = new (block) Storage();
   st->data = data;
   st->bytes = bytes;
   st->release = release_owned;
