@@ -1,7 +1,7 @@
 // Vector math for the row-wise kernels (fused.cc, norm.cc, elementwise.cc's Tanh and Sigmoid): tanh and
-// the logistic sigmoid on SIMD lanes,
-// loads and stores with a partial tail, numpy's pairwise sum, and the attribute that compiles a loop
-// once per instruction set (AVX-512, AVX2, baseline SSE2) and picks the one the CPU runs at load time.
+// the logistic sigmoid on SIMD lanes, loads and stores with a partial tail, numpy's pairwise sum, and the
+// attribute that compiles a loop once per instruction set (AVX-512, AVX2, baseline SSE2) and picks the one
+// the CPU runs at load time.
 //
 // Why our own tanh: the cells and the activations spend most of their time in tanh (a sigmoid is one
 // tanh), and the C library's tanh is scalar, ten or more times slower per element than numpy's
@@ -30,8 +30,8 @@
 // 3.9 against 1.0 ns per float32 item with AVX2; the bits are the same).
 #pragma once
 
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 
