@@ -6,7 +6,7 @@
 // The algorithm, two levels of free lists per size class (powers of two from 64 bytes to 256 KiB; larger
 // blocks go straight to and from the C library):
 //   - each thread keeps its own stack of free blocks per class (thread_local: taking and putting back never
-//     lock), at most cap(class) of them: 64 small blocks, fewer large ones (256 KiB per class at most);
+//     lock), at most cap(class) of them: 64 small blocks, fewer large ones (256 KiB of a class, 2 at least);
 //   - a release onto a full stack first moves half of it to the shared stack of that class (one lock per
 //     half stack, not per block); a take from an empty stack first refills half of it from there. So
 //     blocks that one worker makes and another drops flow back to the maker in batches;
