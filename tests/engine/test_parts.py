@@ -368,6 +368,14 @@ def test_tensor_memory_handed_between_threads_keeps_every_item(threads: int) -> 
     assert bad == 0 and checked == threads * 6 * sum((1 << (i % 17)) + i % 5 for i in range(150))
 
 
+def test_a_child_forked_while_threads_pass_tensors_can_make_tensors() -> None:
+    """fork() while two threads pass tensors around: without the allocator's fork handler, a child forked while
+    a thread held the shared stacks' lock hung on its first spill or refill (a few in 300 here). Each child
+    spills and refills every size class, then exits; one that has not exited in 10 s counts as hung."""
+    forks, clean = engine.native().blocks_fork_check(2, 200, 10.0)
+    assert (forks, clean) == (200, 200)
+
+
 # ------------------------------------------------------------------ strided views, copied and stacked
 
 DTYPES = (np.float32, np.float64, np.int64, np.bool_)

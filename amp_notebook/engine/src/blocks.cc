@@ -14,7 +14,15 @@
 //     an ending thread hands its blocks over the same way.
 // The shared level is never destroyed (a thread may give a block back while the process exits). Under
 // AddressSanitizer nothing is kept, so a use after release is still caught.
+//
+// fork(): the child has only the forking thread, and a lock another thread held at that moment would stay
+// locked in the child forever (its next spill or refill would hang). A fork handler holds the shared lock
+// across fork() (taken in `prepare`, released in the parent and in the child, where the forking thread
+// owns it), so the child's copy of the shared level is consistent and unlocked. The blocks in other
+// threads' stacks are the child's to leak: those threads do not exist there.
 #include "blocks.h"
+
+#include <pthread.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -62,8 +70,15 @@ struct Shared {
   std::mutex mu;
   Stacks<kMaxCap * kSharedCaps> stacks;
 };
+Shared* shared_level = nullptr;  // set once, before the fork handler that reads it is registered
+void lock_shared_level() { shared_level->mu.lock(); }
+void unlock_shared_level() { shared_level->mu.unlock(); }
 Shared& shared() {
-  static Shared* s = new Shared();  // never destroyed (file comment)
+  static Shared* s = [] {
+    shared_level = new Shared();  // never destroyed (file comment)
+    pthread_atfork(lock_shared_level, unlock_shared_level, unlock_shared_level);
+    return shared_level;
+  }();
   return *s;
 }
 

@@ -11,6 +11,11 @@
 
 #include <nanobind/stl/tuple.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -206,6 +211,45 @@ std::pair<int64_t, int64_t> blocks_exchange_check(int64_t threads, int64_t round
   return {checked.load(), bad.load()};
 }
 
+// fork() while threads pass tensors around (blocks_exchange_check's ring): each child takes and gives back
+// more blocks of every class than a thread's stack holds, so it spills to and refills from the shared stacks,
+// then exits; a child that has not exited within `timeout_s` is killed and counted as hung (a lock held across
+// the fork). Returns (forks, children that exited cleanly).
+std::pair<int64_t, int64_t> blocks_fork_check(int64_t threads, int64_t forks, double timeout_s) {
+  if (threads < 1 || forks < 0 || !(timeout_s > 0.0))
+    throw nb::value_error("blocks_fork_check: threads >= 1, forks >= 0, timeout_s > 0");
+  std::atomic<bool> done{false};
+  std::thread ring([&] {
+    while (!done.load()) blocks_exchange_check(threads, 1, 150);
+  });
+  int64_t clean = 0;
+  for (int64_t f = 0; f < forks; ++f) {
+    const pid_t pid = fork();
+    if (pid == 0) {  // the child: C++ only, no Python, then _exit
+      for (int c = 0; c < 13; ++c) {
+        std::vector<Tensor> held;
+        for (int i = 0; i < 200; ++i) held.push_back(Tensor::empty(DType::f64, {int64_t{8} << c}));
+      }
+      _exit(0);
+    }
+    if (pid < 0) break;
+    int status = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    pid_t got = 0;
+    while ((got = waitpid(pid, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (got == 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      continue;
+    }
+    clean += got == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+  done.store(true);
+  ring.join();
+  return {forks, clean};
+}
+
 // Views as the kernels make them (rows [r0, r1) of axis 0, then items [c0, c1) of the last axis) of each
 // array, stacked along axis 0 as a bundle is (one view comes back as a contiguous copy of itself): the
 // strided copy against numpy's slicing and concatenation.
@@ -258,6 +302,8 @@ void bind_probes(nb::module_& m) {
   m.def("trace_publish_check", &trace_publish_check, nb::arg("n"), nb::arg("chunk_rows"),
         nb::call_guard<nb::gil_scoped_release>());
   m.def("blocks_exchange_check", &blocks_exchange_check, nb::arg("threads"), nb::arg("rounds"), nb::arg("wave"),
+        nb::call_guard<nb::gil_scoped_release>());
+  m.def("blocks_fork_check", &blocks_fork_check, nb::arg("threads"), nb::arg("forks"), nb::arg("timeout_s"),
         nb::call_guard<nb::gil_scoped_release>());
   m.def("inbox_cost", &inbox_cost, nb::arg("n"), nb::arg("wave"), nb::arg("max_bundle"));
   m.def("cache_cost", &cache_cost, nb::arg("n"), nb::arg("in_flight"));
