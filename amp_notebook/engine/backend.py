@@ -4,9 +4,10 @@ What runs where. :func:`~amp_notebook.engine.assemble.assemble` hands the sessio
 contexts' numpy memory and its trace buffers to a ``_native.Engine``; ``run()`` starts one native thread per
 worker and drives the run from the calling thread, as the Python engine's backend does:
 
-* the session admits keys and flushes (the controller stays in Python): a key in one native call
-  (:meth:`admit`: its input messages built from the batch's arrays, checked for NaN/inf, registered with the
-  engine's own credit ledger, which the native workers settle, and posted to their workers' mailboxes), a
+* the session admits keys and flushes (the controller stays in Python): the keys a wake's completions let in,
+  in one native call (:meth:`admit`: their input messages built from the batches' arrays, checked for NaN/inf,
+  registered with the engine's own credit ledger, which the native workers settle, and posted to their
+  workers' mailboxes, one post per worker), a
   flush's messages registered with :class:`NativeLedger`, converted once at :meth:`inject` and posted;
 * the driver waits for events with the GIL released: the engine wakes it only when steps completed a batch of
   keys (a quarter of ``max_active_keys``, fewer once no other key is in flight, one while paused:
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
 
 WAIT_S = 0.1  # the longest the driver waits at once (signals such as a KeyboardInterrupt are seen between waits)
 STUCK_JOIN_S = 5.0
+REFUSED = -2  # admit_many's result for a key its one-call path does not take (src/engine_module.cc kRefused)
 WAKE_SHARE = 4  # the driver wakes once per max_active_keys // WAKE_SHARE completed keys (_wake_batch)
 LIFE = ("not started", "running", "thread ended")
 
@@ -108,25 +110,18 @@ class NativeBackend:
         session.knobs.subscribe(self.knobs_changed)
 
     # ------------------------------------------------------------ the Backend protocol
-    def admit(self, info: KeyInfo) -> bool:
-        """Admit a key in one native call (``src/admission.h``): the messages ``Session.input_messages`` would
-        make, built from the batch's arrays, their credits registered and posted; the inputs checked for NaN/inf
-        there too when the run checks. Where the engine finds NaN/inf, the session's guard looks again and
-        raises or skips (False) as it does for Python messages. A batch the one-call path does not take (a float
-        Input fed integers, a payload that is no array, a field the engine cannot hold) goes through Python
-        messages, whose errors name the input."""
-        session, batch = self.session, info.batch
-        try:
-            bad = self.engine.admit(info.key, info.train, batch.inputs, batch.fields, batch.size)
-        except (TypeError, ValueError):
-            return admit_by_messages(session, self, info)
-        if bad < 0:
-            return True
-        guard = session.numerics
-        assert guard is not None, "the engine checks inputs only when the run does"
-        if guard.inputs_ok(info, recheck=True):  # Python's check is the specification: it raises, or skips (False)
-            return admit_by_messages(session, self, info)  # or finds none (the data changed in between)
-        return False
+    def admit(self, infos: Sequence[KeyInfo]) -> list[bool]:
+        """Admit keys in one native call (``src/admission.h``, ``admit_many``): for each, the messages
+        ``Session.input_messages`` would make, built from the batch's arrays; the admitted keys' credits registered
+        and their messages posted together; the inputs checked for NaN/inf there too when the run checks. Where
+        the engine finds NaN/inf, the session's guard looks again and raises or skips (False) as it does for
+        Python messages. A batch the one-call path does not take (a float Input fed integers, a payload that is no
+        array, a field the engine cannot hold) goes through Python messages, whose errors name the input."""
+        keys = [(i.key, i.train, i.batch.inputs, i.batch.fields, i.batch.size) for i in infos]
+        results = self.engine.admit_many(keys)
+        if results.count(-1) == len(results):
+            return [True] * len(results)
+        return [self._admitted(info, bad) for info, bad in zip(infos, results, strict=True)]
 
     def inject(self, msgs: list[Message]) -> None:
         """Post messages from the controller (their credits registered with :attr:`ledger`) to their workers; a
@@ -276,6 +271,20 @@ class NativeBackend:
         exc = failure_exception(self.engine.failure(), self.session)
         self.engine.forget_python_failure()
         return exc
+
+    def _admitted(self, info: KeyInfo, bad: int) -> bool:
+        """One key's admission after ``admit_many``: -1 admitted; REFUSED or an input holding NaN/inf (not
+        admitted there) go through the Python path and its guard."""
+        session = self.session
+        if bad == -1:
+            return True
+        if bad == REFUSED:
+            return admit_by_messages(session, self, info)
+        guard = session.numerics
+        assert guard is not None, "the engine checks inputs only when the run does"
+        if guard.inputs_ok(info, recheck=True):  # Python's check is the specification: it raises, or skips (False)
+            return admit_by_messages(session, self, info)  # or finds none (the data changed in between)
+        return False
 
     def _refused(self, msgs: list[Message], exc: Exception) -> DataError:
         culprit = msgs[0]

@@ -17,12 +17,14 @@ every backend, and none can be done from outside it:
   one of those returns True (finished). Before it returns or raises, every worker it started has ended.
   It sets ``origin`` (the trace's time zero, on ``time.perf_counter``'s clock) and ``started`` when the
   clock starts, and ``wall_s`` when the run ends.
-* ``admit(info)`` admits one key the controller let in: the numerics guard's check of its inputs (NaN/inf),
-  its input messages registered with ``ledger``, then delivered. It returns False when the guard skipped the
-  key (``on_nonfinite="skip"``; with "raise" the guard raises), and nothing was registered. Backends whose
-  workers take Python messages share :func:`admit_by_messages` (the session's
-  :meth:`~amp_notebook.runtime.session.Session.input_messages`, then ``inject``); the native backend builds
-  the same messages from the batch's arrays in one native call, which is most of the driver's work per key.
+* ``admit(infos)`` admits the keys the controller let in, in order (a completion that frees several slots
+  admits several keys at once): for each, the numerics guard's check of its inputs (NaN/inf), its input
+  messages registered with ``ledger``, then delivered. It returns one bool per key: False where the guard
+  skipped the key (``on_nonfinite="skip"``; with "raise" the guard raises), and nothing was registered for
+  it. Backends whose workers take Python messages share :func:`admit_by_messages` (the session's
+  :meth:`~amp_notebook.runtime.session.Session.input_messages`, then ``inject``) key by key; the native
+  backend builds the same messages from the batches' arrays in one native call for all of them, which is
+  most of the driver's work per key.
 * ``inject(messages)`` delivers messages from the controller (a flush's updates; a key's inputs, from
   ``admit``) to their workers. The session registers them with ``ledger`` first.
 * ``ledger`` is the driver's side of completion (:class:`~amp_notebook.runtime.ledger.Ledger`): counted
@@ -101,8 +103,9 @@ class Backend(Protocol):
         """Drive the session to the end in the calling thread; raises the first worker error."""
         ...
 
-    def admit(self, info: KeyInfo) -> bool:
-        """Admit a key: inputs checked, messages registered with ``ledger`` and delivered; False if skipped."""
+    def admit(self, infos: Sequence[KeyInfo]) -> list[bool]:
+        """Admit keys in order: inputs checked, messages registered with ``ledger`` and delivered; per key,
+        False if skipped."""
         ...
 
     def inject(self, msgs: list[Message]) -> None:

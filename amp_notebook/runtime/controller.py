@@ -41,7 +41,7 @@ back there; :meth:`Controller.start` then goes on with the pending keys, or begi
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -204,6 +204,25 @@ class Controller:
             self.group_trains = False
         return actions + self._fill()
 
+    def on_keys_complete(self, keys: Sequence[int]) -> list[Action]:
+        """:meth:`on_key_complete` for each of ``keys``, in order, and the actions that follow, in order. In
+        ``amp`` mode without ``average_every``, admission is judged once, after all of them: each completion
+        frees a slot and nothing else that admission reads changes in between (the mode, pause, stop, the limit,
+        the pending keys), so the same keys are admitted in the same order, as one run of :class:`Admit`
+        actions (one call to a backend for all of them, :func:`carry_out`)."""
+        if self.mode != "amp" or self.average_every:
+            actions: list[Action] = []
+            for key in keys:
+                actions += self.on_key_complete(key)
+            return actions
+        for key in keys:
+            if key not in self.keys:
+                in_flight = sorted(self.active)[:10]
+                raise ValueError(f"on_keys_complete: key {key} is not in flight (in flight: {in_flight})")
+            self.active.discard(key)
+            del self.keys[key]
+        return self._fill()
+
     def on_flush_complete(self, flush_id: int) -> list[Action]:
         """Every update of flush ``flush_id`` has been applied: admission goes on."""
         if not self.flushing or flush_id != self.next_flush - 1:
@@ -329,16 +348,26 @@ class Handlers:
     flush: Callable[[int], list[Action]]
     end_epoch: Callable[[int], list[Action]]
     average: Callable[[], list[Action]] | None = None  # needed only where average_every is set
+    # several keys at once, in order (a run of consecutive Admit actions); `admit` takes them one by one if unset
+    admit_many: Callable[[list[KeyInfo]], list[Action]] | None = None
 
 
 def carry_out(actions: list[Action], handlers: Handlers) -> bool:
     """Hand ``actions`` to ``handlers`` in order; the follow-up actions an action returns run before the
-    actions after it. Returns True once a :class:`Finish` has been carried out."""
+    actions after it. With ``handlers.admit_many``, a run of consecutive :class:`Admit` actions goes to it in
+    one call, and their follow-ups (a key skipped for NaN/inf completes at once) run after the whole run.
+    Returns True once a :class:`Finish` has been carried out."""
     pending = deque(actions)
     finished = False
     while pending:
         action = pending.popleft()
-        if isinstance(action, Admit):
+        if isinstance(action, Admit) and handlers.admit_many is not None:
+            infos = [action.info]
+            while pending and isinstance(head := pending[0], Admit):
+                pending.popleft()
+                infos.append(head.info)
+            follow = handlers.admit_many(infos)
+        elif isinstance(action, Admit):
             follow = handlers.admit(action.info)
         elif isinstance(action, Flush):
             follow = handlers.flush(action.flush_id)

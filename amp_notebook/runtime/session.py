@@ -193,7 +193,7 @@ class Session:
         self.restarts = Restarts(config.max_failures)  # the restart policy and its record (runtime/restart.py)
         # carry_out's handlers, made once (bound methods; the backend they act on is set per call): making
         # four closures per call cost more than the controller's own work for a key
-        self._handlers = Handlers(self._admit, self._flush, self._end_epoch, self._average)
+        self._handlers = Handlers(self._admit, self._flush, self._end_epoch, self._average, self._admit_many)
         self._acting_on: Backend | None = None
 
     # ------------------------------------------------------------ actions -> messages
@@ -232,12 +232,13 @@ class Session:
         vars(self).update({name: value for name, value in vars(fresh).items() if name not in kept})
 
     def completed(self, keys: list[int], flushes: list[int], backend: Backend) -> bool:
-        """Keys and flushes whose credits reached zero: bookkeeping, then the controller's events and the
-        actions that follow, in order. Returns True once the run is finished."""
-        finished = False
+        """Keys and flushes whose credits reached zero: each key's bookkeeping, then the controller's events
+        (the keys' in one call, :meth:`~amp_notebook.runtime.controller.Controller.on_keys_complete`) and the
+        actions that follow, in order (the keys they admit in one call to the backend). Returns True once the
+        run is finished."""
         for key in keys:
             self.key_done(key)
-            finished |= self.carry_out(self.controller.on_key_complete(key), backend)
+        finished = self.carry_out(self.controller.on_keys_complete(keys), backend) if keys else False
         for flush_id in flushes:
             finished |= self.carry_out(self.controller.on_flush_complete(flush_id), backend)
         return finished
@@ -257,12 +258,17 @@ class Session:
         return backend
 
     def _admit(self, info: KeyInfo) -> list[Action]:
-        if not self._backend().admit(info):  # NaN/inf in its inputs, skipped (on_nonfinite="skip")
-            self.key_done(info.key)
-            return self.controller.on_key_complete(info.key)
-        # its loss reports count for its own epoch and side (read on this thread, after this returns)
-        self.key_epoch[info.key] = (info.epoch, info.train)
-        return []
+        return self._admit_many([info])
+
+    def _admit_many(self, infos: list[KeyInfo]) -> list[Action]:
+        follow: list[Action] = []
+        for info, admitted in zip(infos, self._backend().admit(infos), strict=True):
+            if admitted:  # its loss reports count for its own epoch and side (read on this thread, later)
+                self.key_epoch[info.key] = (info.epoch, info.train)
+            else:  # NaN/inf in its inputs, skipped (on_nonfinite="skip")
+                self.key_done(info.key)
+                follow += self.controller.on_key_complete(info.key)
+        return follow
 
     def _flush(self, flush_id: int) -> list[Action]:
         msgs = self.flush_messages(flush_id)

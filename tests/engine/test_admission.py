@@ -100,6 +100,47 @@ def test_the_nan_inf_check_is_all_finite_on_the_payload_as_given(what, x):
         assert_same_messages(session, engine, info)
 
 
+def test_keys_in_one_call_each_get_their_own_result_and_only_the_admitted_are_registered_and_posted():
+    """admit_many: a clean key, one holding NaN, one the one-call path refuses (a float Input fed integers)
+    and another clean key; only the clean ones are registered (a credit per input message) and posted, and
+    each admitted key's messages are those of admit one by one."""
+    data = digits_dataset(batch_size=10)
+    session = native_session(models.mlp(input_width=64, hidden=8), data)
+    engine = assemble(session)
+    x = data.train[0].inputs["x"]
+    nan = x.copy()
+    nan[2, 5] = np.nan
+    batches = [data.train[0], Batch({**data.train[1].inputs, "x": nan}, 10),
+               Batch({**data.train[2].inputs, "x": np.rint(x * 16).astype(np.int64)}, 10), data.train[3]]  # fmt: skip
+    infos = [KeyInfo(key, 0, True, b) for key, b in zip((4, 5, 6, 7), batches, strict=True)]
+    results = engine.admit_many([(i.key, i.train, i.batch.inputs, i.batch.fields, i.batch.size) for i in infos])
+    x_slot = list(session.plan.inputs).index("x")
+    assert results == [-1, x_slot, native_backend.REFUSED, -1]
+    n_inputs = len(session.plan.inputs)
+    keys, flushes = engine.in_flight()
+    assert keys == {4: n_inputs, 7: n_inputs} and flushes == {}
+    assert sum(engine.queued()) == 2 * n_inputs
+    for info in (infos[0], infos[3]):
+        assert_same_messages(session, engine, info)
+    assert engine.admit_many([]) == []
+    with pytest.raises(TypeError, match="each key is a tuple"):
+        engine.admit_many([(8, True, {}, {})])
+
+
+def test_a_run_with_some_keys_the_one_call_path_refuses_admits_those_through_python(monkeypatch):
+    data = digits_dataset(batch_size=20)
+    ints = {1, 4}  # these batches feed the float Input integers
+    mixed = Dataset(data.name, [Batch({**b.inputs, "x": np.rint(b.inputs["x"] * 16).astype(np.int64)}, b.size)
+                                if i in ints else b for i, b in enumerate(data.train)], [], data.num_classes,
+                    data.meta)  # fmt: skip
+    seen = count_python_admissions(monkeypatch)
+    result = train(models.mlp(input_width=64, hidden=8), mixed, engine="native", mode="amp", max_active_keys=4,
+                   workers=2, epochs=2, shuffle=False, validate=False)  # fmt: skip
+    assert result.engine == "native"
+    assert sorted(seen) == sorted(epoch * len(mixed.train) + i for epoch in range(2) for i in ints)
+    assert result.train_instances == 2 * sum(b.size for b in mixed.train)
+
+
 def test_without_the_check_nan_is_admitted():
     x = digits_dataset(batch_size=10).train[0].inputs["x"].copy()
     x[3, 3] = np.nan

@@ -200,8 +200,8 @@ def test_capture_refuses_a_session_with_keys_in_flight(digits):
 class _Sink:
     ledger = Credits()
 
-    def admit(self, info) -> bool:
-        return True
+    def admit(self, infos) -> list[bool]:
+        return [True] * len(infos)
 
     def inject(self, msgs) -> None:
         pass

@@ -124,8 +124,8 @@ class TurnTakingBackend:
                 self.called.clear()
         self.wall_s = self.timer.now
 
-    def admit(self, info: KeyInfo) -> bool:
-        return admit_by_messages(self.session, self, info)
+    def admit(self, infos: Sequence[KeyInfo]) -> list[bool]:
+        return [admit_by_messages(self.session, self, info) for info in infos]
 
     def inject(self, msgs: list[Message]) -> None:
         owner = self.session.plan.owner

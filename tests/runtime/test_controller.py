@@ -120,3 +120,78 @@ def test_carry_out_runs_follow_up_actions_before_the_rest():
     assert carry_out(c.start(), Handlers(admit, flush, end_epoch)) is True
     assert log == ["admit 0", "flush 0", "admit 1", "flush 1", "epoch 0",
                    "admit 2", "flush 2", "admit 3", "flush 3", "epoch 1"]  # fmt: skip
+
+
+def lockstep(mode: str, seed: int, **settings) -> int:
+    """Two controllers of the same run, one told of each completion by ``on_key_complete`` and the other of the
+    same completions in batches by ``on_keys_complete``: the actions of a batch must be the per-key actions
+    in order. Flushes, averages and epoch ends are answered at once; a pause and a stop come mid-run.
+    Returns how many batches held more than one key."""
+    rng = np.random.default_rng(seed)
+    one, many = (Controller(dataset(n_train=23, n_val=5), mode, epochs=3, seed=seed, **settings) for _ in range(2))
+    in_flight: list[int] = []
+
+    def answer(actions, c: Controller) -> list:
+        out, pending = [], list(actions)
+        while pending:
+            a = pending.pop(0)
+            out.append(a)
+            if isinstance(a, Admit):
+                in_flight.append(a.info.key) if c is one else None
+            elif isinstance(a, Flush):
+                pending = c.on_flush_complete(a.flush_id) + pending
+            elif isinstance(a, EpochEnd):
+                pending = c.on_epoch_end() + pending
+            elif not isinstance(a, Finish):  # Average
+                pending = c.on_average_complete() + pending
+        return out
+
+    assert answer(one.start(), one) == answer(many.start(), many)
+    multi, step = 0, 0
+    while not one.finished:
+        step += 1
+        if step == 9:
+            assert answer(one.pause(), one) == answer(many.pause(), many)
+        if one.paused and (step == 12 or not in_flight):
+            assert answer(one.resume(), one) == answer(many.resume(), many)
+        if step == 20:
+            assert answer(one.stop(), one) == answer(many.stop(), many)
+        count = int(rng.integers(1, len(in_flight) + 1))
+        picked = [in_flight.pop(int(rng.integers(len(in_flight)))) for _ in range(count)]
+        multi += len(picked) > 1
+        each = []
+        for key in picked:
+            each += answer(one.on_key_complete(key), one)
+        assert answer(many.on_keys_complete(picked), many) == each, (mode, settings, picked)
+        assert one.active == many.active and one.pending == many.pending
+    assert one.finished and many.finished
+    return multi
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize(
+    ("mode", "settings"),
+    [("amp", {"max_active_keys": 5}), ("amp", {"max_active_keys": 3, "average_before_validation": True}),
+     ("amp", {"max_active_keys": 4, "average_every": 5}), ("pipeline", {"max_active_keys": 4}),
+     ("sync", {})],
+)  # fmt: skip
+def test_completions_in_a_batch_give_the_actions_of_the_completions_one_by_one(mode, settings, seed):
+    assert lockstep(mode, seed, **settings) > 0 or mode == "sync"  # batches of several keys were tried
+
+
+def test_carry_out_hands_a_run_of_admissions_to_admit_many_in_one_call():
+    c = Controller(dataset(n_train=5, n_val=0), "amp", max_active_keys=3, epochs=1, shuffle=False)
+    calls: list[list[int]] = []
+
+    def admit_many(infos):
+        calls.append([i.key for i in infos])
+        return c.on_key_complete(infos[0].key) if infos[0].key == 0 else []  # key 0 skipped: completes at once
+
+    def refused(*_):
+        raise AssertionError("a run of admissions goes to admit_many")
+
+    handlers = Handlers(refused, refused, lambda epoch: c.on_epoch_end(), None, admit_many)
+    assert carry_out(c.start(), handlers) is False
+    assert calls == [[0, 1, 2], [3]]  # key 0's follow-up (admit 3) ran after the whole run
+    assert carry_out(c.on_keys_complete([1, 2, 3]), handlers) is False
+    assert calls[-1] == [4]

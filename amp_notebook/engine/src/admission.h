@@ -1,6 +1,7 @@
-// A key's admission in one call from the driver (engine/backend.py NativeBackend.admit): the messages that
-// Session.input_messages (runtime/session.py) makes for a key, built from its batch's arrays directly, so
-// the driver's work per key is one call instead of a State, a Message per Input node and their conversion.
+// A key's admission from the driver (engine/backend.py NativeBackend.admit, several keys per call): the
+// messages that Session.input_messages (runtime/session.py) makes for a key, built from its batch's arrays
+// directly, so the driver's work per key is part of one call instead of a State, a Message per Input node and
+// their conversion.
 //
 // The table has one slot per Input node of the graph, in the plan's order (the order the Python path injects
 // them in). For a key, each slot's message gets

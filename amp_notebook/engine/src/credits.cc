@@ -11,6 +11,12 @@ void Ledger::inject_key(int64_t key, int64_t n) {
   keys_[key] += n;
 }
 
+void Ledger::inject_keys(const std::vector<std::pair<int64_t, int64_t>>& keys) {
+  if (keys.empty()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [key, n] : keys) keys_[key] += n;
+}
+
 void Ledger::inject_flush(int64_t flush_id, int64_t n) {
   std::lock_guard<std::mutex> lock(mu_);
   flushes_[flush_id] += n;

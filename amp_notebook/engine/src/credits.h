@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common.h"
@@ -31,6 +32,7 @@ struct Credit {
 class Ledger {
  public:
   void inject_key(int64_t key, int64_t n);
+  void inject_keys(const std::vector<std::pair<int64_t, int64_t>>& keys);  // (key, n) each, under one lock
   void inject_flush(int64_t flush_id, int64_t n);
   // Credits for emitted messages about to be delivered before their bundle is released.
   void add(Span<const int64_t> out_keys);

@@ -2,8 +2,9 @@
 //
 //   Engine(codec, n_nodes, workers, priority, order, local_updates, numerics, tracing, spin_min_us, spin_max_us)
 //   add_node(...), set_trace(worker, TraceBuffer), set_python_update(fn), start()     building (GIL held)
-//   set_inputs(dtype, [(name, node, port, fill_width, cast)]), admit(key, train, inputs, fields, rows) -> -1 or
-//   the first input holding NaN/inf (admission.h; admission(...) builds the same and returns the messages),
+//   set_inputs(dtype, [(name, node, port, fill_width, cast)]), admit_many([(key, train, inputs, fields, rows)])
+//   -> per key -1, the first input holding NaN/inf or -2 (refused) (admission.h; admission(key, train, inputs,
+//   fields, rows) builds one key's and returns the messages),
 //   admit_key/admit_flush, inject(messages, post),
 //   wait(timeout, wake_batch) -> (done, flushed, failed):  the driver (post=False converts and checks only)
 //   take_reports(), take_skipped(), failure()                                         what workers handed over
@@ -38,6 +39,8 @@ namespace amp {
 namespace {
 
 using Route = std::vector<std::pair<int, int>>;
+
+constexpr int64_t kRefused = -2;  // admit_many: a key this path does not take (engine/backend.py REFUSED)
 
 // {"kind": "sgd"|"momentum"|"adam", "lr", "momentum", "beta1", "beta2", "eps", "clip_norm" (0: none), "t",
 //  "velocity" | "m", "v", "scratch": one array per parameter (like it), "norm_order": parameter indices};
@@ -286,20 +289,57 @@ class EngineHandle {
     inputs_set_ = true;
   }
 
-  // One key in one call: its input messages built from the batch (admission.h), its credits registered, the
-  // messages posted. Returns -1, or (nothing registered or posted) the first input holding NaN/inf when the
-  // run checks; raises ValueError/TypeError, also having done nothing, where the Python path must admit it.
-  int64_t admit(int64_t key, bool train, nb::dict inputs, nb::dict fields, int64_t rows) {
-    std::vector<Message> out;
-    const int64_t bad = build_admission(key, train, inputs, fields, rows, &out);
-    if (bad >= 0) return bad;
-    engine_->ledger.inject_key(key, static_cast<int64_t>(out.size()));
-    if (sim_) sim_->inject(out);
-    else engine_->inject(out);
-    return -1;
+  // Keys in one call, each (key, train, inputs, fields, rows), in admission order: each key's input messages
+  // built from its batch (admission.h), checked by the run's rule. Returns one result per key:
+  //   -1       admitted (its credits registered, its messages posted);
+  //   >= 0     the first input holding NaN/inf (not admitted: the caller's guard decides);
+  //   kRefused this path raised ValueError or TypeError (not admitted: the caller admits it through Python
+  //            messages, whose errors name the input).
+  // The admitted keys' credits are registered under one lock and their messages posted together, one post per
+  // worker, so the driver pays the call, the lock and a sleeping worker's wake-up once per batch of keys, not
+  // once per key. A simulated run injects them key by key, in order (its event order is the Python
+  // simulator's). Any other exception leaves every key of the call unadmitted.
+  std::vector<int64_t> admit_many(nb::list keys) {
+    const size_t n = nb::len(keys);
+    std::vector<int64_t> results(n, -1);
+    std::vector<std::pair<int64_t, int64_t>> credits;
+    std::vector<std::vector<Message>> built;
+    credits.reserve(n);
+    built.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      nb::handle item = keys[i];
+      if (!nb::isinstance<nb::tuple>(item) || nb::len(item) != 5)
+        throw nb::type_error("admit_many: each key is a tuple (key, train, inputs, fields, rows)");
+      nb::tuple t = nb::borrow<nb::tuple>(item);
+      const int64_t key = nb::cast<int64_t>(t[0]);
+      std::vector<Message> out;
+      try {
+        results[i] = build_admission(key, nb::cast<bool>(t[1]), nb::cast<nb::dict>(t[2]), nb::cast<nb::dict>(t[3]),
+                                     nb::cast<int64_t>(t[4]), &out);
+      } catch (const nb::builtin_exception& e) {
+        if (e.type() != nb::exception_type::value_error && e.type() != nb::exception_type::type_error) throw;
+        results[i] = kRefused;
+      } catch (nb::python_error& e) {
+        if (!e.matches(PyExc_ValueError) && !e.matches(PyExc_TypeError)) throw;
+        results[i] = kRefused;  // the error is dropped here; the Python path raises its own, naming the input
+      }
+      if (results[i] != -1) continue;
+      credits.emplace_back(key, static_cast<int64_t>(out.size()));
+      built.push_back(std::move(out));
+    }
+    engine_->ledger.inject_keys(credits);
+    if (sim_) {
+      for (std::vector<Message>& out : built) sim_->inject(out);
+    } else {
+      std::vector<Message> all;
+      for (std::vector<Message>& out : built)
+        for (Message& m : out) all.push_back(std::move(m));
+      engine_->inject(all);
+    }
+    return results;
   }
 
-  // The messages admit would post for a key, built and handed back instead (nothing registered or posted):
+  // The messages admit_many would post for a key, built and handed back instead (nothing registered or posted):
   // (-1 or the first input holding NaN/inf, [(node, port, direction, train, key, state, payload)]). The tests
   // compare them with the Python path's.
   nb::tuple admission(int64_t key, bool train, nb::dict inputs, nb::dict fields, int64_t rows) {
@@ -494,11 +534,11 @@ class EngineHandle {
     return *engine_->nodes[static_cast<size_t>(node)];
   }
 
-  // What admit and admission share: a key's messages from its batch (admission.h), checked by the run's rule.
+  // What admit_many and admission share: a key's messages from its batch (admission.h), checked by the run's rule.
   int64_t build_admission(int64_t key, bool train, nb::dict inputs, nb::dict fields, int64_t rows,
                           std::vector<Message>* out) const {
-    if (!inputs_set_) throw nb::value_error("admit: set_inputs was never called");
-    if (key < 0) throw nb::value_error("admit: a key id is >= 0");
+    if (!inputs_set_) throw nb::value_error("admit_many: set_inputs was never called");
+    if (key < 0) throw nb::value_error("admit_many: a key id is >= 0");
     return admission_.build(key, train, inputs, fields, rows, engine_->config.numerics != 0, run_dtype_, *codec_, out);
   }
 
@@ -587,8 +627,7 @@ void bind_engine(nb::module_& m) {
       .def("admit_key", [](EngineHandle& h, int64_t key, int64_t n) { h.engine().ledger.inject_key(key, n); })
       .def("admit_flush", [](EngineHandle& h, int64_t id, int64_t n) { h.engine().ledger.inject_flush(id, n); })
       .def("set_inputs", &EngineHandle::set_inputs, nb::arg("dtype"), nb::arg("inputs"))
-      .def("admit", &EngineHandle::admit, nb::arg("key"), nb::arg("train"), nb::arg("inputs"), nb::arg("fields"),
-           nb::arg("rows"))
+      .def("admit_many", &EngineHandle::admit_many, nb::arg("keys"))
       .def("admission", &EngineHandle::admission, nb::arg("key"), nb::arg("train"), nb::arg("inputs"),
            nb::arg("fields"), nb::arg("rows"))
       .def("inject", &EngineHandle::inject, nb::arg("msgs"), nb::arg("post") = true)

@@ -158,8 +158,8 @@ class RayBackend:
         self.offsets = [measure_offset(h) for h in self.hosts]
 
     # ------------------------------------------------------------------ Backend protocol
-    def admit(self, info: KeyInfo) -> bool:
-        return admit_by_messages(self.session, self, info)
+    def admit(self, infos: Sequence[KeyInfo]) -> list[bool]:
+        return [admit_by_messages(self.session, self, info) for info in infos]
 
     def inject(self, msgs: list[Message]) -> None:
         """Messages from the controller (a key's inputs, weighed by the ledger, or a flush's updates), batched

@@ -203,8 +203,8 @@ class SimulatedBackend:
         return deliver
 
     # ------------------------------------------------------------------ the Backend protocol
-    def admit(self, info: KeyInfo) -> bool:
-        return admit_by_messages(self.session, self, info)
+    def admit(self, infos: Sequence[KeyInfo]) -> list[bool]:
+        return [admit_by_messages(self.session, self, info) for info in infos]
 
     def inject(self, msgs: list[Message]) -> None:
         """Messages from the controller land in their workers' inboxes now, with no link cost."""

@@ -135,8 +135,8 @@ class ThreadedBackend:
         self.events.put(("error", exc))
 
     # ------------------------------------------------------------ the Backend protocol
-    def admit(self, info: KeyInfo) -> bool:
-        return admit_by_messages(self.session, self, info)
+    def admit(self, infos: Sequence[KeyInfo]) -> list[bool]:
+        return [admit_by_messages(self.session, self, info) for info in infos]
 
     def inject(self, msgs: list[Message]) -> None:
         loops, owner = self.loops, self._owner
