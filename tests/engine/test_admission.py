@@ -123,6 +123,8 @@ def test_keys_in_one_call_each_get_their_own_result_and_only_the_admitted_are_re
     for info in (infos[0], infos[3]):
         assert_same_messages(session, engine, info)
     assert engine.admit_many([]) == []
+    assert engine.admit_many([(8, True, [("x", x)], {}, 10)]) == [native_backend.REFUSED]  # inputs not a dict
+    assert engine.in_flight()[0] == {4: n_inputs, 7: n_inputs}
     with pytest.raises(TypeError, match="each key is a tuple"):
         engine.admit_many([(8, True, {}, {})])
 

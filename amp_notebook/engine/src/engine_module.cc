@@ -293,8 +293,8 @@ class EngineHandle {
   // built from its batch (admission.h), checked by the run's rule. Returns one result per key:
   //   -1       admitted (its credits registered, its messages posted);
   //   >= 0     the first input holding NaN/inf (not admitted: the caller's guard decides);
-  //   kRefused this path raised ValueError or TypeError (not admitted: the caller admits it through Python
-  //            messages, whose errors name the input).
+  //   kRefused this path raised ValueError or TypeError, or could not read the tuple's items (not admitted:
+  //            the caller admits it through Python messages, whose errors name the input).
   // The admitted keys' credits are registered under one lock and their messages posted together, one post per
   // worker, so the driver pays the call, the lock and a sleeping worker's wake-up once per batch of keys, not
   // once per key. A simulated run injects them key by key, in order (its event order is the Python
@@ -322,6 +322,8 @@ class EngineHandle {
       } catch (nb::python_error& e) {
         if (!e.matches(PyExc_ValueError) && !e.matches(PyExc_TypeError)) throw;
         results[i] = kRefused;  // the error is dropped here; the Python path raises its own, naming the input
+      } catch (const nb::cast_error&) {
+        results[i] = kRefused;  // inputs or fields not a dict, rows not an int: the Python path reads them
       }
       if (results[i] != -1) continue;
       credits.emplace_back(key, static_cast<int64_t>(out.size()));
