@@ -139,8 +139,7 @@ PROTOCOL = {"AttributeError": "__getattr__"}  # a module's lazy __getattr__ must
 INTERNAL_RAISES = {
     ("runtime/controller.py", "Controller.restore"): "restoring a controller that has started: resume builds a "
     "fresh one, so this is a bug in the caller",
-    ("runtime/controller.py", "Controller.on_key_complete"): "a backend reporting a key that is not in flight",
-    ("runtime/controller.py", "Controller.on_keys_complete"): "a backend reporting a key that is not in flight",
+    ("runtime/controller.py", "Controller._retire"): "a backend reporting a key that is not in flight",
     ("runtime/controller.py", "Controller.on_flush_complete"): "a backend reporting a flush that is not in progress",
     ("runtime/controller.py", "Controller.on_average_complete"): "a backend reporting an average that is not under way",
     ("runtime/controller.py", "carry_out"): "an executor without an average handler given an Average action: a bug in "

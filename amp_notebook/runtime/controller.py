@@ -186,10 +186,7 @@ class Controller:
 
     def on_key_complete(self, key: int) -> list[Action]:
         """No message of ``key`` remains anywhere (credit counting): admit, flush or end the epoch."""
-        if key not in self.keys:
-            raise ValueError(f"on_key_complete: key {key} is not in flight (in flight: {sorted(self.active)[:10]})")
-        self.active.discard(key)
-        info = self.keys.pop(key)
+        info = self._retire(key, "on_key_complete")
         actions: list[Action] = []
         if info.train and self.average_every:
             self.trained_in_epoch += 1
@@ -216,11 +213,7 @@ class Controller:
                 actions += self.on_key_complete(key)
             return actions
         for key in keys:
-            if key not in self.keys:
-                in_flight = sorted(self.active)[:10]
-                raise ValueError(f"on_keys_complete: key {key} is not in flight (in flight: {in_flight})")
-            self.active.discard(key)
-            del self.keys[key]
+            self._retire(key, "on_keys_complete")
         return self._fill()
 
     def on_flush_complete(self, flush_id: int) -> list[Action]:
@@ -270,6 +263,13 @@ class Controller:
         return self.pending[::-1] + self.unadmitted
 
     # ---------------------------------------------------------------- helpers
+    def _retire(self, key: int, event: str) -> KeyInfo:
+        """``key`` is no longer in flight: its info (a key that is not in flight is the caller's bug)."""
+        if key not in self.keys:
+            raise ValueError(f"{event}: key {key} is not in flight (in flight: {sorted(self.active)[:10]})")
+        self.active.discard(key)
+        return self.keys.pop(key)
+
     def _limit(self) -> int:
         return 1 if self.mode == "sync" else self.max_active_keys
 
