@@ -457,6 +457,10 @@ def summary_text(s: dict[str, Any]) -> str:
         f"  staleness            mean {st['mean']:.2f}, p95 {st['p95']:.0f}, max {st['max']:.0f} (updates)",
         f"  worker utilization   {', '.join(f'{u:.0%}' for u in s['utilization'])}",
     ]
+    if s.get("worker_time"):
+        from amp_notebook.runtime.result import worker_time_text
+
+        lines.append(f"  worker time          {worker_time_text(s['worker_time'])}")
     if "autoplace" in s:
         a = s["autoplace"]
         lines.append(

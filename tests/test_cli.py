@@ -25,13 +25,20 @@ def test_train_mlp_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
     # plain SGD keeps this contract check quick (Adam, the default, updates 784 x 784 matrices 60 times an epoch)
     argv = ["train", "--model", "mlp", "--epochs", "2", "--workers", "2", "--optimizer", "sgd", "--json", "--quiet"]
     assert main(argv) == 0
-    out = last_json_line(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    out = last_json_line(captured.out)
     assert out.keys() >= TRAIN_KEYS
     assert out["model"] == "mlp" and out["workers"] == 2 and out["epochs"] == 2
     assert len(out["val_accuracy"]) == 2 and all(0.0 <= a <= 1.0 for a in out["val_accuracy"])
     assert set(out["staleness"]) == {"mean", "p95", "max"}
     assert len(out["utilization"]) == 2 and all(0.0 <= u <= 1.0 for u in out["utilization"])
     assert out["train_instances_per_s"] > 0
+    if out["engine_used"] == "native":  # the worker loops' own count, and its line in the text summary
+        assert [t["worker"] for t in out["worker_time"]] == [0, 1]
+        assert all(t["loop_s"] >= t["ops_s"] > 0 for t in out["worker_time"])
+        assert "  worker time          w0 ops " in captured.err and "no core" in captured.err
+    else:
+        assert out["worker_time"] is None
 
 
 def test_train_rnn_replicas_sync_with_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

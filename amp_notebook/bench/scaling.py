@@ -52,8 +52,11 @@ its heavy nodes.
 ceiling means the workers of one run waited on each other. So after the figures, each model runs once more on
 the native engine at the headline worker count, with the chosen placement and the trace recording, and
 :mod:`amp_notebook.trace.waits` splits each worker's idle time by what ended each wait: a new key, a message
-from the other worker, or the key's own step on that worker. ``waits`` in the JSON keeps the split and the
-top waits per worker; the report prints one line per worker.
+from the other worker, or the key's own step on that worker. Gaps under 20 us between two steps count as
+``short``: those are the engine's own work per bundle or a brief wait, which the trace cannot tell apart, so
+the same run also reports the workers' own count (:attr:`~amp_notebook.runtime.result.TrainResult.worker_time`:
+the shares of each loop's life inside ops, in the engine's own work, and waiting for messages). ``waits`` in the
+JSON keeps the split, the top waits and that count per worker; the report prints two lines per worker.
 
 **Diverged runs.** Asynchronous training can diverge, and whether a run does can depend on the threads'
 timing (the MLP at ``max_active_keys`` 4 on 2 workers, now and then). A timed run (a figure, a placement
@@ -96,6 +99,7 @@ from amp_notebook.bench.common import (
 )
 from amp_notebook.errors import SettingError
 from amp_notebook.runtime.placement import STRATEGIES
+from amp_notebook.runtime.result import worker_time_text
 from amp_notebook.trace.waits import WorkerWaits
 from amp_notebook.trace.waits import summary as waits_summary
 
@@ -220,20 +224,21 @@ def measured_placement(
 
 def waited_for(
     workload: Any, workers: int, max_active_keys: int, seed: int, placement: str | dict[str, int]
-) -> list[WorkerWaits]:
+) -> tuple[list[WorkerWaits], list[dict[str, Any]]]:
     """What each native worker waited for (:mod:`amp_notebook.trace.waits`) in one traced epoch of ``workload``
-    on ``workers`` threads with ``placement``; a run that diverges runs again from the next seed."""
+    on ``workers`` threads with ``placement``, and the workers' own count of where their time went
+    (``TrainResult.worker_time``); a run that diverges runs again from the next seed."""
     import warnings
 
     from amp_notebook.runtime.train import TrainResult, train
 
-    def once(run_seed: int) -> list[WorkerWaits]:
+    def once(run_seed: int) -> tuple[list[WorkerWaits], list[dict[str, Any]]]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             r = train(workload.graph, workload.data, workers=workers, placement=placement,
                       **{**settings(workload, "native", max_active_keys, run_seed), "trace": True})  # fmt: skip
-        assert isinstance(r, TrainResult) and r.trace is not None
-        return r.trace.waits()
+        assert isinstance(r, TrainResult) and r.trace is not None and r.worker_time is not None
+        return r.trace.waits(), r.worker_time
 
     return retry_diverged(once, seed, None)
 
@@ -374,7 +379,8 @@ def run(
         "settings": {m: {"workload": MODELS[m][0], "max_active_keys": MODELS[m][1],
                          "keys": len(loads[m].data.train), "layout": loads[m].layout} for m in models},
         "workers_used": used,
-        "waits": {m: [w.as_dict() for w in ws] for m, ws in waited.items()} if waited else None,
+        "waits": {m: [{**w.as_dict(), "worker_time": t} for w, t in zip(ws, times, strict=True)]
+                  for m, (ws, times) in waited.items()} if waited else None,
         "diverged_runs": diverged, "ceiling_diverged_runs": copies_diverged,
         "repeats": repeats, "seed": seed, "quick": quick, "notes": notes, "load_average_1min": load,
     })  # fmt: skip
@@ -410,12 +416,14 @@ def run(
                 if used[e][m][n] < n:
                     rows.append((f"{e} {m} at {n}", f"only {used[e][m][n]} of the {n} workers get a node (the graph "
                                                     "has too few heavy nodes): the rest stay idle"))  # fmt: skip
-    for m, ws in waited.items():
-        for line in waits_summary(ws).splitlines():
+    for m, (ws, times) in waited.items():
+        for line, t in zip(waits_summary(ws).splitlines(), times, strict=True):
             rows.append((f"native {m} at {head}, waits", line))
+            rows.append((f"native {m} at {head}, own count", worker_time_text([t])))
     if waited:
         rows.append(("waits", "one traced run per model: each worker's idle time by what ended each wait (a new key, "
-                              "a message from the other worker, the key's own step here: 'local')"))  # fmt: skip
+                              "a message from the other worker, the key's own step here: 'local'; gaps under 20 us: "
+                              "'short'); 'own count': the worker loop's own split of its life"))  # fmt: skip
     for e in engines:
         for m in models:
             for n in counts:

@@ -26,6 +26,10 @@ worker and drives the run from the calling thread, as the Python engine's backen
   ``trace_capacity`` rows per worker plus what is written between two wakes of the driver;
 * the watchdog reads the engine's counters (messages handled, ledger in flight) and a stuck run's diagnosis
   reads what each worker is inside, what is queued, and what each node holds;
+* where each worker's time went: the native loops count the seconds inside ops, the seconds waiting for
+  mail (spinning or asleep) and how often they fell asleep (``src/worker.h`` ``Worker::Times``); the rest of
+  a loop's life is the engine's own work per bundle. :meth:`stats` hands them on as ``worker_time``
+  (:func:`worker_time`), summed over the engines of a run that restarted;
 * a failure on a worker stops every worker; the driver raises it as the Python engine would
   (:func:`~amp_notebook.engine.errors.failure_exception`), after joining the threads.
 
@@ -61,6 +65,26 @@ STUCK_JOIN_S = 5.0
 REFUSED = -2  # admit_many's result for a key its one-call path does not take (src/engine_module.cc kRefused)
 WAKE_SHARE = 4  # the driver wakes once per max_active_keys // WAKE_SHARE completed keys (_wake_batch)
 LIFE = ("not started", "running", "thread ended")
+
+
+WORKER_TIME_FIELDS = ("loop_s", "ops_s", "waiting_s", "asleep_s", "sleeps", "bundles", "messages", "cpu_s")
+
+
+def worker_time(raw: Sequence[Sequence[float]]) -> list[dict[str, Any]]:
+    """Where each native worker's time went, JSON-ready: ``_native.Engine.worker_times`` rows as dicts, with
+    ``engine_s``, the loop's life outside ops and waiting (taking bundles, credits, routing, trace rows), and
+    ``no_core_s``, the time it was neither asleep nor on a core (another thread had its core, or it waited for
+    a lock), added. ``loop_s`` runs from the thread's start to its end, so ops, engine and waiting add up to
+    it; ``cpu_s`` is the thread's CPU time (as of its latest sleep while it runs)."""
+    out = []
+    for w, row in enumerate(raw):
+        t: dict[str, Any] = dict(zip(WORKER_TIME_FIELDS, row, strict=True))
+        for name in ("sleeps", "bundles", "messages"):
+            t[name] = int(t[name])
+        t["engine_s"] = max(0.0, t["loop_s"] - t["ops_s"] - t["waiting_s"])
+        t["no_core_s"] = max(0.0, t["loop_s"] - t["asleep_s"] - t["cpu_s"])
+        out.append({"worker": w, **t})
+    return out
 
 
 class NativeLedger:
@@ -107,6 +131,7 @@ class NativeBackend:
         self._tracing = bool(session.config.trace)  # off: the workers write no rows, so there is nothing to fold
         self._fold_rows = min(b.event_table.chunk_rows for b in session.buffers)
         self._shut = False
+        self._times_before: list[tuple[float, ...]] = []  # the worker times of engines a restart replaced
         session.knobs.subscribe(self.knobs_changed)
 
     # ------------------------------------------------------------ the Backend protocol
@@ -172,7 +197,16 @@ class NativeBackend:
         )
 
     def stats(self) -> dict[str, Any]:
-        return {"engine": "native", "python_nodes": list(self.session.engine.python_nodes)}
+        return {"engine": "native", "python_nodes": list(self.session.engine.python_nodes),
+                "worker_time": worker_time(self._worker_times())}  # fmt: skip
+
+    def _worker_times(self) -> list[tuple[float, ...]]:
+        """Each worker's raw times (``_native.Engine.worker_times``), this engine's plus those before restarts."""
+        now = [tuple(float(v) for v in t) for t in self.engine.worker_times()]
+        if not self._times_before:
+            return now
+        return [tuple(a + b for a, b in zip(old, new, strict=True)) for old, new in zip(self._times_before, now,
+                                                                                       strict=True)]  # fmt: skip
 
     def shutdown(self, timeout: float | None = None) -> None:
         """Stop and join every worker thread (safe twice, and before ``run``)."""
@@ -195,6 +229,7 @@ class NativeBackend:
         """After a lost worker: the engine's threads joined, the session back at ``checkpoint``, a fresh engine
         assembled on it (writing on into the same trace buffers)."""
         self.shutdown(STUCK_JOIN_S)
+        self._times_before = self._worker_times()
         restart_session(self.session, checkpoint)
         self.engine = assemble(self.session)
         self.ledger = NativeLedger(self.engine)

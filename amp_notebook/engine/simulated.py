@@ -84,7 +84,8 @@ class NativeSimulatedBackend(NativeBackend):
         w = self.session.config.workers
         nbytes = [link_bytes[a * w : (a + 1) * w] for a in range(w)]
         counts = [link_messages[a * w : (a + 1) * w] for a in range(w)]
-        return {**link_stats(messages, bundles, nbytes, counts, self.wall_s, self.costs), **super().stats()}
+        native = {k: v for k, v in super().stats().items() if k != "worker_time"}  # virtual steps: no thread time
+        return {**link_stats(messages, bundles, nbytes, counts, self.wall_s, self.costs), **native}
 
     # ------------------------------------------------------------ driver
     def run(self) -> None:

@@ -79,6 +79,16 @@ class TrainResult:
         return utilization(self.trace, self.wall_s)
 
     @property
+    def worker_time(self) -> list[dict[str, Any]] | None:
+        """Where each worker thread's time went, on the native engine (None on the others): per worker
+        ``loop_s`` (its life), ``ops_s`` (inside ops), ``engine_s`` (the engine's own work between them),
+        ``waiting_s`` (nothing to take: spinning or asleep), ``asleep_s``, ``sleeps``, ``bundles``,
+        ``messages``, ``cpu_s`` (the thread's CPU time) and ``no_core_s`` (neither asleep nor on a core: another
+        thread had its core, or it waited for a lock; part of the other shares). Counted by the worker loops
+        themselves, with or without a trace."""
+        return self.backend_stats.get("worker_time")
+
+    @property
     def placement_strategy(self) -> str:
         """``auto``, a strategy name, or ``overrides`` (a dict of node -> worker)."""
         if self.auto_placement is not None:
@@ -105,6 +115,7 @@ class TrainResult:
             "train_loss": [e.train_loss for e in self.history],
             "staleness": {"mean": st["mean"], "p95": st["p95"], "max": st["max"]},
             "utilization": self.utilization(),
+            "worker_time": self.worker_time,
             "placement": self.placement,
             "placement_strategy": self.placement_strategy,
             "priority_used": c.inbox_priority,
@@ -149,4 +160,17 @@ class TrainResult:
         return f"TrainResult({json.dumps(self.summary(), default=str)[:300]}...)"
 
 
-__all__ = ["TrainResult"]
+def worker_time_text(times: list[dict[str, Any]]) -> str:
+    """One line for the native workers' own time split (:attr:`TrainResult.worker_time`): per worker the shares
+    of its life in ops, in the engine's own work and waiting for messages, how often it fell asleep, and the
+    share of its life it spent without a core (part of the other three: time another thread had its core)."""
+    parts = []
+    for t in times:
+        life = t["loop_s"] or 1.0
+        parts.append(f"w{t['worker']} ops {t['ops_s'] / life:.0%} engine {t['engine_s'] / life:.0%} "
+                     f"waiting {t['waiting_s'] / life:.0%} ({t['sleeps']} sleeps), "
+                     f"no core {t['no_core_s'] / life:.0%}")  # fmt: skip
+    return "; ".join(parts)
+
+
+__all__ = ["TrainResult", "worker_time_text"]

@@ -127,8 +127,14 @@ def learning_curves(result: TrainResult) -> Any:
 
 
 def utilization_figure(result: TrainResult) -> Any:
-    """Each worker's busy fraction of the wall time (exact over the whole run)."""
+    """Each worker's busy fraction of the wall time (exact over the whole run). On the native engine, where
+    the worker loops count their own time (``TrainResult.worker_time``), each bar is that loop's life split
+    into its time inside ops, the engine's own work between steps, and waiting for messages (spinning, then
+    asleep)."""
     go = _plotly()
+    times = result.worker_time
+    if times:
+        return _worker_time_figure(go, times)
     u = result.utilization()
     busy = result.trace.busy_s()
     fig = go.Figure(
@@ -138,6 +144,29 @@ def utilization_figure(result: TrainResult) -> Any:
         )
     )  # fmt: skip
     fig.update_layout(title="Worker utilization", yaxis_title="busy % of wall time", yaxis_range=[0, 100])
+    return fig
+
+
+WORKER_TIME_PARTS = (  # (label, seconds of a TrainResult.worker_time row, colour)
+    ("in ops", lambda t: t["ops_s"], "#1f77b4"),
+    ("engine", lambda t: t["engine_s"], "#ff7f0e"),
+    ("waiting, spinning", lambda t: t["waiting_s"] - t["asleep_s"], "#c7c7c7"),
+    ("waiting, asleep", lambda t: t["asleep_s"], "#7f7f7f"),
+)
+
+
+def _worker_time_figure(go: Any, times: list[dict[str, Any]]) -> Any:
+    names = [f"worker {t['worker']}" for t in times]
+    fig = go.Figure()
+    for label, seconds_of, colour in WORKER_TIME_PARTS:
+        seconds = [max(0.0, seconds_of(t)) for t in times]
+        shares = [100 * s / t["loop_s"] if t["loop_s"] > 0 else 0.0 for s, t in zip(seconds, times, strict=True)]
+        fig.add_trace(go.Bar(
+            name=label, x=names, y=shares, marker_color=colour, customdata=seconds,
+            hovertemplate=f"%{{x}}<br>{label} %{{customdata:.3f}} s (%{{y:.1f}}%)<extra></extra>",
+        ))  # fmt: skip
+    fig.update_layout(title="Worker utilization", barmode="stack", yaxis_title="% of the worker loop's life",
+                      yaxis_range=[0, 100])  # fmt: skip
     return fig
 
 

@@ -174,9 +174,12 @@ def test_scaling_json_has_the_ratio_of_every_model_on_every_engine(
     monkeypatch.setattr(scaling, "ceiling_rates", ceiling)
     traced: list[tuple[str, int, int, Any]] = []
 
-    def waited(workload: Any, workers: int, keys: int, seed: int, placement: Any) -> list[WorkerWaits]:
+    def waited(workload: Any, workers: int, keys: int, seed: int, placement: Any) -> Any:
         traced.append((workload.name, workers, keys, placement))
-        return [WorkerWaits(w, 1.0, 0.75, 0.25, {"a new key": 0.05, f"worker {1 - w}": 0.2}) for w in range(2)]
+        times = [{"worker": w, "loop_s": 1.0, "ops_s": 0.6, "engine_s": 0.15, "waiting_s": 0.25, "asleep_s": 0.0,
+                  "sleeps": 3, "bundles": 10, "messages": 20, "cpu_s": 0.9, "no_core_s": 0.1}
+                 for w in range(2)]  # fmt: skip
+        return [WorkerWaits(w, 1.0, 0.75, 0.25, {"a new key": 0.05, f"worker {1 - w}": 0.2}) for w in range(2)], times
 
     monkeypatch.setattr(scaling, "waited_for", waited)
     bounded: list[tuple[str, int, tuple[int, ...], Any]] = []
@@ -208,6 +211,8 @@ def test_scaling_json_has_the_ratio_of_every_model_on_every_engine(
     assert sorted(traced) == sorted((w, 2, k, "round_robin") for w, k in scaling.MODELS.values())
     assert out["waits"]["ggsnn"][1]["by_cause"] == {"a new key": 0.05, "worker 0": 0.2}
     assert "worker 1: busy 75%, idle 25% (20% worker 0, 5% a new key)" in captured.err
+    assert out["waits"]["ggsnn"][1]["worker_time"]["engine_s"] == 0.15
+    assert "w1 ops 60% engine 15% waiting 25% (3 sleeps), no core 10%" in captured.err
     # what the graph allows: one simulated run per model and count, with the figures' placements
     assert sorted(b[:3] for b in bounded) == sorted((w, k, (1, 2, 4)) for w, k in scaling.MODELS.values())
     assert all(b[3] == {1: "round_robin", 2: "round_robin", 4: "round_robin"} for b in bounded)
@@ -398,6 +403,8 @@ def test_scaling_runs_for_real_on_a_few_keys(capsys: pytest.CaptureFixture[str])
         assert [w["worker"] for w in found] == [0, 1] and all(w["busy_s"] > 0 for w in found)
         assert all(sum(w["by_cause"].values()) == pytest.approx(w["idle_s"]) for w in found)
         assert "native mlp at 2, waits" in printed and "worker 1: busy" in printed
+        assert all(w["worker_time"]["loop_s"] > w["worker_time"]["ops_s"] > 0 for w in found)
+        assert "native mlp at 2, own count" in printed and "w1 ops " in printed
         assert result["bound"]["mlp"][2] > 0 and result["of_bound"]["mlp"][2] > 0 and "bound mlp" in printed
     else:
         assert result["waits"] is None and result["bound"] is None

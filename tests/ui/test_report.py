@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 
 import numpy as np
 import pytest
 
+from amp_notebook import engine as native_engine
 from amp_notebook import models
 from amp_notebook.data import load_digits_dataset
 from amp_notebook.runtime.train import train
@@ -72,11 +74,31 @@ def test_learning_curves_against_epoch_and_time(result):
 
 
 def test_utilization_figure_one_bar_per_worker(result):
-    fig = R.utilization_figure(result)
-    assert len(fig.data) == 1
-    (bars,) = fig.data
-    assert list(bars.x) == ["worker 0", "worker 1"]
-    np.testing.assert_allclose(bars.y, [100 * u for u in result.utilization()])
+    if result.worker_time is None:  # the Python engine: each worker's busy share of the wall time
+        fig = R.utilization_figure(result)
+        assert len(fig.data) == 1
+        (bars,) = fig.data
+        assert list(bars.x) == ["worker 0", "worker 1"]
+        np.testing.assert_allclose(bars.y, [100 * u for u in result.utilization()])
+
+
+def test_utilization_figure_splits_a_native_workers_life():
+    ds = load_digits_dataset(batch_size=100, seed=0)
+    r = train(models.mlp(input_width=64, hidden=16), ds, workers=2, mode="amp", max_active_keys=4, epochs=2, seed=0,
+              engine="python")  # fmt: skip
+    (bars,) = R.utilization_figure(r).data  # the Python engine counts no loop time: one busy bar
+    np.testing.assert_allclose(bars.y, [100 * u for u in r.utilization()])
+    if not native_engine.available() and os.environ.get("AMP_NATIVE", "1") == "0":
+        pytest.skip("AMP_NATIVE=0: the native engine was not built on purpose")
+    r = train(models.mlp(input_width=64, hidden=16), ds, workers=2, mode="amp", max_active_keys=4, epochs=2, seed=0,
+              engine="native")  # fmt: skip
+    fig = R.utilization_figure(r)
+    assert [t.name for t in fig.data] == ["in ops", "engine", "waiting, spinning", "waiting, asleep"]
+    assert fig.layout.barmode == "stack"
+    total = np.sum([np.asarray(t.y) for t in fig.data], axis=0)
+    np.testing.assert_allclose(total, [100.0, 100.0], rtol=1e-6)  # the parts fill each worker's life
+    ops = fig.data[0]
+    np.testing.assert_allclose(ops.customdata, [t["ops_s"] for t in r.worker_time])
 
 
 def test_write_html_is_self_contained_with_the_summary(result, tmp_path):

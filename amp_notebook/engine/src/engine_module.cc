@@ -10,6 +10,7 @@
 //   take_reports(), take_skipped(), failure()                                         what workers handed over
 //   set_max_bundle / set_min_update_frequency / set_paused, set_lr                     live knobs
 //   handled(), queued(), activity(), in_flight(), busy(), held(node)                  watchdog and diagnosis
+//   worker_times() -> per worker (loop_s, ops_s, waiting_s, asleep_s, sleeps, bundles, messages, cpu_s)
 //   node_state(node), stop(), join()                                                  end of a run
 //   simulate(latency, seconds_per_bit, update_s, cost) instead of start(), then       a simulated run (sim.h):
 //     inject(...), sim_run() -> (done, flushed, failed), sim_now(), sim_stats()       no thread, virtual time
@@ -652,6 +653,16 @@ void bind_engine(nb::module_& m) {
         return out;
       })
       .def("activity", &EngineHandle::activity)
+      .def("worker_times", [](EngineHandle& h) {
+        // per worker: (loop_s, ops_s, waiting_s, asleep_s, sleeps, bundles, messages, cpu_s), Worker::Times
+        std::vector<std::tuple<double, double, double, double, int64_t, int64_t, int64_t, double>> out;
+        for (auto& w : h.engine().workers) {
+          const Worker::Times t = w->times();
+          out.emplace_back(t.loop_s, t.ops_s, t.waiting_s, t.asleep_s, t.sleeps, t.bundles, w->handled.load(),
+                           t.cpu_s);
+        }
+        return out;
+      })
       .def("in_flight", [](EngineHandle& h) {
         return std::make_pair(h.engine().ledger.outstanding(), h.engine().ledger.outstanding_flushes());
       })

@@ -89,6 +89,7 @@ void Worker::step(std::vector<Message>& bundle, int32_t depth) {
     handle(bundle);
     const double t1 = sim_clock ? sim_clock->ends(t0, bundle) : monotonic_now();
     send_at_ = end = t1;
+    if (!sim_clock) bump(ops_s_, t1 - t0);
     if (tr) {
       if (bundle.size() == 1) {
         tr->record(node, direction, key, t0, t1, depth);
@@ -110,6 +111,7 @@ void Worker::step(std::vector<Message>& bundle, int32_t depth) {
         const double u0 = sim_clock ? end : monotonic_now();
         apply_update(due);
         end = sim_clock ? sim_clock->updated(u0, due) : monotonic_now();
+        if (!sim_clock) bump(ops_s_, end - u0);
         if (tr) tr->record(due, kUpdate, key, u0, end, depth);
       }
       update_node = -1;
@@ -145,6 +147,7 @@ void Worker::step(std::vector<Message>& bundle, int32_t depth) {
   }
   deliver(outs_);
   handled.fetch_add(static_cast<int64_t>(bundle.size()), std::memory_order_relaxed);
+  if (!sim_clock) bump(bundles_, int64_t{1});
   inside_node.store(-1, std::memory_order_release);
   step_end_ = end;
   if (!done_.empty() || !flushed_.empty()) {
@@ -261,7 +264,7 @@ void Worker::backward(NodeState& n, std::vector<Message>& msgs) {
 
 // Worker._count_gradients: each gradient's staleness row, and the count toward the next update.
 void Worker::count_gradients(NodeState& n, const std::vector<Message>& msgs) {
-  const double now = sim ? step_t0_ : monotonic_now();  // the Python step's time (`at`): its start
+  const double now = step_t0_;  // the Python step's time (`at`): its start
   for (const Message& m : msgs) {
     bool found = false;
     const int64_t at_forward = n.fwd_version.take(m.state, &found);

@@ -26,6 +26,15 @@ double monotonic_now() {
 }
 
 namespace {
+// The calling thread's CPU time in seconds (a system call, not the vDSO: read only at a sleep and at the end).
+double thread_cpu_now() {
+  timespec ts;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0.0;
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+}  // namespace
+
+namespace {
 constexpr auto kIdleWait = std::chrono::milliseconds(50);  // a lost wake-up costs at most this
 }
 
@@ -57,6 +66,8 @@ void Worker::run() {
   const std::string name = "amp-native-" + std::to_string(index_);  // what /proc/<pid>/task/*/comm shows
   pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
   void* token = engine_.attach_thread ? engine_.attach_thread() : nullptr;
+  cpu0_ = thread_cpu_now();
+  loop_t0_.store(monotonic_now(), std::memory_order_relaxed);
   try {
     loop();
   } catch (const std::exception& e) {  // the loop's own failure (allocation): stop the run, say what
@@ -67,6 +78,8 @@ void Worker::run() {
     engine_.fail(std::move(f));
   }
   inside_node.store(-1);
+  cpu_s_.store(thread_cpu_now() - cpu0_, std::memory_order_relaxed);
+  loop_t1_.store(monotonic_now(), std::memory_order_relaxed);
   if (engine_.detach_thread) engine_.detach_thread(token);
   life.store(2);
   engine_.notify();
@@ -159,10 +172,9 @@ bool Worker::take(std::vector<Message>* bundle) {
 //     keys in flight, a node that rarely gets work) soon spins only spin_min_s again.
 //   - Past spin_min_s the spinner yields its core at every clock read, so a spinning worker gives way to the
 //     driver and to other workers when there are more threads than cores.
-void Worker::idle() {
+void Worker::wait_for_mail(double t0) {
   const uint64_t version = knobs_seen_;
   const EngineConfig& config = engine_.config;
-  const double t0 = monotonic_now();
   const double until = t0 + spin_s_;
   const double yield_from = t0 + config.spin_min_s;
   for (uint32_t i = 1; spin_s_ > 0.0; ++i) {
@@ -175,19 +187,44 @@ void Worker::idle() {
     }
   }
   bool mail = false;
+  cpu_s_.store(thread_cpu_now() - cpu0_, std::memory_order_relaxed);  // before the lock: posters never wait on it
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (!mailbox_.empty() || engine_.stopping() || engine_.knob_version() != version) return;
     sleeping_ = true;
+    const double slept_from = monotonic_now();
     cv_.wait_for(lock, kIdleWait);
     sleeping_ = false;
     mail = !mailbox_.empty();
+    bump(asleep_s_, monotonic_now() - slept_from);
+    bump(sleeps_, int64_t{1});
   }
   const double gap = monotonic_now() - t0;
   if (mail && gap <= config.spin_max_s)
     spin_s_ = std::min(config.spin_max_s, std::max(2.0 * spin_s_, gap));
   else
     spin_s_ = std::max(config.spin_min_s, 0.5 * spin_s_);
+}
+
+// The loop's wait, its time counted (times()): one clock read more per idle spell, none per step.
+void Worker::idle() {
+  const double t0 = monotonic_now();
+  wait_for_mail(t0);
+  bump(waiting_s_, monotonic_now() - t0);
+}
+
+Worker::Times Worker::times() const {
+  Times t;
+  const double t0 = loop_t0_.load(std::memory_order_relaxed);
+  const double t1 = loop_t1_.load(std::memory_order_relaxed);
+  if (t0 > 0.0) t.loop_s = (t1 > 0.0 ? t1 : monotonic_now()) - t0;
+  t.ops_s = ops_s_.load(std::memory_order_relaxed);
+  t.waiting_s = waiting_s_.load(std::memory_order_relaxed);
+  t.asleep_s = asleep_s_.load(std::memory_order_relaxed);
+  t.sleeps = sleeps_.load(std::memory_order_relaxed);
+  t.bundles = bundles_.load(std::memory_order_relaxed);
+  t.cpu_s = cpu_s_.load(std::memory_order_relaxed);
+  return t;
 }
 
 size_t Worker::step_next() {

@@ -11,6 +11,7 @@
 //       ended (idle in worker.cc), then sleep on the condition variable; a sender notifies only a sleeper, so
 //       a busy pipeline pays no wake-up cost; knob changes and stop wake it too
 //     step the bundle
+//     the loop counts where its time goes (Times): inside ops, waiting in idle(), and its whole life
 //   step (step.cc), Worker.step's order exactly:
 //     forward: the kernel (train = the key trains and a backward will come back); fwd_version[state] =
 //       version for a parameterized node; outputs routed by port index; a loss's kLossPort outputs of
@@ -64,6 +65,13 @@ struct Message {
   Tensor payload;
 };
 
+// Add to a counter that one thread alone writes (others only read it): a relaxed load and store, which
+// compile to plain moves, instead of an atomic read-modify-write (a locked instruction).
+template <typename T>
+inline void bump(std::atomic<T>& counter, T by) {
+  counter.store(counter.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+}
+
 class Worker {
  public:
   Worker(Engine& engine, int index, Inbox::Priority priority, Inbox::Order order);
@@ -95,6 +103,21 @@ class Worker {
   std::atomic<int32_t> inside_direction{0};
   std::atomic<int64_t> inside_key{0};
   std::atomic<int> life{0};  // 0 not started, 1 running, 2 ended
+  // Where the thread's time went (a real run's; a simulation's steps are virtual and not counted here).
+  struct Times {
+    double loop_s = 0.0;     // the loop's life so far: from its start to its end (or to now)
+    double ops_s = 0.0;      // inside the ops: each step's handling and its updates (the trace rows' spans)
+    double waiting_s = 0.0;  // in idle(): nothing to take, spinning on the mailbox or asleep
+    double asleep_s = 0.0;   // the part of waiting_s spent asleep on the condition variable
+    int64_t sleeps = 0;      // how often it fell asleep (each costs its waker a notify and itself a wake-up)
+    int64_t bundles = 0;     // steps taken
+    double cpu_s = 0.0;      // the thread's CPU time (read as it falls asleep and as the loop ends)
+  };
+  // The rest of loop_s is the engine's own work: taking and draining, credits, routing to other workers,
+  // trace rows. loop_s - asleep_s - cpu_s is time the thread could have run but had no core (another thread
+  // had it) or waited for a lock: at the loop's end, exact; while it runs, as of its latest sleep.
+  // Any thread may ask; the owner thread alone writes the counters.
+  Times times() const;
   std::mutex state_mu;       // held during a step: a diagnosis reads the nodes' held state under it
   TraceBuffer* trace = nullptr;
   Simulation* sim = nullptr;  // set: a simulated run (virtual time, no thread; sim.h)
@@ -104,7 +127,8 @@ class Worker {
   void loop();
   void drain();
   bool take(std::vector<Message>* bundle);
-  void idle();
+  void idle();                    // wait_for_mail, its time counted in times()
+  void wait_for_mail(double t0);  // spin, then sleep, until mail, a knob change or stop (worker.cc)
   // step.cc
   void step(std::vector<Message>& bundle, int32_t depth);
   void handle(std::vector<Message>& msgs);
@@ -150,6 +174,10 @@ class Worker {
   // a step's times: its start (staleness rows), when its outputs leave (a simulation's links), its end
   double step_t0_ = 0.0, send_at_ = 0.0, step_end_ = 0.0;
   std::vector<Message> sim_bundle_;
+  // times(): single-writer counters (the owner adds with a relaxed load and store: no locked instruction)
+  std::atomic<double> loop_t0_{0.0}, loop_t1_{0.0}, ops_s_{0.0}, waiting_s_{0.0}, asleep_s_{0.0}, cpu_s_{0.0};
+  std::atomic<int64_t> sleeps_{0}, bundles_{0};
+  double cpu0_ = 0.0;  // the thread's CPU time when its loop started
 };
 
 // Seconds on CLOCK_MONOTONIC: the clock of Python's time.perf_counter, so trace rows line up with Python's.
