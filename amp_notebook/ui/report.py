@@ -189,9 +189,13 @@ class Report:
 
     def summary_rows(self) -> list[tuple[str, str]]:
         """The summary table: (name, value as shown)."""
+        from amp_notebook.runtime.result import worker_time_text
+
         s = self.result.summary()
         s.pop("placement", None)  # one row per node: shown in its own table
-        return [(name, _text(value)) for name, value in s.items()]
+        times = s.get("worker_time")
+        return [(name, worker_time_text(value) if name == "worker_time" and times else _text(value))
+                for name, value in s.items()]  # fmt: skip
 
     def figures(self) -> dict[str, Any]:
         r = self.result

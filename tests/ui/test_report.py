@@ -99,6 +99,8 @@ def test_utilization_figure_splits_a_native_workers_life():
     np.testing.assert_allclose(total, [100.0, 100.0], rtol=1e-6)  # the parts fill each worker's life
     ops = fig.data[0]
     np.testing.assert_allclose(ops.customdata, [t["ops_s"] for t in r.worker_time])
+    rows = dict(r.report().summary_rows())  # the summary table: the worker time as its one-line text
+    assert rows["worker_time"].startswith("w0 ops ") and "; w1 ops " in rows["worker_time"]
 
 
 def test_write_html_is_self_contained_with_the_summary(result, tmp_path):
