@@ -74,15 +74,19 @@ def worker_time(raw: Sequence[Sequence[float]]) -> list[dict[str, Any]]:
     """Where each native worker's time went, JSON-ready: ``_native.Engine.worker_times`` rows as dicts, with
     ``engine_s``, the loop's life outside ops and waiting (taking bundles, credits, routing, trace rows), and
     ``no_core_s``, the time it was neither asleep nor on a core (another thread had its core, or it waited for
-    a lock), added. ``loop_s`` runs from the thread's start to its end, so ops, engine and waiting add up to
-    it; ``cpu_s`` is the thread's CPU time (as of its latest sleep while it runs)."""
+    a lock), added. ``loop_s`` runs from the thread's start to its end (or now), so ops, engine and waiting add
+    up to it; ``cpu_s`` is the thread's CPU time, read as its loop ends (None, and ``no_core_s`` too, while it
+    runs)."""
     out = []
     for w, row in enumerate(raw):
         t: dict[str, Any] = dict(zip(WORKER_TIME_FIELDS, row, strict=True))
         for name in ("sleeps", "bundles", "messages"):
             t[name] = int(t[name])
         t["engine_s"] = max(0.0, t["loop_s"] - t["ops_s"] - t["waiting_s"])
-        t["no_core_s"] = max(0.0, t["loop_s"] - t["asleep_s"] - t["cpu_s"])
+        if t["cpu_s"] < 0:  # the loop still runs: its CPU time is read as it ends
+            t["cpu_s"] = t["no_core_s"] = None
+        else:
+            t["no_core_s"] = max(0.0, t["loop_s"] - t["asleep_s"] - t["cpu_s"])
         out.append({"worker": w, **t})
     return out
 
@@ -205,8 +209,9 @@ class NativeBackend:
         now = [tuple(float(v) for v in t) for t in self.engine.worker_times()]
         if not self._times_before:
             return now
-        return [tuple(a + b for a, b in zip(old, new, strict=True)) for old, new in zip(self._times_before, now,
-                                                                                       strict=True)]  # fmt: skip
+        cpu = WORKER_TIME_FIELDS.index("cpu_s")  # -1 while a loop runs: a sum with it is unknown too
+        return [tuple(-1.0 if i == cpu and b < 0 else a + b for i, (a, b) in enumerate(zip(old, new, strict=True)))
+                for old, new in zip(self._times_before, now, strict=True)]  # fmt: skip
 
     def shutdown(self, timeout: float | None = None) -> None:
         """Stop and join every worker thread (safe twice, and before ``run``)."""

@@ -84,8 +84,8 @@ class TrainResult:
         ``loop_s`` (its life), ``ops_s`` (inside ops), ``engine_s`` (the engine's own work between them),
         ``waiting_s`` (nothing to take: spinning or asleep), ``asleep_s``, ``sleeps``, ``bundles``,
         ``messages``, ``cpu_s`` (the thread's CPU time) and ``no_core_s`` (neither asleep nor on a core: another
-        thread had its core, or it waited for a lock; part of the other shares). Counted by the worker loops
-        themselves, with or without a trace."""
+        thread had its core, or it waited for a lock; part of the other shares; both None in a report of a run
+        still going). Counted by the worker loops themselves, with or without a trace."""
         return self.backend_stats.get("worker_time")
 
     @property
@@ -167,9 +167,9 @@ def worker_time_text(times: list[dict[str, Any]]) -> str:
     parts = []
     for t in times:
         life = t["loop_s"] or 1.0
+        no_core = f", no core {t['no_core_s'] / life:.0%}" if t.get("no_core_s") is not None else ""
         parts.append(f"w{t['worker']} ops {t['ops_s'] / life:.0%} engine {t['engine_s'] / life:.0%} "
-                     f"waiting {t['waiting_s'] / life:.0%} ({t['sleeps']} sleeps), "
-                     f"no core {t['no_core_s'] / life:.0%}")  # fmt: skip
+                     f"waiting {t['waiting_s'] / life:.0%} ({t['sleeps']} sleeps){no_core}")  # fmt: skip
     return "; ".join(parts)
 
 

@@ -8,6 +8,7 @@ it replaced; other engines report none.
 
 from __future__ import annotations
 
+import time
 import warnings
 
 import numpy as np
@@ -82,6 +83,30 @@ def test_a_restarted_run_keeps_the_times_of_the_engine_it_replaced() -> None:
     handled = [t["messages"] for t in result.worker_time]
     clean_handled = [t["messages"] for t in clean_result.worker_time]
     assert sum(handled) > sum(clean_handled), (handled, clean_handled, result.restarts)
+
+
+def test_a_report_of_a_running_run_counts_no_cpu_time_yet(digits) -> None:
+    from amp_notebook.runtime.result import worker_time_text
+    from amp_notebook.runtime.run import Run
+
+    run = train(models.mlp(input_width=64, hidden=16), digits, background=True, workers=2, epochs=10_000,
+                validate=False, engine="native", optimizer={"name": "sgd", "lr": 0.02})  # fmt: skip
+    assert isinstance(run, Run)
+    try:
+        deadline = time.monotonic() + 20.0
+        while run.status["keys_done"] < 20:
+            assert time.monotonic() < deadline, "the run made no progress"
+            time.sleep(0.005)
+        so_far = run.report().result.worker_time
+        assert so_far is not None and all(t["ops_s"] > 0 for t in so_far)
+        # a loop's CPU time is read as it ends: unknown while it runs, and the text leaves it out
+        assert all(t["cpu_s"] is None and t["no_core_s"] is None for t in so_far)
+        assert "no core" not in worker_time_text(so_far)
+    finally:
+        run.stop()
+    ended = run.wait().worker_time
+    assert all(t["cpu_s"] > 0 and t["no_core_s"] is not None for t in ended)
+    assert "no core" in worker_time_text(ended)
 
 
 def test_other_engines_report_no_worker_time(digits) -> None:

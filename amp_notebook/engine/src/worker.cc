@@ -26,7 +26,7 @@ double monotonic_now() {
 }
 
 namespace {
-// The calling thread's CPU time in seconds (a system call, not the vDSO: read only at a sleep and at the end).
+// The calling thread's CPU time in seconds (a system call, not the vDSO: read as the loop starts and ends).
 double thread_cpu_now() {
   timespec ts;
   if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0.0;
@@ -79,7 +79,7 @@ void Worker::run() {
   }
   inside_node.store(-1);
   cpu_s_.store(thread_cpu_now() - cpu0_, std::memory_order_relaxed);
-  loop_t1_.store(monotonic_now(), std::memory_order_relaxed);
+  loop_t1_.store(monotonic_now(), std::memory_order_release);  // after cpu_s_: a reader of loop_t1_ sees it
   if (engine_.detach_thread) engine_.detach_thread(token);
   life.store(2);
   engine_.notify();
@@ -187,7 +187,6 @@ void Worker::wait_for_mail(double t0) {
     }
   }
   bool mail = false;
-  cpu_s_.store(thread_cpu_now() - cpu0_, std::memory_order_relaxed);  // before the lock: posters never wait on it
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (!mailbox_.empty() || engine_.stopping() || engine_.knob_version() != version) return;
@@ -216,14 +215,14 @@ void Worker::idle() {
 Worker::Times Worker::times() const {
   Times t;
   const double t0 = loop_t0_.load(std::memory_order_relaxed);
-  const double t1 = loop_t1_.load(std::memory_order_relaxed);
+  const double t1 = loop_t1_.load(std::memory_order_acquire);
   if (t0 > 0.0) t.loop_s = (t1 > 0.0 ? t1 : monotonic_now()) - t0;
   t.ops_s = ops_s_.load(std::memory_order_relaxed);
   t.waiting_s = waiting_s_.load(std::memory_order_relaxed);
   t.asleep_s = asleep_s_.load(std::memory_order_relaxed);
   t.sleeps = sleeps_.load(std::memory_order_relaxed);
   t.bundles = bundles_.load(std::memory_order_relaxed);
-  t.cpu_s = cpu_s_.load(std::memory_order_relaxed);
+  t.cpu_s = t1 > 0.0 ? cpu_s_.load(std::memory_order_relaxed) : -1.0;  // exact once the loop has ended
   return t;
 }
 

@@ -111,11 +111,11 @@ class Worker {
     double asleep_s = 0.0;   // the part of waiting_s spent asleep on the condition variable
     int64_t sleeps = 0;      // how often it fell asleep (each costs its waker a notify and itself a wake-up)
     int64_t bundles = 0;     // steps taken
-    double cpu_s = 0.0;      // the thread's CPU time (read as it falls asleep and as the loop ends)
+    double cpu_s = -1.0;     // the thread's CPU time over the loop, read as it ends (-1 while it runs)
   };
   // The rest of loop_s is the engine's own work: taking and draining, credits, routing to other workers,
   // trace rows. loop_s - asleep_s - cpu_s is time the thread could have run but had no core (another thread
-  // had it) or waited for a lock: at the loop's end, exact; while it runs, as of its latest sleep.
+  // had it) or waited for a lock.
   // Any thread may ask; the owner thread alone writes the counters.
   Times times() const;
   std::mutex state_mu;       // held during a step: a diagnosis reads the nodes' held state under it
@@ -177,7 +177,7 @@ class Worker {
   // times(): single-writer counters (the owner adds with a relaxed load and store: no locked instruction)
   std::atomic<double> loop_t0_{0.0}, loop_t1_{0.0}, ops_s_{0.0}, waiting_s_{0.0}, asleep_s_{0.0}, cpu_s_{0.0};
   std::atomic<int64_t> sleeps_{0}, bundles_{0};
-  double cpu0_ = 0.0;  // the thread's CPU time when its loop started
+  double cpu0_ = 0.0;  // the thread's CPU time when its loop started (owner thread only)
 };
 
 // Seconds on CLOCK_MONOTONIC: the clock of Python's time.perf_counter, so trace rows line up with Python's.
