@@ -27,9 +27,9 @@ worker and drives the run from the calling thread, as the Python engine's backen
 * the watchdog reads the engine's counters (messages handled, ledger in flight) and a stuck run's diagnosis
   reads what each worker is inside, what is queued, and what each node holds;
 * where each worker's time went: the native loops count the seconds inside ops, the seconds waiting for
-  mail (spinning or asleep) and how often they fell asleep (``src/worker.h`` ``Worker::Times``); the rest of
-  a loop's life is the engine's own work per bundle. :meth:`stats` hands them on as ``worker_time``
-  (:func:`worker_time`), summed over the engines of a run that restarted;
+  mail (spinning or asleep), how often they fell asleep and their thread's CPU time (``src/worker.h``
+  ``Worker::Times``); the rest of a loop's life is the engine's own work per bundle. :meth:`stats` hands
+  them on as ``worker_time`` (:func:`worker_time`), summed over the engines of a run that restarted;
 * a failure on a worker stops every worker; the driver raises it as the Python engine would
   (:func:`~amp_notebook.engine.errors.failure_exception`), after joining the threads.
 

@@ -193,8 +193,7 @@ class Report:
 
         s = self.result.summary()
         s.pop("placement", None)  # one row per node: shown in its own table
-        times = s.get("worker_time")
-        return [(name, worker_time_text(value) if name == "worker_time" and times else _text(value))
+        return [(name, worker_time_text(value) if name == "worker_time" and value else _text(value))
                 for name, value in s.items()]  # fmt: skip
 
     def figures(self) -> dict[str, Any]:

@@ -32,9 +32,7 @@ double thread_cpu_now() {
   if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0.0;
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
-}  // namespace
 
-namespace {
 constexpr auto kIdleWait = std::chrono::milliseconds(50);  // a lost wake-up costs at most this
 }
 
