@@ -75,6 +75,24 @@ def test_a_partly_taken_group_keeps_its_place_among_equal_keys() -> None:
     assert [native.take(True, max_bundle, None) for _ in range(4)] == [[0], [1], [2], [3]]
 
 
+def test_groups_on_ports_inside_and_past_the_direct_table_stay_apart() -> None:
+    """The native inbox finds a group by direct indexing for ports under 256 and through a map beyond: ports
+    on both sides of that edge, pushed in any order, form their own groups and bundle as Python's do."""
+    max_bundle = [4]
+    python = Inbox(Knobs(1, [1], max_bundle), "backward_first", "oldest_key")
+    native = engine.native().Inbox("backward_first", "oldest_key")
+    ports = [255, 256, 0, 10**6, 256, 255, 10**6, 0]
+    for i, port in enumerate(ports):
+        python.push(Message(0, f"p{port}", 0, i, State(key=1)))
+        native.push(i, 0, 0, port, 1)
+    taken = []
+    while (got := python.take()) is not None:
+        taken.append([m.payload for m in got])
+    assert taken == [[0, 5], [1, 4], [2, 7], [3, 6]]
+    assert [native.take(True, max_bundle, None) for _ in range(4)] == taken
+    assert native.take(True, max_bundle, None) is None
+
+
 @pytest.mark.parametrize("priority", ["light_first", "backward_first"])
 def test_light_first_takes_every_light_message_before_a_heavy_one(priority: str) -> None:
     """Node 0 has parameters, node 1 has none: light_first takes node 1's forward message before node 0's

@@ -24,6 +24,16 @@ bool finite_values(const Tensor& t) {
   return true;
 }
 
+// numpy.ndarray, looked up once (with the GIL, as build() runs) and kept for the process's life: a payload of
+// exactly that type needs no attribute lookup to be known for an array.
+PyTypeObject* ndarray_type() {
+  static PyTypeObject* type = [] {
+    nb::object t = nb::module_::import_("numpy").attr("ndarray");
+    return reinterpret_cast<PyTypeObject*>(t.release().ptr());  // a reference kept on purpose
+  }();
+  return type;
+}
+
 }  // namespace
 
 bool all_finite(const Tensor& t) {
@@ -67,7 +77,8 @@ int64_t Admission::build(int64_t key, bool train, nb::dict inputs, nb::dict fiel
         throw nb::value_error("the batch has no payload for an Input node");
       }
       nb::handle obj(item);
-      if (!nb::hasattr(obj, "dtype")) throw nb::type_error("an Input's payload is not a numpy array");
+      if (Py_TYPE(item) != ndarray_type() && !nb::hasattr(obj, "dtype"))
+        throw nb::type_error("an Input's payload is not a numpy array");
       Tensor t = tensor_from_python(obj, "payload of an admitted key");
       if (check && !all_finite(t)) {
         out->clear();

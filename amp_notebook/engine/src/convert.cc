@@ -85,10 +85,10 @@ bool copy_from_buffer(PyObject* obj, Tensor* out) {
     strides[i] = static_cast<int64_t>(view.strides[i] / view.itemsize);
   }
   if (dtype != DType::i64 || (view.itemsize == 8 && is_signed)) {
-    Storage* borrowed = new Storage();  // release frees only this record: the memory is Python's, read here only
-    borrowed->refs.store(1);
-    borrowed->release = [](Storage* s) { delete s; };
-    *out = Tensor::view_of(borrowed, view.buf, dtype, shape, strides, rank).contiguous_copy(true);
+    // The memory is Python's and read here only: a record on the stack, without a release, outlives the view
+    // (a temporary of this statement) and frees nothing.
+    Storage borrowed;
+    *out = Tensor::view_of(&borrowed, view.buf, dtype, shape, strides, rank).contiguous_copy(true);
     return true;
   }
   // narrower or unsigned integers widen to int64 item by item

@@ -335,6 +335,9 @@ class EngineHandle {
       for (std::vector<Message>& out : built) sim_->inject(out);
     } else {
       std::vector<Message> all;
+      size_t total = 0;
+      for (const std::vector<Message>& out : built) total += out.size();
+      all.reserve(total);
       for (std::vector<Message>& out : built)
         for (Message& m : out) all.push_back(std::move(m));
       engine_->inject(all);

@@ -6,16 +6,39 @@
 
 namespace amp {
 
+// A group is found by direct indexing, [node * 3 + direction][port], without hashing: this runs for every
+// message pushed. Indices outside that table (a port past kDensePorts; negative ones, never made by the
+// engine) go through the map, so no index can grow the table without bound.
 int Inbox::group_of(int node, int direction, int port) {
-  uint64_t packed = (static_cast<uint64_t>(static_cast<uint32_t>(node)) << 24) ^
-                    (static_cast<uint64_t>(direction) << 20) ^ static_cast<uint64_t>(static_cast<uint32_t>(port));
-  auto it = index_.find(packed);
-  if (it != index_.end()) return it->second;
+  constexpr int kDensePorts = 256;
+  const bool dense = node >= 0 && direction >= 0 && direction < 3 && port >= 0 && port < kDensePorts;
+  uint64_t packed = 0;
+  if (dense) {
+    const size_t row = static_cast<size_t>(node) * 3 + static_cast<size_t>(direction);
+    if (row < dense_.size() && static_cast<size_t>(port) < dense_[row].size()) {
+      const int gi = dense_[row][static_cast<size_t>(port)];
+      if (gi >= 0) return gi;
+    }
+  } else {
+    packed = (static_cast<uint64_t>(static_cast<uint32_t>(node)) << 24) ^ (static_cast<uint64_t>(direction) << 20) ^
+             static_cast<uint64_t>(static_cast<uint32_t>(port));
+    auto it = index_.find(packed);
+    if (it != index_.end()) return it->second;
+  }
   const bool heavy = tiered_ && node >= 0 && static_cast<size_t>(node) < parameterized_.size() &&
                      parameterized_[static_cast<size_t>(node)];
   groups_.push_back(Group{node, direction, port, heavy ? 1 : 0, {}, -1, 0, false});
-  index_[packed] = static_cast<int>(groups_.size() - 1);
-  return static_cast<int>(groups_.size() - 1);
+  const int gi = static_cast<int>(groups_.size() - 1);
+  if (dense) {
+    const size_t row = static_cast<size_t>(node) * 3 + static_cast<size_t>(direction);
+    if (row >= dense_.size()) dense_.resize(row + 1);
+    std::vector<int>& ports = dense_[row];
+    if (static_cast<size_t>(port) >= ports.size()) ports.resize(static_cast<size_t>(port) + 1, -1);
+    ports[static_cast<size_t>(port)] = gi;
+  } else {
+    index_[packed] = gi;
+  }
+  return gi;
 }
 
 void Inbox::set_parameterized(int node, bool parameterized) {

@@ -80,7 +80,8 @@ class Inbox {
   Order order_;
   std::vector<char> parameterized_;  // per node (light_first's tiers)
   std::vector<Group> groups_;
-  std::unordered_map<uint64_t, int> index_;  // packed (node, direction, port) -> group
+  std::vector<std::vector<int>> dense_;       // [node * 3 + direction][port] -> group (-1: none yet)
+  std::unordered_map<uint64_t, int> index_;  // packed (node, direction, port) -> group, for any other index
   Heap heaps_[4];  // [2 * tier + 0]: backward and updates, [2 * tier + 1]: forward
   int64_t seq_ = 0;
   int64_t created_ = 0;

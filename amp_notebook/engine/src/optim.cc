@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "blas.h"
+#include "kernels/vecmath.h"
 
 namespace amp {
 
@@ -15,13 +16,12 @@ namespace {
 // each result rounded to T where numpy stores it, so the values are those of the statement-by-statement
 // loops (one pass instead of one per statement keeps the arrays in cache and lets the loop vectorize; no
 // reduction is involved, so no order of summation changes). The accumulators end as numpy leaves them.
+// Each loop is compiled once per instruction set (vecmath.h AMP_SIMD_CLONES): every operation is an IEEE
+// one lane by lane (a square root and a division included, no fused multiply-add), so the wider vectors
+// give the same bits in fewer instructions; Adam's division and square root dominate its loop.
 
 template <class T>
-void sgd(OptimizerState& opt, Tensor& p, Tensor& g, double scale) {
-  T* pd = p.data<T>();
-  T* gd = g.data<T>();
-  const T factor = static_cast<T>(opt.lr.load(std::memory_order_relaxed) * scale);
-  const int64_t n = p.size();
+AMP_SIMD_CLONES void sgd_pass(T* pd, T* gd, int64_t n, T factor) {
   for (int64_t i = 0; i < n; ++i) {
     const T step = gd[i] * factor;  // g *= lr * scale
     pd[i] -= step;                  // p -= g
@@ -30,13 +30,13 @@ void sgd(OptimizerState& opt, Tensor& p, Tensor& g, double scale) {
 }
 
 template <class T>
-void momentum(OptimizerState& opt, Tensor& p, Tensor& g, Tensor& velocity, double scale) {
-  T* pd = p.data<T>();
-  const T* gd = g.data<T>();
-  T* vd = velocity.data<T>();
-  const T mu = static_cast<T>(opt.momentum), s = static_cast<T>(scale);
-  const T lr = static_cast<T>(opt.lr.load(std::memory_order_relaxed));
-  const int64_t n = p.size();
+void sgd(OptimizerState& opt, Tensor& p, Tensor& g, double scale) {
+  const T factor = static_cast<T>(opt.lr.load(std::memory_order_relaxed) * scale);
+  sgd_pass<T>(p.data<T>(), g.data<T>(), p.size(), factor);
+}
+
+template <class T>
+AMP_SIMD_CLONES void momentum_pass(T* pd, const T* gd, T* vd, int64_t n, T mu, T s, T lr) {
   for (int64_t i = 0; i < n; ++i) {
     T v = vd[i] * mu;  // v *= momentum
     v += s * gd[i];    // v += scale * g
@@ -46,21 +46,29 @@ void momentum(OptimizerState& opt, Tensor& p, Tensor& g, Tensor& velocity, doubl
 }
 
 template <class T>
-void adam(OptimizerState& opt, Tensor& p, Tensor& g, Tensor& m, Tensor& v, Tensor& scratch, double scale) {
-  T* pd = p.data<T>();
-  T* gd = g.data<T>();
-  T* md = m.data<T>();
-  T* vd = v.data<T>();
-  T* tmp = scratch.data<T>();
-  const int64_t n = p.size();
-  const T s = static_cast<T>(scale), b1 = static_cast<T>(opt.beta1), b2 = static_cast<T>(opt.beta2);
-  const T one_b1 = static_cast<T>(1 - opt.beta1), one_b2 = static_cast<T>(1 - opt.beta2);
-  const double t = static_cast<double>(opt.t);
-  // lr = self.lr * np.sqrt(1 - beta2**t) / (1 - beta1**t): a numpy float64
-  const double lr = opt.lr.load(std::memory_order_relaxed) * std::sqrt(1 - std::pow(opt.beta2, t)) /
-                    (1 - std::pow(opt.beta1, t));
-  const T eps = static_cast<T>(opt.eps);
-  for (int64_t i = 0; i < n; ++i) {
+void momentum(OptimizerState& opt, Tensor& p, Tensor& g, Tensor& velocity, double scale) {
+  momentum_pass<T>(p.data<T>(), g.data<T>(), velocity.data<T>(), p.size(), static_cast<T>(opt.momentum),
+                   static_cast<T>(scale), static_cast<T>(opt.lr.load(std::memory_order_relaxed)));
+}
+
+template <class T>
+struct AdamArgs {
+  T *p, *g, *m, *v, *tmp;
+  int64_t n;
+  T s, b1, b2, one_b1, one_b2, eps;
+  double lr;
+};
+
+template <class T>
+AMP_SIMD_CLONES void adam_pass(const AdamArgs<T>& a) {
+  T* const __restrict pd = a.p;
+  T* const __restrict gd = a.g;
+  T* const __restrict md = a.m;
+  T* const __restrict vd = a.v;
+  T* const __restrict tmp = a.tmp;
+  const T s = a.s, b1 = a.b1, b2 = a.b2, one_b1 = a.one_b1, one_b2 = a.one_b2, eps = a.eps;
+  const double lr = a.lr;
+  for (int64_t i = 0, n = a.n; i < n; ++i) {
     const T gi = gd[i] * s;                                   // g *= scale
     T mi = md[i] * b1;                                        // m *= beta1
     mi += gi * one_b1;                                        // np.multiply(g, 1 - beta1, out=tmp); m += tmp
@@ -81,6 +89,27 @@ void adam(OptimizerState& opt, Tensor& p, Tensor& g, Tensor& m, Tensor& v, Tenso
 }
 
 template <class T>
+void adam(OptimizerState& opt, Tensor& p, Tensor& g, Tensor& m, Tensor& v, Tensor& scratch, double scale) {
+  const double t = static_cast<double>(opt.t);
+  AdamArgs<T> a;
+  a.p = p.data<T>();
+  a.g = g.data<T>();
+  a.m = m.data<T>();
+  a.v = v.data<T>();
+  a.tmp = scratch.data<T>();
+  a.n = p.size();
+  a.s = static_cast<T>(scale);
+  a.b1 = static_cast<T>(opt.beta1);
+  a.b2 = static_cast<T>(opt.beta2);
+  a.one_b1 = static_cast<T>(1 - opt.beta1);
+  a.one_b2 = static_cast<T>(1 - opt.beta2);
+  a.eps = static_cast<T>(opt.eps);
+  // lr = self.lr * np.sqrt(1 - beta2**t) / (1 - beta1**t): a numpy float64
+  a.lr = opt.lr.load(std::memory_order_relaxed) * std::sqrt(1 - std::pow(opt.beta2, t)) / (1 - std::pow(opt.beta1, t));
+  adam_pass<T>(a);
+}
+
+template <class T>
 void apply(OptimizerState& opt, Tensor& p, Tensor& g, size_t i, double scale) {
   switch (opt.kind) {
     case OptimizerKind::kSgd: sgd<T>(opt, p, g, scale); break;
@@ -92,17 +121,21 @@ void apply(OptimizerState& opt, Tensor& p, Tensor& g, size_t i, double scale) {
 // Whether every element is finite: |x| <= the largest finite value is false for NaN and infinities. The
 // test is and-ed over blocks without a branch per element, so the loop vectorizes; a block's end decides.
 template <class T>
-bool finite(const Tensor& g) {
-  const T* d = g.data<T>();
+AMP_SIMD_CLONES bool finite_pass(const T* d, int64_t n) {
   const T largest = std::numeric_limits<T>::max();
   constexpr int64_t kBlock = 1024;
-  for (int64_t start = 0, n = g.size(); start < n; start += kBlock) {
+  for (int64_t start = 0; start < n; start += kBlock) {
     const int64_t end = std::min(n, start + kBlock);
     int ok = 1;
     for (int64_t i = start; i < end; ++i) ok &= static_cast<int>(std::fabs(d[i]) <= largest);
     if (!ok) return false;
   }
   return true;
+}
+
+template <class T>
+bool finite(const Tensor& g) {
+  return finite_pass<T>(g.data<T>(), g.size());
 }
 
 }  // namespace

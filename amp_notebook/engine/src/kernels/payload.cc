@@ -38,19 +38,44 @@ class IdentityKernel : public Kernel {
 };
 AMP_REGISTER_KERNEL("identity", IdentityKernel);
 
+// y += b, broadcast over rows (numpy's `y += b`). A contiguous bias row (the usual case) takes a loop over
+// plain vector loads; any other stride a gather. Each element gets its one addition either way.
 template <class T>
-void add_row_vector(Tensor& y, const Tensor& b) {  // y += b, broadcast over rows (numpy's `y += b`)
+void add_row_vector(Tensor& y, const Tensor& b) {
   T* yd = y.data<T>();
   const int64_t rows = y.dim(0), cols = y.dim(1), bs = b.stride(0);
   const T* bd = b.data<T>();
+  if (bs == 1) {
+    for (int64_t i = 0; i < rows; ++i) {
+      T* __restrict row = yd + i * cols;
+      const T* __restrict bias = bd;
+      for (int64_t j = 0; j < cols; ++j) row[j] += bias[j];
+    }
+    return;
+  }
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) yd[i * cols + j] += bd[j * bs];
 }
 
+// out = np.sum(g, axis=0): row after row, so each column adds its values in numpy's order. Rows of
+// contiguous columns (the usual case) take plain vector loads; any other layout a gather.
 template <class T>
-void sum_rows_into(const Tensor& g, T* out) {  // out = np.sum(g, axis=0): row after row
+void sum_rows_into(const Tensor& g, T* out) {
   const int64_t rows = g.dim(0), cols = g.dim(1), s0 = g.stride(0), s1 = g.stride(1);
   const T* gd = g.data<T>();
+  if (s1 == 1) {
+    T* __restrict acc = out;
+    if (rows == 0) {
+      for (int64_t j = 0; j < cols; ++j) acc[j] = T(0);
+      return;
+    }
+    for (int64_t j = 0; j < cols; ++j) acc[j] = gd[j];
+    for (int64_t i = 1; i < rows; ++i) {
+      const T* __restrict row = gd + i * s0;
+      for (int64_t j = 0; j < cols; ++j) acc[j] += row[j];
+    }
+    return;
+  }
   for (int64_t j = 0; j < cols; ++j) out[j] = rows ? gd[j * s1] : T(0);
   for (int64_t i = 1; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) out[j] += gd[i * s0 + j * s1];
