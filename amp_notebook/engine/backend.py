@@ -202,7 +202,12 @@ class NativeBackend:
 
     def stats(self) -> dict[str, Any]:
         return {"engine": "native", "python_nodes": list(self.session.engine.python_nodes),
-                "worker_time": worker_time(self._worker_times())}  # fmt: skip
+                "worker_time": self.worker_time()}  # fmt: skip
+
+    def worker_time(self) -> list[dict[str, Any]] | None:
+        """Each native worker's time so far (:func:`worker_time`), summed over the engines of a restarted run;
+        the loops' counters are atomics, so any thread may read them while the run goes."""
+        return worker_time(self._worker_times())
 
     def _worker_times(self) -> list[tuple[float, ...]]:
         """Each worker's raw times (``_native.Engine.worker_times``), this engine's plus those before restarts."""

@@ -87,6 +87,10 @@ class NativeSimulatedBackend(NativeBackend):
         native = {k: v for k, v in super().stats().items() if k != "worker_time"}  # virtual steps: no thread time
         return {**link_stats(messages, bundles, nbytes, counts, self.wall_s, self.costs), **native}
 
+    def worker_time(self) -> list[dict[str, Any]] | None:
+        """None: the simulated steps run on the caller's thread in virtual time, which the trace holds."""
+        return None
+
     # ------------------------------------------------------------ driver
     def run(self) -> None:
         """Process events until the controller finishes the run (BLAS on one thread, as the Python simulator)."""

@@ -52,6 +52,10 @@ every backend, and none can be done from outside it:
   :class:`~amp_notebook.runtime.watchdog.Diagnosis` (a stuck run's error carries it).
 * ``stats()``: what the backend measured about itself, JSON-ready (``TrainResult.backend_stats``; ``{}``
   when it has nothing beyond the trace).
+* ``worker_time()``: where each worker's time went so far, JSON-ready, readable from any thread while the run
+  goes (``Run.status``, the dashboard): the native loops count their seconds in ops, in the engine's own
+  work and waiting (:func:`~amp_notebook.engine.backend.worker_time`); None where nothing counts them
+  (Python worker threads, simulated time, Ray actors).
 * ``shutdown(timeout)``: stop and join (or kill) every worker; safe to call twice or before ``run``.
 * ``restart(checkpoint)``: after a lost worker (a :class:`~amp_notebook.runtime.restart.WorkerLostError`
   that ended a drive of the run), stop every worker, put the session back at ``checkpoint``
@@ -138,6 +142,10 @@ class Backend(Protocol):
 
     def stats(self) -> dict[str, Any]:
         """What the backend measured about itself, JSON-ready."""
+        ...
+
+    def worker_time(self) -> list[dict[str, Any]] | None:
+        """Where each worker's time went so far, JSON-ready (None where nothing counts it); any thread."""
         ...
 
     def shutdown(self, timeout: float | None = None) -> None:

@@ -154,7 +154,10 @@ class Run:
     def status(self) -> dict[str, Any]:
         """Where the run is now: state, epoch, keys done, admitted and in flight, instances trained, elapsed s,
         moving averages of the training loss and accuracy (None before the first loss report), keys skipped
-        for NaN/inf (``on_nonfinite="skip"``), the error if it failed and, if it got stuck, the diagnosis."""
+        for NaN/inf (``on_nonfinite="skip"``), the error if it failed, if it got stuck, the diagnosis, and on the
+        native engine where each worker's time went so far (``worker_time``: the shares of its life in ops, in
+        the engine's own work and waiting, as :attr:`TrainResult.worker_time` gives them at the end; None on
+        other engines)."""
         session, controller = self._session, self._session.controller
         plan, knobs = session.plan, session.knobs
         done = self._driver.done.is_set()
@@ -180,6 +183,7 @@ class Run:
             "last_restart": session.restarts.made[-1].as_dict() if session.restarts.made else None,
             "error": None if error is None else f"{type(error).__name__}: {error}",
             "diagnosis": error.diagnosis.as_dict() if isinstance(error, StuckRunError) else None,
+            "worker_time": self._backend.worker_time(),
         }
 
     @property

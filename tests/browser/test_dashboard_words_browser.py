@@ -5,7 +5,8 @@ Checks: a live run's status line counts epochs from 1, writes rates with thousan
 notebook's Run All) shows its rate over the whole run (not "0.000 instances/s") and the keys it had in
 flight, rebuilt from its rows as a replay does (it once showed 0); a replay of one epoch draws that epoch's
 loss as a dot, and a trace without epochs says so instead of an empty chart under a legend; a flush's
-update box is labelled and described as a flush, not as key -7.
+update box is labelled and described as a flush, not as key -7; a native run's status has a line of where
+each worker's time went (its share without a core once the run has ended).
 
 It also writes ``docs/images/dashboard.png``: the live dashboard of the paper's Fig. 2 RNN training.
 """
@@ -93,6 +94,9 @@ def test_the_dashboard_speaks_to_people(lab: Any, page: Any) -> None:
     text = stats.inner_text()
     assert STATUS.match(text), text
     assert "e+" not in text, text
+    # the native engine's own count of where each worker's time goes, on a line of its own
+    assert re.search(r"\nworker time: w0 ops \d+% · engine \d+% · waiting \d+%; w1 ", text), text
+    assert "no core" not in text, text  # a loop's CPU time is known once it has ended
 
     # a run that ended before its view opened: its whole-run rate and the keys it had in flight
     short = page.locator(live).nth(1)
@@ -106,6 +110,7 @@ def test_the_dashboard_speaks_to_people(lab: Any, page: Any) -> None:
     whole_run = r"^epoch 2/2 · keys done [\d,]+ · in flight 0 \(at most 4\) · [\d,]+ instances/s over the run"
     assert re.match(whole_run, ended), ended
     assert "0.000" not in ended, ended
+    assert re.search(r"\nworker time: w0 ops \d+% .* no core \d+%; w1 ", ended), ended
     keys_ticks = json.loads(short.locator("canvas.amp-keys").get_attribute("data-y-ticks") or "[]")
     assert int(keys_ticks[-1]) >= 4, keys_ticks  # the axis reaches the 4 keys in flight (it once stayed at 0-1)
 

@@ -99,6 +99,9 @@ def test_a_report_of_a_running_run_counts_no_cpu_time_yet(digits) -> None:
             time.sleep(0.005)
         so_far = run.report().result.worker_time
         assert so_far is not None and all(t["ops_s"] > 0 for t in so_far)
+        live = run.status["worker_time"]  # the same count, in the status a dashboard reads
+        assert [t["worker"] for t in live] == [0, 1] and all(t["cpu_s"] is None for t in live)
+        assert all(t["ops_s"] >= s["ops_s"] and t["loop_s"] >= s["loop_s"] for t, s in zip(live, so_far, strict=True))
         # a loop's CPU time is read as it ends: unknown while it runs, and the text leaves it out
         assert all(t["cpu_s"] is None and t["no_core_s"] is None for t in so_far)
         assert "no core" not in worker_time_text(so_far)
@@ -107,6 +110,7 @@ def test_a_report_of_a_running_run_counts_no_cpu_time_yet(digits) -> None:
     ended = run.wait().worker_time
     assert all(t["cpu_s"] > 0 and t["no_core_s"] is not None for t in ended)
     assert "no core" in worker_time_text(ended)
+    assert run.status["worker_time"] == ended
 
 
 def test_other_engines_report_no_worker_time(digits) -> None:
@@ -116,3 +120,6 @@ def test_other_engines_report_no_worker_time(digits) -> None:
     simulated = train(graph, data, engine="native", backend="simulated", workers=1, epochs=1)
     assert python.worker_time is None and python.summary()["worker_time"] is None
     assert simulated.worker_time is None
+    run = train(graph, data, engine="python", workers=1, epochs=1, background=True)
+    run.wait()
+    assert run.status["worker_time"] is None

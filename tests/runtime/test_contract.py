@@ -157,6 +157,9 @@ class TurnTakingBackend:
     def stats(self) -> dict[str, Any]:
         return {"steps": self.steps}
 
+    def worker_time(self) -> list[dict[str, Any]] | None:
+        return None
+
     def shutdown(self, timeout: float | None = None) -> None:
         self.shut = True
 
@@ -286,7 +289,7 @@ def test_every_backend_implements_every_method_of_the_protocol(cls):
     methods = protocol_methods()
     assert set(methods) == {
         "run", "admit", "inject", "now", "call", "knobs_changed", "sync_state", "epoch_ended", "diagnose", "stats",
-        "shutdown", "restart",
+        "worker_time", "shutdown", "restart",
     }  # fmt: skip
     for name, expected in methods.items():
         fn = getattr(cls, name, None)

@@ -2,7 +2,7 @@
 // epochs from 1, training figures labelled, flushes named as flushes.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { boxLabel, epochForPeople, formatNumber, formatPercent, keyText, liveStatusText } from "../src/dashboard/text.js";
+import { boxLabel, epochForPeople, formatNumber, formatPercent, keyText, liveStatusText, workerTimeText } from "../src/dashboard/text.js";
 
 test("numbers: thousands separated, three significant digits below 100, a dash for none", () => {
   assert.equal(formatNumber(15560.3), "15,560");
@@ -54,4 +54,20 @@ test("a finished run's line: its rate over the whole run and the most keys it ha
   const text = liveStatusText(finished, meta, { throughput: 0 });
   assert.match(text, /^epoch 3\/3 · keys done 1,234 · in flight 0 \(at most 8\) · 9,877 instances\/s over the run · /);
   assert.doesNotMatch(text, /0\.000/);
+});
+
+test("the native workers' time: shares of each loop's life, 'no core' only once the run has ended", () => {
+  const running = [
+    { worker: 0, loop_s: 2.0, ops_s: 1.2, engine_s: 0.5, waiting_s: 0.3, cpu_s: null, no_core_s: null },
+    { worker: 1, loop_s: 2.0, ops_s: 0.5, engine_s: 0.1, waiting_s: 1.4, cpu_s: null, no_core_s: null },
+  ];
+  assert.equal(
+    workerTimeText(running),
+    "worker time: w0 ops 60% · engine 25% · waiting 15%; w1 ops 25% · engine 5% · waiting 70%",
+  );
+  const ended = [{ ...running[0], cpu_s: 1.5, no_core_s: 0.36 }];
+  assert.equal(workerTimeText(ended), "worker time: w0 ops 60% · engine 25% · waiting 15% · no core 18%");
+  assert.equal(workerTimeText(null), ""); // the Python engine counts none
+  assert.equal(workerTimeText([]), "");
+  assert.equal(workerTimeText([{ worker: 0, loop_s: 0, ops_s: 0, engine_s: 0, waiting_s: 0 }]), "worker time: w0 ops 0% · engine 0% · waiting 0%");
 });

@@ -388,6 +388,10 @@ class RayBackend:
             "missed_trace_rows": self.missed_rows,
         }
 
+    def worker_time(self) -> list[dict[str, Any]] | None:
+        """None: the actors' Python loops do not count their own time (the trace's utilization does)."""
+        return None
+
 
 def _default_optimizer_spec(plan: Any) -> dict[str, Any]:
     """The run-wide optimizer's settings (nodes with their own optimizer carry it in the graph JSON)."""

@@ -256,6 +256,10 @@ class SimulatedBackend:
         """Messages handled, bytes and messages per link, and the bandwidth used (bits / makespan)."""
         return link_stats(self.messages, self.bundles, self.link_bytes, self.link_messages, self.wall_s, self.costs)
 
+    def worker_time(self) -> list[dict[str, Any]] | None:
+        """None: simulated workers spend virtual time, which the trace holds."""
+        return None
+
 
 def link_stats(
     messages: int,

@@ -246,6 +246,10 @@ class ThreadedBackend:
         """Nothing beyond the trace: the threaded backend's figures are the trace's."""
         return {}
 
+    def worker_time(self) -> list[dict[str, Any]] | None:
+        """None: Python worker threads do not count their own time (the trace's utilization does)."""
+        return None
+
     def shutdown(self, timeout: float | None = None) -> None:
         """Stop and join every worker thread (waiting at most ``timeout`` s for each: a stuck one is left)."""
         self.stopped = True

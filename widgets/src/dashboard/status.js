@@ -1,6 +1,6 @@
 // The lines above the Gantt: per run, what it is doing (live: epoch, keys done and in flight, throughput,
 // recent training loss and accuracy, utilization, elapsed, keys skipped for NaN/inf, restarts after a lost
-// worker, worded by text.js;
+// worker, and on the native engine a line of where each worker's time went, worded by text.js;
 // replay: duration, boxes, utilization, final validation accuracy), an error from the run or the feed, the watchdog's diagnosis of a stuck run, and a note
 // (where an export or a checkpoint was written). It also keeps the root element's test hooks about what was
 // received: data-boxes, data-boxes-per-worker, data-held, data-frames, data-skipped, data-restarts,
@@ -9,7 +9,7 @@
 import { html } from "./dom.js";
 import { formatTime } from "./axes.js";
 import { diagnosisLines, restartText, skippedText } from "./diagnosis.js";
-import { formatPercent, liveStatusText } from "./text.js";
+import { formatPercent, liveStatusText, workerTimeText } from "./text.js";
 
 export function createStatus(dash) {
   const stats = html`<div class="amp-stats"></div>`;
@@ -26,7 +26,8 @@ export function createStatus(dash) {
       if (live) {
         const s = m.status || {};
         const last = r.samples[r.samples.length - 1] || {};
-        parts.push(liveStatusText(s, m, last) + skippedText(s) + restartText(s));
+        const workers = workerTimeText(s.worker_time);
+        parts.push(liveStatusText(s, m, last) + skippedText(s) + restartText(s) + (workers ? `\n${workers}` : ""));
         root.dataset.skipped = String(s.nonfinite_skipped || 0);
         root.dataset.restarts = String(s.restarts || 0);
         showDiagnosis(s.diagnosis);

@@ -57,3 +57,17 @@ export function liveStatusText(status, meta = {}, last = {}) {
     ` · utilization ${util || "–"} · ${formatTime(s.elapsed_s || 0)}`
   );
 }
+
+// Where each native worker's time went so far (Run.status worker_time; null on other engines, which give ""):
+// per worker the shares of its life in ops, in the engine's own work (taking bundles, credits, handing
+// messages on) and waiting for messages, and, once the run has ended, the share it spent without a core.
+export function workerTimeText(times) {
+  if (!Array.isArray(times) || times.length === 0) return "";
+  const share = (s, life) => `${Math.round((100 * (s || 0)) / life)}%`;
+  const parts = times.map((t) => {
+    const life = t.loop_s > 0 ? t.loop_s : 1;
+    const noCore = t.no_core_s === null || t.no_core_s === undefined ? "" : ` · no core ${share(t.no_core_s, life)}`;
+    return `w${t.worker} ops ${share(t.ops_s, life)} · engine ${share(t.engine_s, life)} · waiting ${share(t.waiting_s, life)}${noCore}`;
+  });
+  return `worker time: ${parts.join("; ")}`;
+}
