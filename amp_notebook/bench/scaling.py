@@ -26,7 +26,15 @@ above 1, three candidates are timed on this machine before the figures: round ro
 default), balanced stages, and ``autoplace``'s choice (costs measured on that engine). Each runs
 ``PLACEMENT_TRIALS`` times, interleaved; the fastest by median runs the figures (a tie goes to round
 robin), and ``placements`` in the JSON keeps every candidate's median and where the chosen one put each
-heavy node. ``placement="round_robin"`` (or any strategy of ``place``) skips the trials.
+heavy node. On the native engine (not ``--quick``) the heavy nodes' assignments are then searched on this
+machine as well, since none of the three need be near the best: the GG-NN's fastest assignment on 2 workers
+here, its message computation on one worker and the whole GRU with the readout on the other, ran 1.55x its
+1-worker rate against round robin's 1.25x, and the simulator ranked it 30th of 64. On 2 workers every
+assignment is timed once (at most ``SEARCH_RUNS``; the first heavy node stays on worker 0), elsewhere a local
+search moves one heavy node at a time; the ``FINALISTS`` fastest are timed ``PLACEMENT_TRIALS`` runs beside
+the best candidate, and the fastest of those runs the figures (``search`` in the JSON: how many placements
+were timed, the finalists' medians). ``placement="round_robin"`` (or any strategy of ``place``) skips the
+trials and the search.
 
 **The machine's ceiling** (``ceiling=True``, the default; ``--no-ceiling`` skips it). Two workers of one
 run can at best do what two unrelated copies of its 1-worker run do side by side on the same cores, and on a
@@ -115,6 +123,9 @@ ENGINES = ("native", "python")
 DEFAULT_WORKERS = (1, 2)
 MEASURED = "measured"  # time the candidate placements on this machine (module docstring)
 PLACEMENT_TRIALS = 2  # timed runs of each candidate placement
+SEARCH_RUNS = 64  # the measured search's budget: placements timed once each (native engine, not --quick)
+FINALISTS = 3  # the search's fastest placements, timed again beside the best candidate
+SEARCH_MIN_GAIN = 0.03  # a local search step must beat the current placement by this share (one noisy run each)
 
 
 def parse_workers(text: str | Sequence[int]) -> tuple[int, ...]:
@@ -208,18 +219,98 @@ def candidates(workload: Any, engine: str, workers: int, max_active_keys: int, s
 
 def measured_placement(
     workload: Any, engine: str, workers: int, max_active_keys: int, seed: int, trials: int,
-    diverged: list[int] | None = None,
+    diverged: list[int] | None = None, search_runs: int = 0,
 ) -> dict[str, Any]:  # fmt: skip
     """The fastest of :func:`candidates` on this machine (module docstring): its name, node -> worker, and
-    every candidate's median instances/s (``trials``; empty when the candidates are all one placement). The
-    seeds of trial runs that diverged go into ``diverged``."""
+    every candidate's median instances/s (``trials``; empty when the candidates are all one placement). With
+    ``search_runs``, the heavy nodes' assignments are searched too (:func:`search_placements`), each timed
+    once, and the ``FINALISTS`` fastest are timed ``trials`` runs beside the best candidate, which the
+    fastest of them replaces (``search`` in the result: the runs, the finalists' medians). The seeds of trial
+    runs that diverged go into ``diverged``."""
+    import warnings
+
+    from amp_notebook.ir import ops as O
+    from amp_notebook.runtime.placement import place
+
     options = candidates(workload, engine, workers, max_active_keys, seed)
 
     def rate(placement: dict[str, int]) -> float:
         return throughput(workload, engine, workers, max_active_keys, seed, placement, diverged=diverged)
 
     name, rates = fastest_placement(options, rate, trials)
-    return {"chosen": name, "placement": options[name], "trials": rates}
+    chosen = {"chosen": name, "placement": options[name], "trials": rates, "search": None}
+    graph = workload.graph
+    heavy = [n for n in graph.topological_order() if graph.nodes[n].kind in O.HEAVY]
+    movable = [n for n in heavy if graph.nodes[n].worker is None]  # a pinned node stays where its graph puts it
+    if search_runs <= 0 or not movable:
+        return chosen
+
+    def full(assignment: dict[str, int]) -> dict[str, int]:  # the light nodes follow, as in place()
+        with warnings.catch_warnings():  # a worker left without a node is a fact of that assignment
+            warnings.simplefilter("ignore", UserWarning)
+            return place(graph, workers, overrides=assignment)
+
+    start = {n: options[name][n] for n in movable}
+    timed = search_placements(movable, workers, start, lambda a: rate(full(a)), search_runs)
+    finalists = {name: options[name]}
+    for assignment, _ in sorted(timed, key=lambda t: -t[1])[:FINALISTS]:
+        finalists.setdefault(assignment_name(assignment, workers), full(assignment))
+    final, final_rates = fastest_placement(finalists, rate, trials)
+    chosen.update(chosen=final, placement=finalists[final], search={"runs": len(timed), "finalists": final_rates})
+    return chosen
+
+
+def assignment_name(assignment: dict[str, int], workers: int) -> str:
+    """A searched placement's name: on 2 workers the heavy nodes it gives worker 1, else each node's worker."""
+    if workers == 2:
+        return "searched: worker 1 runs " + (", ".join(n for n, w in assignment.items() if w == 1) or "no heavy node")
+    return "searched: " + ", ".join(f"{n} on {w}" for n, w in assignment.items())
+
+
+def search_placements(
+    heavy: Sequence[str], workers: int, start: dict[str, int], rate: Callable[[dict[str, int]], float], budget: int
+) -> list[tuple[dict[str, int], float]]:
+    """Assignments of the ``heavy`` nodes to ``workers``, each timed once by ``rate`` (at most ``budget``
+    runs); returns every one timed with its rate.
+
+    On 2 workers with at most ``budget`` distinct assignments, every one: the first heavy node stays on
+    worker 0 (the mirror image is the same run). The simulator that ``autoplace`` consults can rank them far
+    from this machine (the GG-NN's fastest assignment here ranked 30th of 64 there), so they are timed, not
+    predicted. Otherwise a local search from ``start``: each step times every heavy node moved to each other
+    worker and moves to the fastest while it beats the current one by ``SEARCH_MIN_GAIN`` (one run each is
+    noisy: the caller times the finalists again)."""
+    import itertools
+
+    heavy = list(heavy)
+    if workers == 2 and 2 ** (len(heavy) - 1) <= budget:
+        rest = itertools.product((0, 1), repeat=len(heavy) - 1)
+        out = []
+        for bits in rest:
+            assignment = dict(zip(heavy, (0, *bits), strict=True))
+            out.append((assignment, rate(assignment)))
+        return out
+    current = dict(start)
+    out = [(current, rate(current))]
+    seen = {tuple(current[n] for n in heavy)}
+    best_rate = out[0][1]
+    while len(out) < budget:
+        step: list[tuple[dict[str, int], float]] = []
+        for n in heavy:
+            for w in range(workers):
+                moved = {**current, n: w}
+                key = tuple(moved[h] for h in heavy)
+                if key in seen or len(out) + len(step) >= budget:
+                    continue
+                seen.add(key)
+                step.append((moved, rate(moved)))
+        out += step
+        if not step:
+            break
+        fastest = max(step, key=lambda t: t[1])
+        if fastest[1] <= best_rate * (1 + SEARCH_MIN_GAIN):
+            break
+        current, best_rate = fastest
+    return out
 
 
 def waited_for(
@@ -327,10 +418,12 @@ def run(
             for n in counts:
                 if n == 1 or placement != MEASURED:  # one worker runs every node wherever the strategy says
                     where = placement if placement != MEASURED else "round_robin"
-                    chosen[e][m][n] = {"chosen": where, "placement": where, "trials": {}}
+                    chosen[e][m][n] = {"chosen": where, "placement": where, "trials": {}, "search": None}
                 else:
                     trials = 1 if quick else PLACEMENT_TRIALS
-                    chosen[e][m][n] = measured_placement(loads[m], e, n, MODELS[m][1], seed, trials, diverged[e][m][n])
+                    search = SEARCH_RUNS if e == "native" and not quick else 0  # the Python engine's runs are slow
+                    chosen[e][m][n] = measured_placement(loads[m], e, n, MODELS[m][1], seed, trials, diverged[e][m][n],
+                                                         search_runs=search)  # fmt: skip
 
     def side(engine: str, name: str, n: int) -> Callable[[], float]:
         where = chosen[engine][name][n]["placement"]
@@ -412,6 +505,10 @@ def run(
                 if n != 1 and placement == MEASURED:
                     c = chosen[e][m][n]
                     timed = ", ".join(f"{k} {v:.0f}" for k, v in c["trials"].items()) or "one candidate"
+                    found = c.get("search")
+                    if found:
+                        finals = ", ".join(f"{k} {v:.0f}" for k, v in found["finalists"].items()) or "none"
+                        timed += f"; searched: {found['runs']} placements timed once, then {finals}"
                     rows.append((f"{e} {m} placement at {n}", f"{c['chosen']} (timed here, instances/s: {timed})"))
                 if used[e][m][n] < n:
                     rows.append((f"{e} {m} at {n}", f"only {used[e][m][n]} of the {n} workers get a node (the graph "

@@ -18,6 +18,7 @@ from amp_notebook.bench.common import load_line, machine_load
 from amp_notebook.bench.registry import run_benchmark
 from amp_notebook.cli import main
 from amp_notebook.errors import AmpError, SettingError
+from amp_notebook.ir import ops as O
 from amp_notebook.trace.waits import WorkerWaits
 
 needs_native = pytest.mark.skipif(not native_engine.available(), reason="the native engine is not built here")
@@ -353,6 +354,7 @@ def test_scaling_runs_the_placement_that_was_fastest_here(monkeypatch: pytest.Mo
     """Measured placement: every candidate is timed (interleaved, PLACEMENT_TRIALS runs each), the fastest
     runs the figures, and the JSON keeps the trials and where the chosen one put the heavy nodes."""
     monkeypatch.setattr(native_engine, "available", lambda: True)
+    monkeypatch.setattr(scaling, "SEARCH_RUNS", 0)  # the candidates alone (the search has its own tests)
     stages = {"l1": 0, "l2": 0, "l3": 1, "l4": 1}
     options = {"round_robin": {"l1": 0, "l2": 1, "l3": 0, "l4": 1}, "balanced": stages, "auto (balanced)": stages}
     monkeypatch.setattr(scaling, "candidates", lambda *args: dict(options))
@@ -374,6 +376,56 @@ def test_scaling_runs_the_placement_that_was_fastest_here(monkeypatch: pytest.Mo
     assert timed[: 2 * scaling.PLACEMENT_TRIALS].count(stages) == scaling.PLACEMENT_TRIALS
     assert timed[2 * scaling.PLACEMENT_TRIALS :] == [stages] * 3  # the figures ran the chosen placement
     assert result["native"]["mlp"] == pytest.approx(150.0 / 80.0)
+
+
+def test_the_search_times_every_assignment_on_two_workers_with_the_first_node_kept_on_worker_0() -> None:
+    heavy = ["a", "b", "c", "d"]
+    timed = scaling.search_placements(heavy, 2, dict.fromkeys(heavy, 0), lambda a: 10.0 + a["c"] - a["b"], 64)
+    assert len(timed) == 8 and all(a["a"] == 0 for a, _ in timed)
+    assert len({tuple(a.values()) for a, _ in timed}) == 8
+    best, fastest = max(timed, key=lambda t: t[1])
+    assert fastest == 11.0 and best["b"] == 0 and best["c"] == 1
+
+
+def test_the_search_moves_one_node_at_a_time_where_every_assignment_is_too_many() -> None:
+    """Three workers: a local search from the start, one node moved per step, to the fastest while it gains
+    more than SEARCH_MIN_GAIN, within the budget; each placement timed at most once."""
+    heavy = ["a", "b", "c"]
+    goal = {"a": 2, "b": 1, "c": 0}
+
+    def rate(a: dict[str, int]) -> float:  # closer to the goal is faster
+        return 100.0 + 20.0 * sum(a[n] == goal[n] for n in heavy)
+
+    timed = scaling.search_placements(heavy, 3, {"a": 0, "b": 0, "c": 0}, rate, 64)
+    best = max(timed, key=lambda t: t[1])
+    assert best[0] == goal and best[1] == 160.0
+    keys = [tuple(a.values()) for a, _ in timed]
+    assert len(keys) == len(set(keys))
+    assert len(scaling.search_placements(heavy, 3, {"a": 0, "b": 0, "c": 0}, rate, 5)) == 5  # the budget holds
+    flat = scaling.search_placements(heavy, 3, {"a": 0, "b": 0, "c": 0}, lambda a: 100.0, 64)
+    assert len(flat) == 1 + 6  # no step gains: the search stops after the first
+
+
+def test_a_measured_placement_takes_the_searchs_finalist_when_it_is_faster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The search's fastest assignments are timed again beside the best candidate, and the fastest runs."""
+    from amp_notebook.reproduce.workloads import workload
+
+    load = workload("mlp", quick=True, seed=0)
+    heavy = [n for n in load.graph.topological_order() if load.graph.nodes[n].kind in O.HEAVY]
+    target = {n: (1 if i in (1, 2) else 0) for i, n in enumerate(heavy)}  # the second and third on worker 1
+    rr = {n: i % 2 for i, n in enumerate(heavy)}
+    monkeypatch.setattr(scaling, "candidates", lambda *args: {"round_robin": dict(rr)})
+
+    def fake(workload: Any, engine: str, workers: int, keys: int, seed: int, placement: Any, diverged: Any) -> float:
+        return 200.0 if all(placement[n] == w for n, w in target.items()) else 100.0
+
+    monkeypatch.setattr(scaling, "throughput", fake)
+    chosen = scaling.measured_placement(load, "native", 2, 4, 0, 2, search_runs=64)
+    assert {n: chosen["placement"][n] for n in heavy} == target
+    assert chosen["chosen"] == "searched: worker 1 runs " + ", ".join(heavy[1:3])
+    assert chosen["search"]["runs"] == 2 ** (len(heavy) - 1)
+    assert chosen["search"]["finalists"][chosen["chosen"]] == 200.0
+    assert scaling.measured_placement(load, "native", 2, 4, 0, 2)["search"] is None  # no budget: the candidates
 
 
 def test_fastest_placement_breaks_ties_toward_the_first_listed() -> None:
