@@ -27,14 +27,14 @@ default), balanced stages, and ``autoplace``'s choice (costs measured on that en
 ``PLACEMENT_TRIALS`` times, interleaved; the fastest by median runs the figures (a tie goes to round
 robin), and ``placements`` in the JSON keeps every candidate's median and where the chosen one put each
 heavy node. On the native engine (not ``--quick``) the heavy nodes' assignments are then searched on this
-machine as well, since none of the three need be near the best: the GG-NN's fastest assignment on 2 workers
-here, its message computation on one worker and the whole GRU with the readout on the other, ran 1.55x its
-1-worker rate against round robin's 1.25x, and the simulator ranked it 30th of 64. On 2 workers every
-assignment is timed once (at most ``SEARCH_RUNS``; the first heavy node stays on worker 0), elsewhere a local
-search moves one heavy node at a time; the ``FINALISTS`` fastest are timed ``PLACEMENT_TRIALS`` runs beside
-the best candidate, and the fastest of those runs the figures (``search`` in the JSON: how many placements
-were timed, the finalists' medians). ``placement="round_robin"`` (or any strategy of ``place``) skips the
-trials and the search.
+machine as well, since none of the three need be near the best: on 2 workers here, the GG-NN ran 1.52-1.55x
+its 1-worker rate with both of its GRU's Linears on one worker, against 1.25-1.36x with round robin (two
+runs), and the simulator ranked that assignment 30th of 64. On 2 workers every assignment is timed
+``PLACEMENT_TRIALS`` runs, interleaved (at most ``SEARCH_RUNS`` assignments; the first heavy node stays on
+worker 0), elsewhere a local search moves one heavy node at a time; the ``FINALISTS`` fastest are timed one
+run more beside the best candidate, and the fastest of those runs the figures (``search`` in the JSON: how
+many placements were timed, the finalists' medians). ``placement="round_robin"`` (or any strategy of
+``place``) skips the trials and the search.
 
 **The machine's ceiling** (``ceiling=True``, the default; ``--no-ceiling`` skips it). Two workers of one
 run can at best do what two unrelated copies of its 1-worker run do side by side on the same cores, and on a
@@ -123,9 +123,9 @@ ENGINES = ("native", "python")
 DEFAULT_WORKERS = (1, 2)
 MEASURED = "measured"  # time the candidate placements on this machine (module docstring)
 PLACEMENT_TRIALS = 2  # timed runs of each candidate placement
-SEARCH_RUNS = 64  # the measured search's budget: placements timed once each (native engine, not --quick)
+SEARCH_RUNS = 64  # the measured search's budget in placements (native engine, not --quick)
 FINALISTS = 3  # the search's fastest placements, timed again beside the best candidate
-SEARCH_MIN_GAIN = 0.03  # a local search step must beat the current placement by this share (one noisy run each)
+SEARCH_MIN_GAIN = 0.03  # a local search step must beat the current placement by this share
 
 
 def parse_workers(text: str | Sequence[int]) -> tuple[int, ...]:
@@ -223,10 +223,10 @@ def measured_placement(
 ) -> dict[str, Any]:  # fmt: skip
     """The fastest of :func:`candidates` on this machine (module docstring): its name, node -> worker, and
     every candidate's median instances/s (``trials``; empty when the candidates are all one placement). With
-    ``search_runs``, the heavy nodes' assignments are searched too (:func:`search_placements`), each timed
-    once, and the ``FINALISTS`` fastest are timed ``trials`` runs beside the best candidate, which the
-    fastest of them replaces (``search`` in the result: the runs, the finalists' medians). The seeds of trial
-    runs that diverged go into ``diverged``."""
+    ``search_runs``, the heavy nodes' assignments are searched too (:func:`search_placements`, at most that
+    many, each timed ``trials`` runs), and the ``FINALISTS`` fastest are timed ``trials + 1`` runs beside the
+    best candidate, which the fastest of them replaces (``search`` in the result: the assignments timed, the
+    finalists' medians). The seeds of trial runs that diverged go into ``diverged``."""
     import warnings
 
     from amp_notebook.ir import ops as O
@@ -251,11 +251,11 @@ def measured_placement(
             return place(graph, workers, overrides=assignment)
 
     start = {n: options[name][n] for n in movable}
-    timed = search_placements(movable, workers, start, lambda a: rate(full(a)), search_runs)
+    timed = search_placements(movable, workers, start, lambda a: rate(full(a)), search_runs, trials)
     finalists = {name: options[name]}
     for assignment, _ in sorted(timed, key=lambda t: -t[1])[:FINALISTS]:
         finalists.setdefault(assignment_name(assignment, workers), full(assignment))
-    final, final_rates = fastest_placement(finalists, rate, trials)
+    final, final_rates = fastest_placement(finalists, rate, trials + 1)  # one run more: the last word
     chosen.update(chosen=final, placement=finalists[final], search={"runs": len(timed), "finalists": final_rates})
     return chosen
 
@@ -268,48 +268,51 @@ def assignment_name(assignment: dict[str, int], workers: int) -> str:
 
 
 def search_placements(
-    heavy: Sequence[str], workers: int, start: dict[str, int], rate: Callable[[dict[str, int]], float], budget: int
-) -> list[tuple[dict[str, int], float]]:
-    """Assignments of the ``heavy`` nodes to ``workers``, each timed once by ``rate`` (at most ``budget``
-    runs); returns every one timed with its rate.
+    heavy: Sequence[str], workers: int, start: dict[str, int], rate: Callable[[dict[str, int]], float], budget: int,
+    trials: int = 1,
+) -> list[tuple[dict[str, int], float]]:  # fmt: skip
+    """Assignments of the ``heavy`` nodes to ``workers``, each timed ``trials`` runs by ``rate``, interleaved
+    (at most ``budget`` assignments); returns every one timed with its median.
 
     On 2 workers with at most ``budget`` distinct assignments, every one: the first heavy node stays on
     worker 0 (the mirror image is the same run). The simulator that ``autoplace`` consults can rank them far
     from this machine (the GG-NN's fastest assignment here ranked 30th of 64 there), so they are timed, not
     predicted. Otherwise a local search from ``start``: each step times every heavy node moved to each other
-    worker and moves to the fastest while it beats the current one by ``SEARCH_MIN_GAIN`` (one run each is
-    noisy: the caller times the finalists again)."""
+    worker, beside the current assignment, and moves to the fastest while it beats the current one by
+    ``SEARCH_MIN_GAIN``."""
     import itertools
 
     heavy = list(heavy)
+
+    def timed(assignments: list[dict[str, int]]) -> list[tuple[dict[str, int], float]]:
+        fns = {str(i): functools.partial(rate, a) for i, a in enumerate(assignments)}
+        medians = interleaved_medians(trials, fns)
+        return [(a, medians[str(i)][0]) for i, a in enumerate(assignments)]
+
     if workers == 2 and 2 ** (len(heavy) - 1) <= budget:
-        rest = itertools.product((0, 1), repeat=len(heavy) - 1)
-        out = []
-        for bits in rest:
-            assignment = dict(zip(heavy, (0, *bits), strict=True))
-            out.append((assignment, rate(assignment)))
-        return out
+        every = [dict(zip(heavy, (0, *bits), strict=True)) for bits in itertools.product((0, 1), repeat=len(heavy) - 1)]
+        return timed(every)
     current = dict(start)
-    out = [(current, rate(current))]
     seen = {tuple(current[n] for n in heavy)}
-    best_rate = out[0][1]
+    out: list[tuple[dict[str, int], float]] = []
     while len(out) < budget:
-        step: list[tuple[dict[str, int], float]] = []
+        moves = []
         for n in heavy:
             for w in range(workers):
                 moved = {**current, n: w}
                 key = tuple(moved[h] for h in heavy)
-                if key in seen or len(out) + len(step) >= budget:
-                    continue
-                seen.add(key)
-                step.append((moved, rate(moved)))
-        out += step
-        if not step:
+                if key not in seen and len(out) + len(moves) + 1 < budget:
+                    seen.add(key)
+                    moves.append(moved)
+        if not moves:
             break
-        fastest = max(step, key=lambda t: t[1])
-        if fastest[1] <= best_rate * (1 + SEARCH_MIN_GAIN):
+        step = timed([current, *moves])  # the current one again, beside its neighbours: the same minutes
+        here, rest = step[0][1], step[1:]
+        out += [(current, here), *rest] if not out else rest
+        fastest = max(rest, key=lambda t: t[1])
+        if fastest[1] <= here * (1 + SEARCH_MIN_GAIN):
             break
-        current, best_rate = fastest
+        current = fastest[0]
     return out
 
 

@@ -389,7 +389,7 @@ def test_the_search_times_every_assignment_on_two_workers_with_the_first_node_ke
 
 def test_the_search_moves_one_node_at_a_time_where_every_assignment_is_too_many() -> None:
     """Three workers: a local search from the start, one node moved per step, to the fastest while it gains
-    more than SEARCH_MIN_GAIN, within the budget; each placement timed at most once."""
+    more than SEARCH_MIN_GAIN, within the budget; each placement reported once."""
     heavy = ["a", "b", "c"]
     goal = {"a": 2, "b": 1, "c": 0}
 
@@ -404,6 +404,10 @@ def test_the_search_moves_one_node_at_a_time_where_every_assignment_is_too_many(
     assert len(scaling.search_placements(heavy, 3, {"a": 0, "b": 0, "c": 0}, rate, 5)) == 5  # the budget holds
     flat = scaling.search_placements(heavy, 3, {"a": 0, "b": 0, "c": 0}, lambda a: 100.0, 64)
     assert len(flat) == 1 + 6  # no step gains: the search stops after the first
+    runs: list[dict[str, int]] = []
+    scaling.search_placements(["a", "b"], 2, {"a": 0, "b": 0}, lambda a: runs.append(a) or 1.0, 64, trials=3)
+    assert len(runs) == 2 * 3  # each assignment timed `trials` runs, the order flipping every round
+    assert runs[:2] == runs[2:4][::-1]
 
 
 def test_a_measured_placement_takes_the_searchs_finalist_when_it_is_faster(monkeypatch: pytest.MonkeyPatch) -> None:
