@@ -511,7 +511,7 @@ def run(
                     found = c.get("search")
                     if found:
                         finals = ", ".join(f"{k} {v:.0f}" for k, v in found["finalists"].items()) or "none"
-                        timed += f"; searched: {found['runs']} placements timed once, then {finals}"
+                        timed += f"; searched: {found['runs']} placements timed, the fastest again: {finals}"
                     rows.append((f"{e} {m} placement at {n}", f"{c['chosen']} (timed here, instances/s: {timed})"))
                 if used[e][m][n] < n:
                     rows.append((f"{e} {m} at {n}", f"only {used[e][m][n]} of the {n} workers get a node (the graph "
