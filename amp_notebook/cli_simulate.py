@@ -62,6 +62,18 @@ def add_simulate_arguments(s: argparse.ArgumentParser) -> None:
         default=None,
         help="seconds of overhead per message (default 0; with --calibrate, the engine's measured)",
     )
+    s.add_argument(
+        "--receive-overhead",
+        type=float,
+        default=0.0,
+        help="seconds of a device's own time per message it receives from another device (default 0)",
+    )
+    s.add_argument(
+        "--receive-per-byte",
+        type=float,
+        default=0.0,
+        help="seconds of a device's own time per byte it receives from another device (default 0)",
+    )
     s.add_argument("--calibrate", choices=CALIBRATED_ENGINES, default=None,
                    help="devices are cores of this machine: FLOP/s and the per-message overhead of this engine, "
                         "measured here (%(choices)s)")  # fmt: skip
@@ -101,6 +113,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     base = this_cpu(engine=args.calibrate) if args.calibrate else CostModel()
     given = {"flops": args.flops, "message_overhead_s": args.overhead}
     costs = base.with_(bandwidth_bits_per_s=args.bandwidth, latency_s=args.latency, wire_dtype=args.wire_dtype,
+                       receive_overhead_s=args.receive_overhead, receive_s_per_byte=args.receive_per_byte,
                        **{k: v for k, v in given.items() if v is not None})  # fmt: skip
     start = time.perf_counter()
     run = whatif(

@@ -47,7 +47,8 @@ class NativeSimulatedBackend(NativeBackend):
         self.costs = costs if costs is not None else CostModel()
         self.table: CostTable = self.costs.compile(session.plan)
         table = self.table
-        self.engine.simulate(table.latency, table.seconds_per_bit, table.update_s, _cost_hook(table))
+        receive = (table.receive_overhead, table.receive_per_byte)
+        self.engine.simulate(table.latency, table.seconds_per_bit, table.update_s, receive, _cost_hook(table))
 
     # ------------------------------------------------------------ the Backend protocol
     def now(self) -> float:

@@ -36,6 +36,15 @@ between nodes on one worker cost nothing to move. Links have no contention model
 own transfer time, so the bandwidth a run *uses* (bits moved / makespan) is reported, and a link is not
 slowed by its neighbours.
 
+Receiving time of a message from another worker (CPU the receiver spends on it: deserializing it on a
+cluster, reading it out of another core's cache)::
+
+    receive = receive_overhead_s + receive_s_per_byte * bytes
+
+The receiving worker owes it from the message's arrival and pays what it owes in its next step, whose
+handling (and trace row) gets that much longer. Both are zero by default: the paper's model charges a
+crossing message only the link.
+
 Costs are looked up per message, so the table caches ``(node, direction, shape, dtype) -> (seconds,
 bytes)``: a run with buckets of a few shapes evaluates the formulas a few times per node, and every other
 message costs one dict lookup.
@@ -103,7 +112,9 @@ class CostModel:
     ``flops`` is one FLOP/s figure for every device or a sequence with one per device;
     ``bandwidth_bits_per_s`` and ``latency_s`` apply to every link between two different workers unless
     ``links[(src, dst)]`` overrides them; ``nodes[name]`` fixes the handling times of one node.
-    ``math.inf`` is allowed for ``flops`` and ``bandwidth_bits_per_s`` (free compute, free links).
+    ``receive_overhead_s`` and ``receive_s_per_byte`` charge the receiver of a message from another worker
+    (module docstring). ``math.inf`` is allowed for ``flops`` and ``bandwidth_bits_per_s`` (free compute, free
+    links).
     """
 
     flops: float | Sequence[float] = 1e12
@@ -114,6 +125,8 @@ class CostModel:
     update_overhead_s: float = 0.0
     wire_dtype: str = "float32"
     header_bytes: int = 0
+    receive_overhead_s: float = 0.0
+    receive_s_per_byte: float = 0.0
     nodes: Mapping[str, NodeCost] = field(default_factory=dict)
     links: Mapping[tuple[int, int], Link] = field(default_factory=dict)
 
@@ -125,7 +138,8 @@ class CostModel:
             where = "CostModel.flops" if not isinstance(self.flops, Sequence) else f"CostModel.flops[{i}]"
             _positive(where, f, "FLOP/s of a device; 1e12 is the paper's 1 TFLOPS device")
         _positive("CostModel.bandwidth_bits_per_s", self.bandwidth_bits_per_s, "bits per second, e.g. 10e9 for 10 Gb/s")
-        for name in ("message_overhead_s", "latency_s", "update_flops_per_param", "update_overhead_s"):
+        for name in ("message_overhead_s", "latency_s", "update_flops_per_param", "update_overhead_s",
+                     "receive_overhead_s", "receive_s_per_byte"):  # fmt: skip
             _non_negative(f"CostModel.{name}", getattr(self, name))
         if self.wire_dtype not in WIRE_BYTES:
             raise CostModelError(f"CostModel.wire_dtype: expected one of {sorted(WIRE_BYTES)}, got {self.wire_dtype!r}")
@@ -193,6 +207,8 @@ class CostModel:
             "update_overhead_s": self.update_overhead_s,
             "wire_dtype": self.wire_dtype,
             "header_bytes": self.header_bytes,
+            "receive_overhead_s": self.receive_overhead_s,
+            "receive_s_per_byte": self.receive_s_per_byte,
             "nodes": {n: {k: v for k, v in c.__dict__.items() if v is not None} for n, c in self.nodes.items()},
             "links": {f"{a}->{b}": {"latency_s": lk.latency_s, "bandwidth_bits_per_s": num(lk.bandwidth_bits_per_s)}
                       for (a, b), lk in self.links.items()},
@@ -254,6 +270,9 @@ class CostTable:
         for (a, b), link in model.links.items():
             self.latency[a][b] = link.latency_s
             self.seconds_per_bit[a][b] = 1.0 / link.bandwidth_bits_per_s
+        self.receive_overhead = model.receive_overhead_s
+        self.receive_per_byte = model.receive_s_per_byte
+        self.receives = self.receive_overhead > 0 or self.receive_per_byte > 0
         self.fixed: list[NodeCost | None] = [model.nodes.get(n) for n in plan.names]
         self.update_s: list[float] = [self._update_seconds(i) for i in range(len(plan.names))]
         self._cache: dict[tuple[int, int, tuple[int, ...], Any], tuple[float, float, int]] = {}
@@ -271,6 +290,10 @@ class CostTable:
         """(handling seconds, bytes on a link) of a message with this payload; cached by shape and dtype."""
         overhead, work, nbytes = self._lookup(node, direction, payload)
         return overhead + work, nbytes
+
+    def receive_s(self, nbytes: int) -> float:
+        """CPU seconds a worker spends receiving a message of ``nbytes`` from another worker."""
+        return self.receive_overhead + self.receive_per_byte * nbytes
 
     def message_bytes(self, node: int, direction: int, payload: Any) -> int:
         """Bytes a message with this payload puts on a link."""

@@ -87,6 +87,21 @@ def test_bundles_priorities_and_modes_simulate_alike(settings: dict) -> None:
         assert relative_error(native.params, python.params) <= 1e-12
 
 
+@pytest.mark.parametrize("name", ["ggsnn", "tree-lstm"])
+def test_receiving_costs_simulate_alike(name: str) -> None:
+    """What a worker pays to receive a message from another worker is owed and paid alike on both engines."""
+    entry = zoo.get(name)
+    data = few_keys(entry.dataset("small", seed=0), 10, 3)
+    graph = entry.graph(data)
+    costs = COSTS.with_(receive_overhead_s=3e-7, receive_s_per_byte=7e-10)
+    settings = {"workers": 3, "mode": "amp", "epochs": 1, "seed": 4, "max_active_keys": 5, "max_bundle": 3,
+                "optimizer": {"name": "sgd", "lr": 0.01}}  # fmt: skip
+    python, native = both(graph, data, costs=costs, params=graph.init_params(4, np.float64), **settings)
+    assert_same_run(python, native)
+    free = train(graph, data, backend="simulated", costs=COSTS, dtype="float64", engine="native", **settings)
+    assert native.wall_s > free.wall_s
+
+
 def test_a_long_noop_chain_gives_the_same_makespan_and_links() -> None:
     from amp_notebook.bench.common import constant_dataset
 

@@ -130,6 +130,8 @@ def test_presets():
         ({"message_overhead_s": math.inf}, "message_overhead_s"),
         ({"wire_dtype": "int8"}, r"wire_dtype: expected one of \['bfloat16', 'float16', 'float32', 'float64'\]"),
         ({"header_bytes": -1}, "header_bytes"),
+        ({"receive_overhead_s": -1e-6}, r"CostModel.receive_overhead_s: expected a finite number >= 0"),
+        ({"receive_s_per_byte": math.nan}, r"CostModel.receive_s_per_byte: expected a finite number >= 0"),
         ({"nodes": {"a": 1.0}}, r"CostModel.nodes\['a'\]: expected a NodeCost"),
         ({"nodes": {"a": NodeCost(fwd_s=-1.0)}}, "NodeCost for node 'a': fwd_s"),
         ({"links": {(0, 1): Link(bandwidth_bits_per_s=0.0)}}, r"links\[\(0, 1\)\].bandwidth_bits_per_s"),

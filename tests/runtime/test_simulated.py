@@ -163,6 +163,40 @@ def test_link_cost_delays_the_receiver_by_latency_plus_transfer():
     assert links["1->0"] == {"bytes": nbytes, "messages": 1}  # b's input gradient backward
 
 
+def test_a_received_message_costs_its_receiver_cpu_in_its_next_step():
+    """A message from another worker costs the receiver receive_overhead_s + bytes * receive_s_per_byte, paid
+    in the step that follows its arrival; a message between nodes of one worker costs nothing to receive."""
+    g = Graph("two")
+    h = g.linear(g.input("x", width=8), 8, name="a", worker=0)
+    g.mse(g.linear(h, 8, name="b", worker=1), g.input("target", width=8), name="loss")
+    data = Dataset("one", [Batch({"x": np.ones((5, 8)), "target": np.zeros((5, 8))}, 5)], [])
+    link = {"flops": 1e9, "latency_s": 3e-6, "bandwidth_bits_per_s": 2e9, "header_bytes": 16}
+
+    def run(**receive: float):
+        r = train(
+            g, data, workers=2, mode="sync", validate=False, backend="simulated", costs=CostModel(**link, **receive)
+        )
+        ev, names = r.trace.events(), r.trace.node_names
+        rows = {
+            (names[n], int(p)): (s, e)
+            for n, p, s, e in zip(ev["node"], ev["phase"], ev["start"], ev["end"], strict=True)
+        }
+        return r, rows
+
+    free, plain = run()
+    paid, rows = run(receive_overhead_s=2e-6, receive_s_per_byte=1e-9)
+    nbytes = 5 * 8 * 4 + 16  # float32 on the wire, plus the header
+    receive = 2e-6 + 1e-9 * nbytes
+    assert rows[("a", 0)] == plain[("a", 0)]  # its input came from the controller: nothing to receive
+    assert rows[("b", 0)][0] == plain[("b", 0)][0]  # b starts when a's output arrives, as before
+    assert rows[("b", 0)][1] - rows[("b", 0)][0] == pytest.approx(plain[("b", 0)][1] - plain[("b", 0)][0] + receive)
+    assert rows[("loss", 0)][1] - rows[("loss", 0)][0] == pytest.approx(plain[("loss", 0)][1] - plain[("loss", 0)][0])
+    assert rows[("a", 1)][1] - rows[("a", 1)][0] == pytest.approx(plain[("a", 1)][1] - plain[("a", 1)][0] + receive)
+    assert paid.wall_s == pytest.approx(free.wall_s + 2 * receive)  # one crossing each way, both on the path
+    assert paid.backend_stats["links"] == free.backend_stats["links"]
+    assert paid.backend_stats["costs"]["receive_s_per_byte"] == 1e-9
+
+
 # ------------------------------------------------------------------ the paper's Fig. 1 arithmetic
 
 
@@ -263,12 +297,15 @@ def test_cli_simulate_json(model, tmp_path: Path, capsys: pytest.CaptureFixture[
     args = ["simulate", "--model", model, "--devices", "2", "--flops", "2T", "--bandwidth", "10Gb/s",
             "--max-active-keys", "3", "--trace", str(trace), "--json"]  # fmt: skip
     if model == "rnn":
-        args += ["--n-train", "300"]
+        args += ["--n-train", "300", "--receive-overhead", "2e-6", "--receive-per-byte", "1e-9"]
     assert main(args) == 0
     out = last_json_line(capsys.readouterr().out)
     assert out.keys() >= {"throughput_per_s", "utilization", "bandwidth_bits_per_s", "makespan_s", "virtual"}
     assert out["virtual"] is True and out["costs"]["flops"] == 2e12
     assert out["costs"]["bandwidth_bits_per_s"] == 10e9
+    assert (out["costs"]["receive_overhead_s"], out["costs"]["receive_s_per_byte"]) == (
+        (2e-6, 1e-9) if model == "rnn" else (0.0, 0.0)
+    )
     assert len(out["utilization"]) == 2 and out["throughput_per_s"] > 0 and out["makespan_s"] > 0
     assert any(e["ph"] == "X" for e in json.loads(trace.read_text())["traceEvents"])
 

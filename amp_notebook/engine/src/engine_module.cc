@@ -12,8 +12,8 @@
 //   handled(), queued(), activity(), in_flight(), busy(), held(node)                  watchdog and diagnosis
 //   worker_times() -> per worker (loop_s, ops_s, waiting_s, asleep_s, sleeps, bundles, messages, cpu_s)
 //   node_state(node), stop(), join()                                                  end of a run
-//   simulate(latency, seconds_per_bit, update_s, cost) instead of start(), then       a simulated run (sim.h):
-//     inject(...), sim_run() -> (done, flushed, failed), sim_now(), sim_stats()       no thread, virtual time
+//   simulate(latency, seconds_per_bit, update_s, receive, cost) instead of start(),   a simulated run (sim.h):
+//     then inject(...), sim_run() -> (done, flushed, failed), sim_now(), sim_stats()  no thread, virtual time
 //   optimizer_step(spec, params, grads, scale)                                        one native step (tests)
 //
 // Everything entering is checked here once (node indices, routes, ports, optimizer memory shapes); the
@@ -194,10 +194,11 @@ class EngineHandle {
   }
 
   // A simulated run instead of start(): the calling thread steps the workers in virtual time (sim.h).
-  // latency and seconds_per_bit: workers x workers (from, to); update_s: one per node; cost(node, direction,
-  // shape, dtype or None) -> (overhead seconds, work seconds, bytes), asked once per distinct key.
+  // latency and seconds_per_bit: workers x workers (from, to); update_s: one per node; receive: (seconds per
+  // message received from another worker, seconds per byte of it); cost(node, direction, shape, dtype or None)
+  // -> (overhead seconds, work seconds, bytes), asked once per distinct key.
   void simulate(std::vector<std::vector<double>> latency, std::vector<std::vector<double>> seconds_per_bit,
-                std::vector<double> update_s, nb::object cost) {
+                std::vector<double> update_s, std::pair<double, double> receive, nb::object cost) {
     require_building();
     check_built();
     const size_t workers = static_cast<size_t>(engine_->config.workers);
@@ -216,6 +217,8 @@ class EngineHandle {
     if (update_s.size() != added_.size()) throw nb::value_error("update_s: one per node");
     for (double v : update_s)
       if (!std::isfinite(v) || v < 0) throw nb::value_error("update_s: finite values >= 0");
+    for (double v : {receive.first, receive.second})
+      if (!std::isfinite(v) || v < 0) throw nb::value_error("receive: finite values >= 0");
     cost_ = cost;
     Simulation::CostHook hook = [this](int node, int direction, const Tensor& payload) {
       nb::gil_scoped_acquire gil;
@@ -231,7 +234,8 @@ class EngineHandle {
         rethrow_as_python_failure();
       }
     };
-    sim_ = std::make_unique<Simulation>(*engine_, std::move(lat), std::move(spb), std::move(update_s), std::move(hook));
+    sim_ = std::make_unique<Simulation>(*engine_, std::move(lat), std::move(spb), std::move(update_s), receive.first,
+                                        receive.second, std::move(hook));
     for (auto& w : engine_->workers) w->sim = sim_.get();
   }
 
@@ -626,7 +630,7 @@ void bind_engine(nb::module_& m) {
       .def("set_python_update", &EngineHandle::set_python_update)
       .def("start", &EngineHandle::start)
       .def("simulate", &EngineHandle::simulate, nb::arg("latency"), nb::arg("seconds_per_bit"), nb::arg("update_s"),
-           nb::arg("cost"))
+           nb::arg("receive"), nb::arg("cost"))
       .def("sim_run", &EngineHandle::sim_run)
       .def("sim_now", &EngineHandle::sim_now)
       .def("sim_stats", &EngineHandle::sim_stats)

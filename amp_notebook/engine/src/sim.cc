@@ -44,12 +44,16 @@ size_t Simulation::CostKeyHash::operator()(const CostKey& k) const {
 }
 
 Simulation::Simulation(Engine& engine, std::vector<double> latency, std::vector<double> seconds_per_bit,
-                       std::vector<double> update_s, CostHook cost)
+                       std::vector<double> update_s, double receive_overhead, double receive_per_byte,
+                       CostHook cost)
     : engine_(engine),
       workers_(engine.config.workers),
       latency_(std::move(latency)),
       seconds_per_bit_(std::move(seconds_per_bit)),
       update_s_(std::move(update_s)),
+      receive_overhead_(receive_overhead),
+      receive_per_byte_(receive_per_byte),
+      receives_(receive_overhead > 0 || receive_per_byte > 0),
       cost_hook_(std::move(cost)) {
   const size_t links = static_cast<size_t>(workers_) * static_cast<size_t>(workers_);
   if (latency_.size() != links || seconds_per_bit_.size() != links)
@@ -58,6 +62,7 @@ Simulation::Simulation(Engine& engine, std::vector<double> latency, std::vector<
   link_bytes.assign(links, 0);
   link_messages.assign(links, 0);
   busy_.assign(static_cast<size_t>(workers_), 0);
+  owed_.assign(static_cast<size_t>(workers_), 0.0);
 }
 
 template <class T>
@@ -118,6 +123,8 @@ bool Simulation::run(std::vector<int64_t>* done, std::vector<int64_t>* flushed) 
     } else if (e.kind == kArrive) {
       Message m = std::move(parked_[e.slot]);
       parked_free_.push_back(e.slot);
+      if (receives_)  // its bytes are cached: send() asked for them
+        owed_[w] += receive_overhead_ + receive_per_byte_ * static_cast<double>(cost(m.node, m.direction, m.payload).bytes);
       engine_.workers[w]->push_local(std::move(m));
       if (!busy_[w]) {
         busy_[w] = 1;
@@ -157,19 +164,26 @@ const SimCost& Simulation::cost(int node, int direction, const Tensor& payload) 
   return costs_.emplace(key, c).first->second;
 }
 
-double Simulation::ends(double start, const std::vector<Message>& bundle) {
+double Simulation::ends(int worker, double start, const std::vector<Message>& bundle) {
   const Message& first = bundle.front();
+  double end;
   if (bundle.size() == 1) {
     const SimCost& c = cost(first.node, first.direction, first.payload);
-    return start + c.overhead + c.work;
+    end = start + c.overhead + c.work;
+  } else {
+    double seconds = 0.0, overhead = 0.0;
+    for (const Message& m : bundle) {
+      const SimCost& c = cost(first.node, first.direction, m.payload);
+      seconds += c.work;
+      if (c.overhead > overhead) overhead = c.overhead;
+    }
+    end = start + overhead + seconds;
   }
-  double seconds = 0.0, overhead = 0.0;
-  for (const Message& m : bundle) {
-    const SimCost& c = cost(first.node, first.direction, m.payload);
-    seconds += c.work;
-    if (c.overhead > overhead) overhead = c.overhead;
-  }
-  return start + overhead + seconds;
+  if (!receives_) return end;
+  double& owed = owed_.at(static_cast<size_t>(worker));
+  end += owed;  // the same sum, in the same order, as the Python simulator's
+  owed = 0.0;
+  return end;
 }
 
 void Simulation::send(int from, int to, Message&& msg, double at) {

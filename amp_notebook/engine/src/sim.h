@@ -8,9 +8,11 @@
 //   FREE(w) at t: worker w takes its next bundle (none: it goes idle) and steps it at once (step.cc). The step
 //     starts at t and its handling ends at `ends(t, bundle)`: the per-call overhead once (the largest of the
 //     bundle's) plus the work of every message, each read from a cache keyed by (node, direction, dtype, shape)
-//     that asks the cost model (a hook the Python face sets) on a miss. A local update after it ends
-//     `update_s[node]` later. The worker's next FREE is at the step's end.
-//   ARRIVE(w, message): a message from another worker lands in w's inbox; an idle w gets a FREE now. A step's
+//     that asks the cost model (a hook the Python face sets) on a miss, plus the receiving time w owes (below).
+//     A local update after it ends `update_s[node]` later. The worker's next FREE is at the step's end.
+//   ARRIVE(w, message): a message from another worker lands in w's inbox; an idle w gets a FREE now. w owes
+//     the time it takes to receive it, receive_overhead + receive_per_byte * bytes, and pays what it owes in
+//     its next step (the receiving core reads the payload out of the sender's cache). A step's
 //     outputs to another worker leave when its handling ends and arrive after the link's latency plus
 //     8 * bytes * seconds per bit (bytes from the same cache, of the receiving node); outputs to its own worker
 //     go straight into its inbox, where only it sees them, after its step.
@@ -49,9 +51,11 @@ class Simulation {
   // (node, direction, payload) -> its cost; called once per distinct (node, direction, dtype, shape).
   using CostHook = std::function<SimCost(int node, int direction, const Tensor& payload)>;
 
-  // latency and seconds_per_bit: workers x workers, row-major (from, to); update_s: one per node.
+  // latency and seconds_per_bit: workers x workers, row-major (from, to); update_s: one per node;
+  // receive_overhead and receive_per_byte: a worker's seconds per message received from another worker and per
+  // byte of it (all finite and >= 0, checked by the caller).
   Simulation(Engine& engine, std::vector<double> latency, std::vector<double> seconds_per_bit,
-             std::vector<double> update_s, CostHook cost);
+             std::vector<double> update_s, double receive_overhead, double receive_per_byte, CostHook cost);
 
   // The driver: messages admitted now (credits already registered); then events until the next completion
   // (true, its keys and flushes in `done` / `flushed`), a failure, or no event left (false; the caller asks
@@ -60,9 +64,9 @@ class Simulation {
   bool run(std::vector<int64_t>* done, std::vector<int64_t>* flushed);
   double now() const { return now_; }
 
-  // The step's side (step.cc): when a bundle's handling begun at `start` ends; a message sent to another
-  // worker at `at`; keys and flushes a step completed at `end`.
-  double ends(double start, const std::vector<Message>& bundle);
+  // The step's side (step.cc): when worker's handling of a bundle begun at `start` ends (what it owes for
+  // receiving is paid here); a message sent to another worker at `at`; keys and flushes a step completed at `end`.
+  double ends(int worker, double start, const std::vector<Message>& bundle);
   double updated(double start, int node) const { return start + update_s_[static_cast<size_t>(node)]; }
   void send(int from, int to, Message&& msg, double at);
   void completed(double end, const std::vector<int64_t>& done, const std::vector<int64_t>& flushed);
@@ -100,6 +104,9 @@ class Simulation {
   Engine& engine_;
   const int workers_;
   std::vector<double> latency_, seconds_per_bit_, update_s_;
+  const double receive_overhead_, receive_per_byte_;
+  const bool receives_;         // either is > 0
+  std::vector<double> owed_;    // per worker: receiving time its next step pays
   CostHook cost_hook_;
   std::unordered_map<CostKey, SimCost, CostKeyHash> costs_;
   std::vector<Event> heap_;

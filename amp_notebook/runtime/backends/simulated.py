@@ -27,7 +27,9 @@ the order events were scheduled, which makes runs deterministic. Three kinds of 
   time. Outgoing messages to the same worker
   skip this event and go straight into its queue, where only the worker itself can see them, after
   ``end``. Messages to another worker arrive at ``end + latency + 8 * bytes / bandwidth``; their bytes
-  are counted per link, which gives the bandwidth the run used.
+  are counted per link, which gives the bandwidth the run used. Where the cost model charges receiving
+  (``receive_overhead_s``, ``receive_s_per_byte``), w owes that time from the arrival and pays it in its
+  next step, which ends that much later.
 * ``COMPLETE(key)``: credit counting as in the threaded backend (count += emitted - 1 when a message is
   handled); when a key's count reaches zero no message of it remains anywhere, and the controller hears
   of it at the end of that last message. Its actions (admit keys, flush, end the epoch) take effect at
@@ -74,8 +76,14 @@ class VirtualTime:
 
     def __init__(self, table: CostTable) -> None:
         self.now = 0.0  # set by the simulator before each step
-        self.handled = table.ends  # (start, bundle) -> when it ends: one call per step
+        self.owed = 0.0  # receiving time the stepping worker owes (set by the simulator before each step)
+        self.ends = table.ends
+        # (start, bundle) -> when it ends: one call per step; receiving time only where the model charges it
+        self.handled = self._handled_and_received if table.receives else table.ends
         self.update_s = table.update_s
+
+    def _handled_and_received(self, start: float, bundle: Sequence[Message]) -> float:
+        return self.ends(start, bundle) + self.owed
 
     def start(self) -> float:
         return self.now
@@ -105,6 +113,7 @@ class SimulatedBackend:
             for w in session.workers
         ]
         self.busy = [False] * workers
+        self.owed = [0.0] * workers  # receiving time each worker pays in its next step
         self.heap: list[tuple[float, int, int, int, Any]] = []  # (time, kind, seq, worker, payload)
         self._seq = itertools.count()
         self.finished = False
@@ -134,6 +143,7 @@ class SimulatedBackend:
         pop, push = heapq.heappop, heapq.heappush
         workers, inboxes, busy = session.workers, self.inboxes, self.busy
         ledger, timer = self.ledger, self._timer
+        receives, owed = self.table.receives, self.owed
         delivers = [self._deliver_from(w) for w in range(len(workers))]
         messages = bundles = 0
         finished = self.finished
@@ -148,6 +158,8 @@ class SimulatedBackend:
                 if bundle is None:
                     busy[w] = False
                     continue
+                if receives:
+                    timer.owed, owed[w] = owed[w], 0.0
                 completed, end = workers[w].step(bundle, inbox.size, timer, ledger, delivers[w])
                 messages += len(bundle)
                 bundles += 1
@@ -155,6 +167,9 @@ class SimulatedBackend:
                     push(heap, (end, COMPLETE, next(seq), 0, completed))
                 push(heap, (end, FREE, next(seq), w, None))
             elif kind == ARRIVE:
+                if receives:  # (message, its receiving time)
+                    obj, receive_s = obj
+                    owed[w] += receive_s
                 inboxes[w].push(obj)
                 if not busy[w]:
                     busy[w] = True
@@ -184,6 +199,7 @@ class SimulatedBackend:
         latency, seconds_per_bit = table.latency[w], table.seconds_per_bit[w]
         link_bytes, link_messages = self.link_bytes[w], self.link_messages[w]
         own = self.inboxes[w].push
+        receive_s = table.receive_s if table.receives else None
 
         def deliver(msgs: list[Message], at: float) -> None:
             for m in msgs:
@@ -198,7 +214,8 @@ class SimulatedBackend:
                 nbytes = hit[2] if hit is not None else message_bytes(m.node, m.direction, payload)
                 link_bytes[dst] += nbytes
                 link_messages[dst] += 1
-                push(heap, (at + latency[dst] + 8 * nbytes * seconds_per_bit[dst], ARRIVE, next(seq), dst, m))
+                arrives = at + latency[dst] + 8 * nbytes * seconds_per_bit[dst]
+                push(heap, (arrives, ARRIVE, next(seq), dst, m if receive_s is None else (m, receive_s(nbytes))))
 
         return deliver
 
