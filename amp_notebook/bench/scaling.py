@@ -262,9 +262,9 @@ def measured_placement(
 
 def assignment_name(assignment: dict[str, int], workers: int) -> str:
     """A searched placement's name: on 2 workers the heavy nodes it gives worker 1, else each node's worker."""
-    if workers == 2:
-        return "searched: worker 1 runs " + (", ".join(n for n, w in assignment.items() if w == 1) or "no heavy node")
-    return "searched: " + ", ".join(f"{n} on {w}" for n, w in assignment.items())
+    from amp_notebook.runtime.autoplace import describe
+
+    return "searched: " + describe(assignment, workers)
 
 
 def search_placements(

@@ -17,7 +17,7 @@ from amp_notebook.bench.common import repeat_epochs
 from amp_notebook.cli import main
 from amp_notebook.data import Dataset
 from amp_notebook.models import mlp
-from amp_notebook.runtime.autoplace import autoplace, measure_costs, per_message_seconds
+from amp_notebook.runtime.autoplace import _every_assignment, autoplace, measure_costs, per_message_seconds
 from amp_notebook.runtime.costs import CostModel, NodeCost
 from amp_notebook.runtime.train import train
 from tests.conftest import digits_dataset
@@ -94,6 +94,36 @@ def test_auto_is_deterministic_and_keeps_pinned_nodes() -> None:
     assert [c.as_dict() for c in a.candidates] == [c.as_dict() for c in b.candidates]
     assert all(c.heavy["linear2"] == 1 for c in a.candidates)
     assert a.summary()["costs"] == "the run's cost model"
+
+
+def test_every_assignment_counts_a_renaming_of_interchangeable_workers_once() -> None:
+    assert len(_every_assignment(7, 2, True, 64)) == 64  # the GG-NN's heavy nodes on 2 workers
+    assert _every_assignment(7, 2, True, 63) is None
+    assert len(_every_assignment(7, 2, False, 1000)) == 128
+    three = _every_assignment(3, 3, True, 100)  # the ways to split 3 nodes into at most 3 groups (Bell number 5)
+    assert three == [(0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1), (0, 1, 2)]
+    assert len(_every_assignment(4, 3, False, 100)) == 81
+    assert _every_assignment(0, 2, True, 1) == [()]
+
+
+@pytest.mark.filterwarnings("ignore:graph 'mlp'.*get no node:UserWarning")
+def test_auto_simulates_every_assignment_when_there_are_few() -> None:
+    choice = autoplace(mlp(64, 16), workload(), workers=2, max_active_keys=4, priority="fifo", costs=paper_mlp_costs(),
+                       min_gain=0.0)  # fmt: skip
+    seen = {tuple(c.heavy[n] ^ c.heavy[HEAVY[0]] for n in HEAVY) for c in choice.candidates}
+    assert len(choice.candidates) == len(seen) == 8  # 2 ** 4 assignments, each with its mirror image
+    assert all(c.name.startswith("every assignment: worker 1 runs") for c in choice.candidates[2:])
+    # pinned, the workers are no longer interchangeable: every assignment of the other three, both ways round
+    g = mlp(64, 16)
+    g.nodes["linear2"].worker = 1
+    pinned = autoplace(g, workload(), workers=2, priority="fifo", costs=paper_mlp_costs(), min_gain=0.0)
+    assignments = {tuple(c.heavy[n] for n in HEAVY) for c in pinned.candidates}
+    assert len(assignments) == len(pinned.candidates) == 8 and all(a[1] == 1 for a in assignments)
+    # over the budget: the local search from the faster of round robin and balanced
+    searched = autoplace(mlp(64, 16), workload(), workers=2, max_active_keys=4, priority="fifo",
+                         costs=paper_mlp_costs(), max_evaluations=6)  # fmt: skip
+    assert 2 < len(searched.candidates) <= 6
+    assert all(c.name.startswith("local search") for c in searched.candidates[2:])
 
 
 def test_near_ties_go_to_the_paper_default() -> None:
