@@ -12,7 +12,8 @@ drains backward work while the other starves of forward work), which the simulat
 any hardware noise.
 
 ``auto_*``: both sides with ``placement="auto"`` (each run measures its node costs here and picks the
-fastest of round robin, balanced stages and a local search on the simulator, see
+fastest of round robin, balanced stages and every assignment of the heavy nodes, or a local search where
+there are more, on the simulator, see
 ``runtime/autoplace.py``), with ``fifo`` inboxes as the headline and with the paper's ``backward_first``
 (``auto_backward_first_*``, left out by ``--quick``); the search's own time is not in the throughput (a
 run's wall time starts when its workers do). Every auto run's choice and prediction are kept (``auto_choices``).

@@ -14,10 +14,10 @@ epochs of 15 keys would drain it eight times: on 2 workers that held the MLP at 
 are longer than ``TIMED_KEYS`` and run as they are.
 
 **threads**: this machine, 2 worker threads. Placement ``auto`` (:mod:`amp_notebook.runtime.autoplace`: node
-costs measured here once per model, the fastest of round robin, balanced stages and a local search on the
-simulator, chosen once per max_active_keys before the timed runs; outside ``--quick`` that choice, round robin
-and balanced stages are then timed here, two interleaved runs each (a placement equal to an earlier one once),
-and the fastest runs the row, whose ``placement_trials`` keeps every figure: the simulator and this machine can
+costs measured here once per model, the fastest of round robin, balanced stages and every assignment of the
+heavy nodes (a local search where there are more) on the simulator, chosen once per max_active_keys before
+the timed runs; outside ``--quick`` that choice, round robin and balanced stages are then timed here, two
+interleaved runs each (a placement equal to an earlier one once), and the fastest runs the row, whose ``placement_trials`` keeps every figure: the simulator and this machine can
 disagree), ``fifo`` inboxes (arrival order keeps both workers fed; ``amp-notebook bench speedup`` compares it
 with backward-first). A model family (the RNN with its replicated variants) and its PyTorch peer run
 ``repeats`` times, interleaved with the order flipping every round (this machine is shared and noisy); the
