@@ -17,7 +17,7 @@ from amp_notebook.bench.common import repeat_epochs
 from amp_notebook.cli import main
 from amp_notebook.data import Dataset
 from amp_notebook.models import mlp
-from amp_notebook.runtime.autoplace import _every_assignment, autoplace, measure_costs, per_message_seconds
+from amp_notebook.runtime.autoplace import _every_assignment, autoplace, describe, measure_costs, per_message_seconds
 from amp_notebook.runtime.costs import CostModel, NodeCost
 from amp_notebook.runtime.train import train
 from tests.conftest import digits_dataset
@@ -104,6 +104,9 @@ def test_every_assignment_counts_a_renaming_of_interchangeable_workers_once() ->
     assert three == [(0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1), (0, 1, 2)]
     assert len(_every_assignment(4, 3, False, 100)) == 81
     assert _every_assignment(0, 2, True, 1) == [()]
+    assert describe({"a": 0, "b": 1, "c": 1}, 2) == "worker 1 runs b, c"
+    assert describe({"a": 0}, 2) == "worker 1 runs no heavy node"
+    assert describe({"a": 0, "b": 2}, 3) == "a on 0, b on 2"
 
 
 @pytest.mark.filterwarnings("ignore:graph 'mlp'.*get no node:UserWarning")
@@ -119,6 +122,10 @@ def test_auto_simulates_every_assignment_when_there_are_few() -> None:
     pinned = autoplace(g, workload(), workers=2, priority="fifo", costs=paper_mlp_costs(), min_gain=0.0)
     assignments = {tuple(c.heavy[n] for n in HEAVY) for c in pinned.candidates}
     assert len(assignments) == len(pinned.candidates) == 8 and all(a[1] == 1 for a in assignments)
+    # devices of different speeds are not interchangeable either: both ways round, 2 ** 4 assignments
+    costs = paper_mlp_costs().with_(flops=[1e12, 2e12])
+    uneven = autoplace(mlp(64, 16), workload(), workers=2, max_active_keys=4, priority="fifo", costs=costs)
+    assert len({tuple(c.heavy[n] for n in HEAVY) for c in uneven.candidates}) == len(uneven.candidates) == 16
     # over the budget: the local search from the faster of round robin and balanced
     searched = autoplace(mlp(64, 16), workload(), workers=2, max_active_keys=4, priority="fifo",
                          costs=paper_mlp_costs(), max_evaluations=6)  # fmt: skip
