@@ -13,19 +13,19 @@ epochs of 15 keys would drain it eight times: on 2 workers that held the MLP at 
 1.4x its rate at 1 where one 120-key epoch gives about 1.65x. The RNN, Tree-LSTM, GG-NN and tagger epochs
 are longer than ``TIMED_KEYS`` and run as they are.
 
-**threads**: this machine, 2 worker threads. Placement ``auto`` (:mod:`amp_notebook.runtime.autoplace`: node
-costs measured here once per model, the fastest of round robin, balanced stages and every assignment of the
-heavy nodes (a local search where there are more) on the simulator, chosen once per max_active_keys before
-the timed runs; outside ``--quick`` that choice, round robin and balanced stages are then timed here, two
-interleaved runs each (a placement equal to an earlier one once), and the fastest runs the row, whose ``placement_trials`` keeps every figure: the simulator and this machine can
-disagree), ``fifo`` inboxes (arrival order keeps both workers fed; ``amp-notebook bench speedup`` compares it
-with backward-first). A model family (the RNN with its replicated variants) and its PyTorch peer run
-``repeats`` times, interleaved with the order flipping every round (this machine is shared and noisy); the
-median is reported, every round is kept in ``runs_per_s``, and the 1-minute load average before and after the
-family's rounds is kept beside them (``load_1min``). The workers run on the engine ``engine`` names (default
-``auto``: the native worker loops, which hold no interpreter lock, wherever they are built and run the graph);
-each row's ``engine`` says which ran. On the Python engine every message's glue holds the interpreter lock, so
-two threads gain little whatever max_active_keys is.
+**threads**: this machine, 2 worker threads. Placement ``auto`` (:mod:`amp_notebook.runtime.autoplace`: node costs
+measured here once per model, the fastest of round robin, balanced stages and every assignment of the heavy nodes
+(a local search where there are more) on the simulator, chosen once per max_active_keys before the timed runs;
+outside ``--quick`` that choice, round robin and balanced stages are then timed here, two interleaved runs each (a
+placement equal to an earlier one once), and the fastest runs the row, whose ``placement_trials`` keeps every
+figure: the simulator and this machine can disagree), ``fifo`` inboxes (arrival order keeps both workers fed;
+``amp-notebook bench speedup`` compares it with backward-first). A model family (the RNN with its replicated
+variants) and its PyTorch peer run ``repeats`` times, interleaved with the order flipping every round (this machine
+is shared and noisy); the median is reported, every round is kept in ``runs_per_s``, and the 1-minute load average
+before and after the family's rounds is kept beside them (``load_1min``). The workers run on the engine ``engine``
+names (default ``auto``: the native worker loops, which hold no interpreter lock, wherever they are built and run
+the graph); each row's ``engine`` says which ran. On the Python engine every message's glue holds the interpreter
+lock, so two threads gain little whatever max_active_keys is.
 
 **simulated**: the paper's machine, 16 cores, as 16 simulated devices calibrated from this machine.
 Calibration: :func:`~amp_notebook.runtime.autoplace.measure_costs` runs a short traced sync training on one

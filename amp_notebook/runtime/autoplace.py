@@ -298,13 +298,11 @@ def describe(assignment: dict[str, int], workers: int) -> str:
     return ", ".join(f"{n} on {w}" for n, w in assignment.items())
 
 
-def _interchangeable(graph: Graph, costs: CostModel | None) -> bool:
-    """Whether renaming the workers changes nothing: no node pinned, and (simulated hardware) every device as
-    fast and no link set apart. Costs measured on this machine (None here) describe one core for all."""
+def _interchangeable(graph: Graph, costs: CostModel) -> bool:
+    """Whether renaming the workers changes nothing: no node pinned, every device as fast and no link set apart
+    (costs measured on this machine describe one core for all)."""
     if any(node.worker is not None for node in graph.nodes.values()):
         return False
-    if costs is None:
-        return True
     flops = costs.flops
     return not costs.links and (not isinstance(flops, (list, tuple)) or len(set(flops)) <= 1)
 

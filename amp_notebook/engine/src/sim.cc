@@ -103,6 +103,7 @@ bool Simulation::run(std::vector<int64_t>* done, std::vector<int64_t>* flushed) 
     const size_t w = static_cast<size_t>(e.worker);
     if (e.kind == kFree) {
       Worker& worker = *engine_.workers[w];
+      stepping_ = w;
       const size_t n = worker.step_next();
       if (n == 0) {
         busy_[w] = 0;
@@ -123,8 +124,10 @@ bool Simulation::run(std::vector<int64_t>* done, std::vector<int64_t>* flushed) 
     } else if (e.kind == kArrive) {
       Message m = std::move(parked_[e.slot]);
       parked_free_.push_back(e.slot);
-      if (receives_)  // its bytes are cached: send() asked for them
-        owed_[w] += receive_overhead_ + receive_per_byte_ * static_cast<double>(cost(m.node, m.direction, m.payload).bytes);
+      if (receives_) {  // its bytes are cached: send() asked for them
+        const double nbytes = static_cast<double>(cost(m.node, m.direction, m.payload).bytes);
+        owed_[w] += receive_overhead_ + receive_per_byte_ * nbytes;
+      }
       engine_.workers[w]->push_local(std::move(m));
       if (!busy_[w]) {
         busy_[w] = 1;
@@ -164,7 +167,7 @@ const SimCost& Simulation::cost(int node, int direction, const Tensor& payload) 
   return costs_.emplace(key, c).first->second;
 }
 
-double Simulation::ends(int worker, double start, const std::vector<Message>& bundle) {
+double Simulation::ends(double start, const std::vector<Message>& bundle) {
   const Message& first = bundle.front();
   double end;
   if (bundle.size() == 1) {
@@ -180,7 +183,7 @@ double Simulation::ends(int worker, double start, const std::vector<Message>& bu
     end = start + overhead + seconds;
   }
   if (!receives_) return end;
-  double& owed = owed_.at(static_cast<size_t>(worker));
+  double& owed = owed_.at(stepping_);
   end += owed;  // the same sum, in the same order, as the Python simulator's
   owed = 0.0;
   return end;

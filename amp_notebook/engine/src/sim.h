@@ -11,8 +11,8 @@
 //     that asks the cost model (a hook the Python face sets) on a miss, plus the receiving time w owes (below).
 //     A local update after it ends `update_s[node]` later. The worker's next FREE is at the step's end.
 //   ARRIVE(w, message): a message from another worker lands in w's inbox; an idle w gets a FREE now. w owes
-//     the time it takes to receive it, receive_overhead + receive_per_byte * bytes, and pays what it owes in
-//     its next step (the receiving core reads the payload out of the sender's cache). A step's
+//     the time it takes to receive it, receive_overhead + receive_per_byte * bytes (both zero unless the cost
+//     model charges receiving), and pays what it owes in its next step. A step's
 //     outputs to another worker leave when its handling ends and arrive after the link's latency plus
 //     8 * bytes * seconds per bit (bytes from the same cache, of the receiving node); outputs to its own worker
 //     go straight into its inbox, where only it sees them, after its step.
@@ -64,9 +64,10 @@ class Simulation {
   bool run(std::vector<int64_t>* done, std::vector<int64_t>* flushed);
   double now() const { return now_; }
 
-  // The step's side (step.cc): when worker's handling of a bundle begun at `start` ends (what it owes for
-  // receiving is paid here); a message sent to another worker at `at`; keys and flushes a step completed at `end`.
-  double ends(int worker, double start, const std::vector<Message>& bundle);
+  // The step's side (step.cc): when the stepping worker's handling of a bundle begun at `start` ends (what it
+  // owes for receiving is paid here); a message sent to another worker at `at`; keys and flushes a step
+  // completed at `end`.
+  double ends(double start, const std::vector<Message>& bundle);
   double updated(double start, int node) const { return start + update_s_[static_cast<size_t>(node)]; }
   void send(int from, int to, Message&& msg, double at);
   void completed(double end, const std::vector<int64_t>& done, const std::vector<int64_t>& flushed);
@@ -105,8 +106,9 @@ class Simulation {
   const int workers_;
   std::vector<double> latency_, seconds_per_bit_, update_s_;
   const double receive_overhead_, receive_per_byte_;
-  const bool receives_;         // either is > 0
-  std::vector<double> owed_;    // per worker: receiving time its next step pays
+  const bool receives_;       // either is > 0
+  std::vector<double> owed_;  // per worker: receiving time its next step pays
+  size_t stepping_ = 0;       // the worker whose step run() is taking (ends() charges it)
   CostHook cost_hook_;
   std::unordered_map<CostKey, SimCost, CostKeyHash> costs_;
   std::vector<Event> heap_;

@@ -87,7 +87,7 @@ void Worker::step(std::vector<Message>& bundle, int32_t depth) {
   int update_node = -1;
   try {
     handle(bundle);
-    const double t1 = sim_clock ? sim_clock->ends(index_, t0, bundle) : monotonic_now();
+    const double t1 = sim_clock ? sim_clock->ends(t0, bundle) : monotonic_now();
     send_at_ = end = t1;
     if (!sim_clock) bump(ops_s_, t1 - t0);
     if (tr) {
