@@ -280,7 +280,7 @@ def search_placements(
     predicted. Otherwise a local search from ``start``: each step times every heavy node moved to each other
     worker, beside the current assignment, and moves to the fastest while it beats the current one by
     ``SEARCH_MIN_GAIN``."""
-    import itertools
+    from amp_notebook.runtime.autoplace import every_assignment
 
     heavy = list(heavy)
 
@@ -289,9 +289,9 @@ def search_placements(
         medians = interleaved_medians(trials, fns)
         return [(a, medians[str(i)][0]) for i, a in enumerate(assignments)]
 
-    if workers == 2 and 2 ** (len(heavy) - 1) <= budget:
-        every = [dict(zip(heavy, (0, *bits), strict=True)) for bits in itertools.product((0, 1), repeat=len(heavy) - 1)]
-        return timed(every)
+    every = every_assignment(len(heavy), workers, True, budget) if workers == 2 else None
+    if every is not None:
+        return timed([dict(zip(heavy, a, strict=True)) for a in every])
     current = dict(start)
     seen = {tuple(current[n] for n in heavy)}
     out: list[tuple[dict[str, int], float]] = []

@@ -248,7 +248,7 @@ def autoplace(
     candidates = [Candidate(s, heavy_of(s), 0.0) for s in ("round_robin", "balanced")]
     for c in candidates:
         c.predicted_per_s = predict(c.heavy)
-    every = _every_assignment(len(movable), workers, symmetric, max_evaluations)
+    every = every_assignment(len(movable), workers, symmetric, max_evaluations)
     if every is not None:
         for workers_of in every:
             assignment = {**candidates[0].heavy, **dict(zip(movable, workers_of, strict=True))}
@@ -317,7 +317,7 @@ def _signature(assignment: dict[str, int], heavy: list[str], symmetric: bool) ->
     return tuple(names.setdefault(w, len(names)) for w in workers)
 
 
-def _every_assignment(nodes: int, workers: int, symmetric: bool, limit: int) -> list[tuple[int, ...]] | None:
+def every_assignment(nodes: int, workers: int, symmetric: bool, limit: int) -> list[tuple[int, ...]] | None:
     """Every assignment of ``nodes`` nodes to ``workers`` workers (with interchangeable workers one per renaming:
     each node takes a worker already used or the next new one), or None when there are more than ``limit``."""
     out: list[tuple[int, ...]] = []
@@ -363,4 +363,4 @@ def _cycle(keys: list[Any], n: int) -> list[Any]:
     return [keys[i % len(keys)] for i in range(n)]
 
 
-__all__ = ["AutoPlacement", "Candidate", "autoplace", "describe", "measure_costs"]
+__all__ = ["AutoPlacement", "Candidate", "autoplace", "describe", "every_assignment", "measure_costs"]

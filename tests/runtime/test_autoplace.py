@@ -17,7 +17,7 @@ from amp_notebook.bench.common import repeat_epochs
 from amp_notebook.cli import main
 from amp_notebook.data import Dataset
 from amp_notebook.models import mlp
-from amp_notebook.runtime.autoplace import _every_assignment, autoplace, describe, measure_costs, per_message_seconds
+from amp_notebook.runtime.autoplace import autoplace, describe, every_assignment, measure_costs, per_message_seconds
 from amp_notebook.runtime.costs import CostModel, NodeCost
 from amp_notebook.runtime.train import train
 from tests.conftest import digits_dataset
@@ -96,21 +96,21 @@ def test_auto_is_deterministic_and_keeps_pinned_nodes() -> None:
     assert a.summary()["costs"] == "the run's cost model"
 
 
-def test_every_assignment_counts_a_renaming_of_interchangeable_workers_once() -> None:
-    assert len(_every_assignment(7, 2, True, 64)) == 64  # the GG-NN's heavy nodes on 2 workers
-    assert _every_assignment(7, 2, True, 63) is None
-    assert len(_every_assignment(7, 2, False, 1000)) == 128
-    three = _every_assignment(3, 3, True, 100)  # the ways to split 3 nodes into at most 3 groups (Bell number 5)
+def testevery_assignment_counts_a_renaming_of_interchangeable_workers_once() -> None:
+    assert len(every_assignment(7, 2, True, 64)) == 64  # the GG-NN's heavy nodes on 2 workers
+    assert every_assignment(7, 2, True, 63) is None
+    assert len(every_assignment(7, 2, False, 1000)) == 128
+    three = every_assignment(3, 3, True, 100)  # the ways to split 3 nodes into at most 3 groups (Bell number 5)
     assert three == [(0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1), (0, 1, 2)]
-    assert len(_every_assignment(4, 3, False, 100)) == 81
-    assert _every_assignment(0, 2, True, 1) == [()]
+    assert len(every_assignment(4, 3, False, 100)) == 81
+    assert every_assignment(0, 2, True, 1) == [()]
     assert describe({"a": 0, "b": 1, "c": 1}, 2) == "worker 1 runs b, c"
     assert describe({"a": 0}, 2) == "worker 1 runs no heavy node"
     assert describe({"a": 0, "b": 2}, 3) == "a on 0, b on 2"
 
 
 @pytest.mark.filterwarnings("ignore:graph 'mlp'.*get no node:UserWarning")
-def test_auto_simulates_every_assignment_when_there_are_few() -> None:
+def test_auto_simulatesevery_assignment_when_there_are_few() -> None:
     choice = autoplace(mlp(64, 16), workload(), workers=2, max_active_keys=4, priority="fifo", costs=paper_mlp_costs(),
                        min_gain=0.0)  # fmt: skip
     seen = {tuple(c.heavy[n] ^ c.heavy[HEAVY[0]] for n in HEAVY) for c in choice.candidates}
