@@ -63,10 +63,10 @@ every backend, and none can be done from outside it:
   drive goes on from there. Only :func:`~amp_notebook.runtime.recover.drive` calls it, inside ``run``, as
   the session's ``restarts`` allow (``max_failures``). The clock (``origin``) and the trace buffers go on.
 
-What a backend may call on the session: ``begin``, ``completed``, ``carry_out``, ``add_reports`` (driver
-thread only), ``collect_reports``, ``input_messages`` and its ``numerics`` guard's ``inputs_ok``; and read
-``plan``, ``contexts``, ``workers`` (the state machines its loops step), ``buffers``, ``knobs`` and
-``config``. Workers in the same process step ``session.workers[w]`` with
+What a backend may call on the session: ``begin``, ``completed``, ``carry_out``, ``add_reports``,
+``fold_reports`` and ``admit_ahead`` (driver thread only), ``collect_reports``, ``input_messages`` and its
+``numerics`` guard's ``inputs_ok``; and read ``plan``, ``contexts``, ``workers`` (the state machines its loops
+step), ``buffers``, ``knobs`` and ``config``. Workers in the same process step ``session.workers[w]`` with
 :meth:`~amp_notebook.runtime.worker.Worker.step`; workers elsewhere build their own from the plan; a native
 engine runs its own loop on the contexts' arrays and keeps its own ledger (both sides of it natively).
 
@@ -158,15 +158,23 @@ class Backend(Protocol):
 
 
 def admit_by_messages(session: Session, backend: Backend, info: KeyInfo) -> bool:
-    """``Backend.admit`` as Python messages (the threaded, simulated and Ray backends, and the native backend
-    where its one-call path cannot take a batch): the guard's check of the key's inputs (raises, or False to
-    skip the key), then the key's input messages registered with the ledger and injected."""
-    if session.numerics is not None and not session.numerics.inputs_ok(info):
+    """``Backend.admit`` as Python messages (the threaded, simulated and Ray backends): the guard's check of
+    the key's inputs (raises, or False to skip the key), then the key's input messages registered with the
+    ledger and injected."""
+    msgs = checked_input_messages(session, info)
+    if msgs is None:
         return False
-    msgs = session.input_messages(info)
     backend.ledger.admit_key(info.key, msgs)
     backend.inject(msgs)
     return True
 
 
-__all__ = ["Backend", "admit_by_messages"]
+def checked_input_messages(session: Session, info: KeyInfo) -> list[Message] | None:
+    """A key's input messages (``Session.input_messages``) once the numerics guard has checked its inputs:
+    None where the guard skips the key (``on_nonfinite="skip"``); raises where it raises."""
+    if session.numerics is not None and not session.numerics.inputs_ok(info):
+        return None
+    return session.input_messages(info)
+
+
+__all__ = ["Backend", "admit_by_messages", "checked_input_messages"]

@@ -12,7 +12,10 @@ so no model needs hand-written termination logic (ARCHITECTURE.md, invariant 5).
 Admission per mode (invariant 6):
 
 * ``amp``: keep up to ``max_active_keys`` keys in flight; nodes update locally whenever they hold
-  ``min_update_frequency`` gradients.
+  ``min_update_frequency`` gradients. A backend that keeps that limit itself, at an admission gate, may let
+  the controller admit ``ahead`` keys more (:meth:`Controller.admit_ahead`): the engine holds them until
+  keys in flight complete, so a key starts the moment another ends instead of when the driver next hears of
+  it. Those keys count as admitted here (``active``); ``in_flight`` never exceeds the limit.
 * ``sync``: one key at a time; after each training key, flush (every node updates) before the next.
 * ``pipeline``: admit up to ``max_active_keys`` keys, wait for all of them, flush, repeat: the paper's
   Fig. 1b, where the pipeline fills and then drains before the update.
@@ -152,6 +155,7 @@ class Controller:
         self.average_due = False  # admission held until the keys in flight drain, then Average
         self.averaging = False  # Average emitted, on_average_complete not yet heard
         self.unadmitted: list[KeyInfo] = []  # what `stop` took from `pending` (a checkpoint resumes there)
+        self.ahead = 0  # amp mode: keys admitted beyond max_active_keys, which the backend's gate holds
 
     @staticmethod
     def _check_keys(k: int) -> int:
@@ -258,6 +262,18 @@ class Controller:
     def info(self, key: int) -> KeyInfo | None:
         return self.keys.get(key)
 
+    def admit_ahead(self, n: int) -> None:
+        """Admit up to ``n`` keys beyond ``max_active_keys`` in ``amp`` mode (other modes ignore it), from the
+        next admission on: the backend that asks keeps at most ``max_active_keys`` in flight itself and holds
+        the rest, in admission order, until keys complete (module docstring). 0 turns it off."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise SettingError("admit_ahead", f"admit_ahead: expected an int >= 0, got {n!r}")
+        self.ahead = n
+
+    def in_flight(self) -> int:
+        """Keys admitted and in flight, at most the limit: keys admitted ahead wait at the backend's gate."""
+        return min(len(self.active), self._limit())
+
     def remaining(self) -> list[KeyInfo]:
         """The epoch's keys not yet admitted, in admission order (with those a ``stop`` held back)."""
         return self.pending[::-1] + self.unadmitted
@@ -290,7 +306,8 @@ class Controller:
             self.average_due, self.averaging = False, True
             return [Average()]
         actions: list[Action] = []
-        while self.pending and not self.paused and len(self.active) < self._limit():
+        limit = self._limit() + (self.ahead if self.mode == "amp" else 0)
+        while self.pending and not self.paused and len(self.active) < limit:
             if self.mode == "pipeline" and self.group_admitted >= self.max_active_keys:
                 break
             if self._validation_waits():  # the epoch's training keys drain, the replicas average, then validate

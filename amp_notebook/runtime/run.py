@@ -169,7 +169,7 @@ class Run:
             "keys_done": session.keys_done,
             "train_instances_done": session.train_instances_done,
             "elapsed_s": self._backend.wall_s if done else self._backend.now(),
-            "keys_in_flight": len(controller.active),
+            "keys_in_flight": controller.in_flight(),
             "keys_admitted": controller.admitted,
             "max_active_keys": 1 if controller.mode == "sync" else knobs.max_active_keys,
             "min_update_frequency": {

@@ -37,6 +37,12 @@ if TYPE_CHECKING:
     from amp_notebook.runtime.backend import Backend
 
 RECENT_DECAY = 0.95  # weight of the past in the moving averages of the training loss and accuracy
+SIDES = ("train", "val")  # EpochStats' sums per side: "<side>_n", "<side>_loss", "<side>_correct"
+
+# One side's running sums as (instances, loss * instances, correct predictions or None before any is counted)
+SideSums = tuple[int, float, int | None]
+# What loss reports fold into: (train sums, val sums, recent_loss, recent_accuracy) (Session.fold_reports)
+ReportTotals = tuple[SideSums | None, SideSums | None, float | None, float | None]
 
 
 class DataError(AmpError, ValueError):
@@ -87,6 +93,27 @@ class EpochStats:
             s[prefix + "_n"], s[prefix + "_loss"] = n_sum, loss_sum
             if correct_sum is not None:
                 s[prefix + "_correct"] = correct_sum
+
+    def side_sums(self) -> tuple[SideSums, SideSums]:
+        """The running sums of each side, training then validation (zeros before any report)."""
+        s = self._sums
+        return tuple(  # type: ignore[return-value]
+            (int(s.get(f"{p}_n", 0)), float(s.get(f"{p}_loss", 0.0)),
+             None if s.get(f"{p}_correct") is None else int(s[f"{p}_correct"]))
+            for p in SIDES
+        )  # fmt: skip
+
+    def set_side_sums(self, sides: Sequence[SideSums | None]) -> None:
+        """Running sums that grew elsewhere, as :meth:`add_many` leaves them: a side given as None is left as
+        it is (no report of that side came), a correct count of None stays absent."""
+        s = self._sums
+        for prefix, side in zip(SIDES, sides, strict=True):
+            if side is None:
+                continue
+            n, loss, correct = side
+            s[prefix + "_n"], s[prefix + "_loss"] = n, loss
+            if correct is not None:
+                s[prefix + "_correct"] = correct
 
     def finish(self, end_s: float) -> None:
         s = self._sums
@@ -329,6 +356,21 @@ class Session:
                 recent_accuracy = acc if recent_accuracy is None else d * recent_accuracy + (1 - d) * acc
         self.recent_loss, self.recent_accuracy = recent_loss, recent_accuracy
 
+    def fold_reports(self, fold: Callable[[float, ReportTotals], ReportTotals | None]) -> None:
+        """Loss reports that ``fold`` adds to the epoch's sums and the moving averages, one report at a time in
+        the order they were handed over, as :meth:`add_reports` adds them (the native engine's
+        ``fold_reports``, which keeps the reports on its side: a Tree-LSTM reports per tree node, and turning
+        every report into Python objects cost the driver as much as the rest of its work per key). ``fold``
+        gets :data:`RECENT_DECAY` and the totals so far, and returns the new ones, or None when no report
+        came. A report counts for its own key's side, which the engine knows from the key's messages."""
+        current = self.current
+        train, val = current.side_sums()
+        out = fold(RECENT_DECAY, (train, val, self.recent_loss, self.recent_accuracy))
+        if out is None:
+            return
+        current.set_side_sums(out[:2])
+        self.recent_loss, self.recent_accuracy = out[2], out[3]
+
     def key_done(self, key: int) -> None:
         self.collect_reports()
         epoch_train = self.key_epoch.pop(key, None)
@@ -339,6 +381,12 @@ class Session:
                 self.train_instances_done += info.batch.size
             if self.on_key_done is not None:
                 self.on_key_done(info)
+
+    def admit_ahead(self, n: int) -> None:
+        """A backend with an admission gate (it keeps at most ``max_active_keys`` keys in flight itself) lets
+        the controller admit ``n`` keys more in ``amp`` mode, which the gate holds until keys complete
+        (:meth:`~amp_notebook.runtime.controller.Controller.admit_ahead`); from the next admission on."""
+        self.controller.admit_ahead(n)
 
     def set_max_active_keys(self, k: int) -> list[Action]:
         """A live change (driver thread): the knob, then the controller, which admits by it; its actions."""

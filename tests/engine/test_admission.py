@@ -155,13 +155,13 @@ def test_without_the_check_nan_is_admitted():
 
 def count_python_admissions(monkeypatch) -> list[int]:
     seen: list[int] = []
-    real = native_backend.admit_by_messages
+    real = native_backend.checked_input_messages
 
-    def counted(session, backend, info):
+    def counted(session, info):
         seen.append(info.key)
-        return real(session, backend, info)
+        return real(session, info)
 
-    monkeypatch.setattr(native_backend, "admit_by_messages", counted)
+    monkeypatch.setattr(native_backend, "checked_input_messages", counted)
     return seen
 
 

@@ -9,12 +9,14 @@ namespace amp {
 void Ledger::inject_key(int64_t key, int64_t n) {
   std::lock_guard<std::mutex> lock(mu_);
   keys_[key] += n;
+  peak_keys_ = std::max(peak_keys_, static_cast<int64_t>(keys_.size()));
 }
 
 void Ledger::inject_keys(const std::vector<std::pair<int64_t, int64_t>>& keys) {
   if (keys.empty()) return;
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [key, n] : keys) keys_[key] += n;
+  peak_keys_ = std::max(peak_keys_, static_cast<int64_t>(keys_.size()));
 }
 
 void Ledger::inject_flush(int64_t flush_id, int64_t n) {
@@ -96,6 +98,16 @@ std::unordered_map<int64_t, int64_t> Ledger::outstanding() {
 std::unordered_map<int64_t, int64_t> Ledger::outstanding_flushes() {
   std::lock_guard<std::mutex> lock(mu_);
   return flushes_;
+}
+
+int64_t Ledger::keys_in_flight() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(keys_.size());
+}
+
+int64_t Ledger::peak_keys() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peak_keys_;
 }
 
 bool Ledger::busy() {

@@ -48,6 +48,8 @@ class Ledger {
   std::unordered_map<int64_t, int64_t> outstanding();
   std::unordered_map<int64_t, int64_t> outstanding_flushes();
   bool busy();  // any key or flush in flight
+  int64_t keys_in_flight();  // keys with credits outstanding
+  int64_t peak_keys();       // the most keys in flight at once so far (tests: the admission gate held)
 
  private:
   bool worth_waking() const;  // whether the completion queue is worth a wake (class comment); mu_ held
@@ -61,6 +63,7 @@ class Ledger {
   std::unordered_map<int64_t, int64_t> keys_, flushes_;
   std::vector<int64_t> done_queue_, flushed_queue_;
   int64_t wake_batch_ = 1;
+  int64_t peak_keys_ = 0;
 };
 
 }  // namespace amp

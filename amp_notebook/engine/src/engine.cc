@@ -2,6 +2,7 @@
 #include "engine.h"
 
 #include <chrono>
+#include <limits>
 
 namespace amp {
 
@@ -51,6 +52,69 @@ void Engine::inject(std::vector<Message>& msgs) {
   for (Message& m : msgs) per_worker[static_cast<size_t>(nodes[static_cast<size_t>(m.node)]->owner)].push_back(std::move(m));
   for (size_t w = 0; w < workers.size(); ++w) workers[w]->post(per_worker[w]);
   msgs.clear();
+}
+
+void Engine::admit(std::vector<AdmittedKey>& keys) {
+  std::vector<Message> now;
+  {
+    std::lock_guard<std::mutex> lock(gate_mu_);
+    const size_t n = keys.size();
+    for (AdmittedKey& k : keys) held_.push_back(std::move(k));
+    let_in(&now);
+    held_total_ += static_cast<int64_t>(std::min(n, held_.size()));  // the newest are the ones left waiting
+  }
+  keys.clear();
+  inject(now);
+}
+
+void Engine::let_in(std::vector<Message>* out) {
+  const int64_t limit = key_limit_ > 0 ? key_limit_ : std::numeric_limits<int64_t>::max();
+  int64_t room = held_.empty() ? 0 : limit - ledger.keys_in_flight();
+  std::vector<std::pair<int64_t, int64_t>> credits;
+  while (room > 0 && !held_.empty()) {
+    AdmittedKey& k = held_.front();
+    credits.emplace_back(k.first, static_cast<int64_t>(k.second.size()));
+    for (Message& m : k.second) out->push_back(std::move(m));
+    held_.pop_front();
+    --room;
+  }
+  ledger.inject_keys(credits);
+}
+
+void Engine::set_key_limit(int64_t limit) {
+  std::vector<Message> now;
+  {
+    std::lock_guard<std::mutex> lock(gate_mu_);
+    key_limit_ = std::max<int64_t>(0, limit);
+    gated_.store(key_limit_ > 0, std::memory_order_relaxed);
+    let_in(&now);
+  }
+  inject(now);
+}
+
+void Engine::refill() {
+  std::vector<Message> now;
+  {
+    std::lock_guard<std::mutex> lock(gate_mu_);
+    if (held_.empty()) return;
+    let_in(&now);
+  }
+  inject(now);
+}
+
+int64_t Engine::held_keys() {
+  std::lock_guard<std::mutex> lock(gate_mu_);
+  return static_cast<int64_t>(held_.size());
+}
+
+int64_t Engine::keys_held() {
+  std::lock_guard<std::mutex> lock(gate_mu_);
+  return held_total_;
+}
+
+bool Engine::busy() {
+  std::lock_guard<std::mutex> lock(gate_mu_);
+  return !held_.empty() || ledger.busy();
 }
 
 bool Engine::wait(double timeout_s, int64_t wake_batch, std::vector<int64_t>* done, std::vector<int64_t>* flushed) {

@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -100,6 +101,22 @@ class Engine {
 
   // The driver.
   void inject(std::vector<Message>& msgs);  // credits already registered with `ledger`
+
+  // The admission gate (threads, amp mode). The controller may admit a few keys beyond max_active_keys, so
+  // that a key can start the moment another completes instead of when the driver next wakes (on a machine
+  // whose cores the workers fill, that wake waits for a core). The engine then keeps at most `key_limit` keys
+  // in flight and holds the others at the gate, in admission order, with their messages built and their
+  // credits not yet registered; a worker whose step completed keys lets held keys in (refill). A key moves
+  // from the gate into the ledger under the gate's lock, so busy() never misses a key between the two.
+  // Locks: the gate's before the ledger's, never the other way; messages are posted after both are released.
+  using AdmittedKey = std::pair<int64_t, std::vector<Message>>;  // a key and its input messages
+  void admit(std::vector<AdmittedKey>& keys);  // their credits registered here (or when they leave the gate)
+  void set_key_limit(int64_t limit);           // 0: no gate (every admitted key goes in at once)
+  void refill();                               // let held keys in while there is room
+  bool gated() const { return gated_.load(std::memory_order_relaxed); }
+  int64_t held_keys();    // keys held at the gate now
+  int64_t keys_held();    // keys that waited at the gate so far
+  bool busy();            // a key or flush in flight, or a key held at the gate
   // Block until `wake_batch` keys completed (fewer once no key is left in flight) or a flush did, the run
   // failed, notify() was called, or `timeout_s` passed; the completed keys and flushes since the last call
   // (in order) go to `done` and `flushed`.
@@ -156,6 +173,15 @@ class Engine {
   std::condition_variable event_cv_;
   bool event_pending_ = false;
   bool driver_waiting_ = false;
+  // the admission gate
+  std::mutex gate_mu_;
+  std::deque<AdmittedKey> held_;
+  int64_t key_limit_ = 0;
+  int64_t held_total_ = 0;
+  std::atomic<bool> gated_{false};
+  // Move keys from the gate's front into the ledger while there is room (gate_mu_ held); their messages go
+  // to `out`, to be posted once the lock is released.
+  void let_in(std::vector<Message>* out);
   // what workers hand to the driver
   std::mutex report_mu_;
   std::vector<Report> reports_;

@@ -5,9 +5,11 @@
 //   set_inputs(dtype, [(name, node, port, fill_width, cast)]), admit_many([(key, train, inputs, fields, rows)])
 //   -> per key -1, the first input holding NaN/inf or -2 (refused) (admission.h; admission(key, train, inputs,
 //   fields, rows) builds one key's and returns the messages),
-//   admit_key/admit_flush, inject(messages, post),
+//   admit_messages(key, messages) (a key as Python messages, through the gate), admit_key/admit_flush,
+//   inject(messages, post), set_key_limit(n), held_keys(), keys_held(), peak_keys()   the admission gate
+//   (engine.h: at most n keys in flight, later admitted keys held until keys complete; 0: no gate),
 //   wait(timeout, wake_batch) -> (done, flushed, failed):  the driver (post=False converts and checks only)
-//   take_reports(), take_skipped(), failure()                                         what workers handed over
+//   take_reports(), fold_reports(decay, totals), take_skipped(), failure()            what workers handed over
 //   set_max_bundle / set_min_update_frequency / set_paused, set_lr                     live knobs
 //   handled(), queued(), activity(), in_flight(), busy(), held(node)                  watchdog and diagnosis
 //   worker_times() -> per worker (loop_s, ops_s, waiting_s, asleep_s, sleeps, bundles, messages, cpu_s)
@@ -334,19 +336,41 @@ class EngineHandle {
       credits.emplace_back(key, static_cast<int64_t>(out.size()));
       built.push_back(std::move(out));
     }
-    engine_->ledger.inject_keys(credits);
     if (sim_) {
+      engine_->ledger.inject_keys(credits);
       for (std::vector<Message>& out : built) sim_->inject(out);
     } else {
-      std::vector<Message> all;
-      size_t total = 0;
-      for (const std::vector<Message>& out : built) total += out.size();
-      all.reserve(total);
-      for (std::vector<Message>& out : built)
-        for (Message& m : out) all.push_back(std::move(m));
-      engine_->inject(all);
+      std::vector<Engine::AdmittedKey> admitted;
+      admitted.reserve(built.size());
+      for (size_t i = 0; i < built.size(); ++i) admitted.emplace_back(credits[i].first, std::move(built[i]));
+      engine_->admit(admitted);  // through the admission gate (set_key_limit)
     }
     return results;
+  }
+
+  // The admission gate's limit (engine.h): at most `limit` keys in flight, the others admitted held; 0 opens it.
+  // A simulated run has no gate: its driver admits in virtual time, with no wake to wait for.
+  void set_key_limit(int64_t limit) {
+    if (limit < 0) throw nb::value_error("set_key_limit: a number of keys >= 0 (0: no gate)");
+    if (sim_ && limit > 0) throw nb::value_error("set_key_limit: a simulated run admits without a gate");
+    engine_->set_key_limit(limit);
+  }
+
+  // A key admitted as Python messages (the path for a batch admit_many does not take), converted as inject
+  // converts them and then admitted as admit_many admits a key: through the admission gate.
+  void admit_messages(int64_t key, nb::list msgs) {
+    std::vector<Message> out = convert_messages(msgs);
+    for (const Message& m : out)
+      if (m.key != key || m.direction != kForward)
+        throw nb::value_error("admit_messages: a key's input messages are forward messages of that key");
+    if (sim_) {
+      engine_->ledger.inject_key(key, static_cast<int64_t>(out.size()));
+      sim_->inject(out);
+      return;
+    }
+    std::vector<Engine::AdmittedKey> admitted;
+    admitted.emplace_back(key, std::move(out));
+    engine_->admit(admitted);
   }
 
   // The messages admit_many would post for a key, built and handed back instead (nothing registered or posted):
@@ -362,7 +386,8 @@ class EngineHandle {
     return nb::make_tuple(bad, msgs);
   }
 
-  void inject(nb::list msgs, bool post) {
+  // Messages from Python, checked and converted (nothing registered or posted).
+  std::vector<Message> convert_messages(nb::list msgs) {
     std::vector<Message> out;
     out.reserve(nb::len(msgs));
     const int n_nodes = static_cast<int>(added_.size());
@@ -393,6 +418,11 @@ class EngineHandle {
       }
       out.push_back(std::move(m));
     }
+    return out;
+  }
+
+  void inject(nb::list msgs, bool post) {
+    std::vector<Message> out = convert_messages(msgs);
     if (!post) return;
     if (sim_) sim_->inject(out);
     else engine_->inject(out);
@@ -408,11 +438,16 @@ class EngineHandle {
     return nb::make_tuple(done, flushed, failed);
   }
 
+  std::vector<Report> take_all_reports() {
+    std::vector<Report> reports;
+    engine_->take_reports(&reports);
+    return reports;
+  }
+
   // The loss reports handed over since the last call, in order, as columns (key, loss, n, correct; correct
   // -1 where the loss counts none): four lists, not a dict per report, since a Tree-LSTM reports per tree node.
   nb::tuple take_reports() {
-    std::vector<Report> reports;
-    engine_->take_reports(&reports);
+    std::vector<Report> reports = take_all_reports();
     std::vector<int64_t> keys, ns, correct;
     std::vector<double> losses;
     keys.reserve(reports.size());
@@ -426,6 +461,18 @@ class EngineHandle {
       correct.push_back(r.correct);
     }
     return nb::make_tuple(keys, losses, ns, correct);
+  }
+
+  // The loss reports handed over since the last call, folded into the session's running sums in order
+  // (reports.h): `totals` is (train, val, recent_loss, recent_accuracy), a side (n, loss sum, correct sum or
+  // None), a moving average None until the first training report. Returns None when no report came, else the
+  // totals in the same shape, with None for a side no report touched (the session leaves its sums as they are).
+  nb::object fold_reports(double decay, nb::tuple totals) {
+    ReportTotals t = totals_from_python(decay, totals);  // checked before the reports are taken
+    const std::vector<Report> reports = take_all_reports();
+    if (reports.empty()) return nb::none();
+    fold_reports_into(reports, decay, &t);
+    return totals_to_python(t);
   }
 
   std::vector<int64_t> take_skipped() {
@@ -644,6 +691,12 @@ void bind_engine(nb::module_& m) {
       .def("wait", &EngineHandle::wait, nb::arg("timeout"), nb::arg("wake_batch") = 1)
       .def("notify", [](EngineHandle& h) { h.engine().notify(); })
       .def("take_reports", &EngineHandle::take_reports)
+      .def("admit_messages", &EngineHandle::admit_messages, nb::arg("key"), nb::arg("msgs"))
+      .def("set_key_limit", &EngineHandle::set_key_limit, nb::arg("limit"))
+      .def("held_keys", [](EngineHandle& h) { return h.engine().held_keys(); })
+      .def("keys_held", [](EngineHandle& h) { return h.engine().keys_held(); })
+      .def("peak_keys", [](EngineHandle& h) { return h.engine().ledger.peak_keys(); })
+      .def("fold_reports", &EngineHandle::fold_reports, nb::arg("decay"), nb::arg("totals"))
       .def("forget_python_failure", [](EngineHandle& h) { h.engine().forget_python_failure(); })
       .def("take_skipped", &EngineHandle::take_skipped)
       .def("failure", &EngineHandle::failure)
@@ -673,7 +726,7 @@ void bind_engine(nb::module_& m) {
       .def("in_flight", [](EngineHandle& h) {
         return std::make_pair(h.engine().ledger.outstanding(), h.engine().ledger.outstanding_flushes());
       })
-      .def("busy", [](EngineHandle& h) { return h.engine().ledger.busy(); })
+      .def("busy", [](EngineHandle& h) { return h.engine().busy(); })
       .def("held", &EngineHandle::held)
       .def("node_state", &EngineHandle::node_state)
       .def("stop", [](EngineHandle& h) { h.engine().stop(); })

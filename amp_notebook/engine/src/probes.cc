@@ -27,6 +27,7 @@
 #include "state.h"
 #include "inbox.h"
 #include "optim.h"
+#include "spec.h"
 #include "trace.h"
 
 namespace nb = nanobind;
@@ -296,7 +297,24 @@ std::vector<int64_t> probe_values(const State& s) {
   return out;
 }
 
+// Loss reports given as columns folded as a run's driver folds them (reports.h), for the test against
+// Session.add_reports.
+nb::tuple fold_report_columns(const std::vector<bool>& trains, const std::vector<double>& losses,
+                              const std::vector<int64_t>& ns, const std::vector<int64_t>& corrects, double decay,
+                              nb::tuple totals) {
+  const size_t n = trains.size();
+  if (losses.size() != n || ns.size() != n || corrects.size() != n)
+    throw nb::value_error("fold_report_columns: columns of equal length");
+  ReportTotals t = totals_from_python(decay, totals);
+  std::vector<Report> reports(n);
+  for (size_t i = 0; i < n; ++i) reports[i] = Report{static_cast<int64_t>(i), losses[i], ns[i], corrects[i], trains[i]};
+  fold_reports_into(reports, decay, &t);
+  return totals_to_python(t);
+}
+
 void bind_probes(nb::module_& m) {
+  m.def("fold_report_columns", &fold_report_columns, nb::arg("trains"), nb::arg("losses"), nb::arg("ns"),
+        nb::arg("corrects"), nb::arg("decay"), nb::arg("totals"));
   m.def("stacked_views", &stacked_views, nb::arg("parts"));
   m.def("arrays_finite", &arrays_finite, nb::arg("arrays"));
   m.def("trace_publish_check", &trace_publish_check, nb::arg("n"), nb::arg("chunk_rows"),

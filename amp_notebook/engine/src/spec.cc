@@ -70,4 +70,45 @@ nb::dict report_to_python(const Report& r) {
   return d;
 }
 
+namespace {
+
+SideSums side_from_python(nb::handle side) {
+  nb::tuple t = nb::cast<nb::tuple>(side);
+  if (nb::len(t) != 3) throw nb::value_error("fold_reports: a side's sums are (n, loss, correct or None)");
+  SideSums s;
+  s.n = nb::cast<int64_t>(t[0]);
+  s.loss = nb::cast<double>(t[1]);
+  s.has_correct = !t[2].is_none();
+  if (s.has_correct) s.correct = nb::cast<int64_t>(t[2]);
+  return s;
+}
+
+nb::object side_to_python(const SideSums& s) {
+  if (!s.touched) return nb::none();
+  return nb::make_tuple(s.n, s.loss, s.has_correct ? nb::object(nb::int_(s.correct)) : nb::none());
+}
+
+nb::object optional_float(bool has, double value) { return has ? nb::object(nb::float_(value)) : nb::none(); }
+
+}  // namespace
+
+ReportTotals totals_from_python(double decay, nb::tuple totals) {
+  if (!(decay >= 0.0 && decay <= 1.0)) throw nb::value_error("fold_reports: decay is a weight in [0, 1]");
+  if (nb::len(totals) != 4)
+    throw nb::value_error("fold_reports: totals are (train, val, recent_loss, recent_accuracy)");
+  ReportTotals t;
+  t.train = side_from_python(totals[0]);
+  t.val = side_from_python(totals[1]);
+  t.has_recent_loss = !totals[2].is_none();
+  if (t.has_recent_loss) t.recent_loss = nb::cast<double>(totals[2]);
+  t.has_recent_accuracy = !totals[3].is_none();
+  if (t.has_recent_accuracy) t.recent_accuracy = nb::cast<double>(totals[3]);
+  return t;
+}
+
+nb::tuple totals_to_python(const ReportTotals& t) {
+  return nb::make_tuple(side_to_python(t.train), side_to_python(t.val), optional_float(t.has_recent_loss, t.recent_loss),
+                        optional_float(t.has_recent_accuracy, t.recent_accuracy));
+}
+
 }  // namespace amp

@@ -146,6 +146,7 @@ void Worker::step(std::vector<Message>& bundle, int32_t depth) {
     return;
   }
   deliver(outs_);
+  if (!done_.empty() && engine_.gated()) engine_.refill();  // completed keys make room at the admission gate
   handled.fetch_add(static_cast<int64_t>(bundle.size()), std::memory_order_relaxed);
   if (!sim_clock) bump(bundles_, int64_t{1});
   inside_node.store(-1, std::memory_order_release);
@@ -222,12 +223,12 @@ void Worker::route_forward(NodeState& n, Outputs& emitted, bool key_trains, bool
                        Span<const State>(losses.data(), losses.size()), loss_emitted_);
     route_back(n, loss_emitted_);
   }
-  if (!n.ctx.reports.empty()) take_reports(n);
+  if (!n.ctx.reports.empty()) take_reports(n, key_trains);
 }
 
 // Worker._take_reports: a loss's reports to the driver, checked for NaN/inf first (the bundle's finite ones
-// go over together, under one lock).
-void Worker::take_reports(NodeState& n) {
+// go over together, under one lock), each marked with its keys' side (a bundle's keys all train or none do).
+void Worker::take_reports(NodeState& n, bool key_trains) {
   const int numerics = engine_.config.numerics;
   reports_out_.clear();
   for (const Report& r : n.ctx.reports) {
@@ -242,6 +243,7 @@ void Worker::take_reports(NodeState& n) {
       throw NonFinite(Failure::kNonFiniteLoss, n.index, {r.key}, r);
     }
     reports_out_.push_back(r);
+    reports_out_.back().train = key_trains;
   }
   n.ctx.reports.clear();
   if (!reports_out_.empty()) engine_.add_reports(reports_out_);

@@ -136,7 +136,7 @@ class Worker {
   void backward(NodeState& n, std::vector<Message>& msgs);
   void route_forward(NodeState& n, Outputs& emitted, bool key_trains, bool train);
   void route_back(NodeState& n, Outputs& emitted);
-  void take_reports(NodeState& n);
+  void take_reports(NodeState& n, bool key_trains);
   void count_gradients(NodeState& n, const std::vector<Message>& msgs);
   void apply_update(int node);
   void deliver(std::vector<Message>& outs);

@@ -39,12 +39,13 @@
 namespace amp {
 
 // A loss report (NodeContext.report in Python): key, mean loss, instance count, and correct predictions
-// where the loss counts them.
+// where the loss counts them; `train`, whether the key trains, is the worker's to set (Worker::take_reports).
 struct Report {
   int64_t key = 0;
   double loss = 0.0;
   int64_t n = 0;
   int64_t correct = -1;  // -1: not reported
+  bool train = true;
 };
 
 // What a node's kernel shares with the worker (NodeContext in ir/ops/base.py, minus the op's own caches).
