@@ -66,7 +66,8 @@ if TYPE_CHECKING:
 WAIT_S = 0.1  # the longest the driver waits at once (signals such as a KeyboardInterrupt are seen between waits)
 STUCK_JOIN_S = 5.0
 REFUSED = -2  # admit_many's result for a key its one-call path does not take (src/engine_module.cc kRefused)
-WAKE_SHARE = 4  # without the gate the driver wakes once per max_active_keys // WAKE_SHARE completed keys
+WAKE_SHARE = 4  # without the gate the driver wakes once per max_active_keys // WAKE_SHARE completed keys, and
+# behind it held keys go in that many at a time
 AHEAD = 2  # behind the gate the controller admits AHEAD wakes' worth of keys beyond max_active_keys
 LIFE = ("not started", "running", "thread ended")
 
@@ -302,7 +303,8 @@ class NativeBackend:
             self._set_gate(self.session.knobs.max_active_keys)
 
     def _set_gate(self, max_active_keys: int) -> None:
-        self.engine.set_key_limit(max_active_keys)
+        # held keys go in a quarter of the limit at a time (src/engine.h: keys that start together share bundles)
+        self.engine.set_key_limit(max_active_keys, max(1, max_active_keys // WAKE_SHARE))
         self.session.admit_ahead(AHEAD * max_active_keys)
 
     def watch(self) -> None:

@@ -2,7 +2,8 @@
 ``max_active_keys`` and the native engine keeps at most ``max_active_keys`` in flight, holding the rest in
 admission order until keys complete; a worker whose step completed keys lets held keys in.
 
-* the engine alone, its workers not started: the limit, raising it, opening it, and ``busy`` counting held keys;
+* the engine alone, its workers not started: the limit, raising it, opening it, held keys going in a batch at a
+  time, and ``busy`` counting held keys;
 * the controller: how many keys it admits ahead, in which modes, and what ``in_flight`` reports;
 * runs: every key completes, the keys in flight never exceeded the limit, the gate held keys, and a sync run
   has no gate.
@@ -53,6 +54,17 @@ def test_the_gate_lets_in_as_many_keys_as_its_limit_and_holds_the_rest_in_order(
     assert sum(engine.queued()) == 6 * n_inputs
 
 
+def test_held_keys_go_in_a_batch_at_a_time():
+    engine, batches, _ = idle_engine()
+    engine.set_key_limit(4, 3)
+    engine.admit_many(keys_of(batches[:6]))
+    assert sorted(engine.in_flight()[0]) == [0, 1, 2, 3] and engine.held_keys() == 2
+    engine.set_key_limit(5, 3)  # room for one: not a batch (of 3, or of the 2 held), so none goes in
+    assert sorted(engine.in_flight()[0]) == [0, 1, 2, 3] and engine.held_keys() == 2
+    engine.set_key_limit(6, 3)  # room for the 2 held: fewer than a batch are held, so they go in together
+    assert sorted(engine.in_flight()[0]) == [0, 1, 2, 3, 4, 5] and engine.held_keys() == 0
+
+
 def test_without_a_limit_every_admitted_key_goes_in_at_once():
     engine, batches, _ = idle_engine()
     engine.admit_many(keys_of(batches[:3]))
@@ -60,10 +72,13 @@ def test_without_a_limit_every_admitted_key_goes_in_at_once():
     assert (engine.held_keys(), engine.keys_held()) == (0, 0)
 
 
-def test_a_bad_limit_is_refused():
+def test_a_bad_limit_or_batch_is_refused():
     engine, _, _ = idle_engine()
     with pytest.raises(ValueError, match=r"a number of keys >= 0 \(0: no gate\)"):
         engine.set_key_limit(-1)
+    for batch in (0, 5):
+        with pytest.raises(ValueError, match=r"a batch at a time, 1 <= batch <= limit"):
+            engine.set_key_limit(4, batch)
 
 
 def test_the_controller_admits_ahead_only_in_amp_mode_and_reports_at_most_the_limit_in_flight():

@@ -70,6 +70,8 @@ void Engine::admit(std::vector<AdmittedKey>& keys) {
 void Engine::let_in(std::vector<Message>* out) {
   const int64_t limit = key_limit_ > 0 ? key_limit_ : std::numeric_limits<int64_t>::max();
   int64_t room = held_.empty() ? 0 : limit - ledger.keys_in_flight();
+  // a batch at a time; never stuck, since with no key in flight the room is the limit, at least a batch
+  if (key_limit_ > 0 && room < std::min<int64_t>(key_batch_, static_cast<int64_t>(held_.size()))) return;
   std::vector<std::pair<int64_t, int64_t>> credits;
   while (room > 0 && !held_.empty()) {
     AdmittedKey& k = held_.front();
@@ -81,11 +83,12 @@ void Engine::let_in(std::vector<Message>* out) {
   ledger.inject_keys(credits);
 }
 
-void Engine::set_key_limit(int64_t limit) {
+void Engine::set_key_limit(int64_t limit, int64_t batch) {
   std::vector<Message> now;
   {
     std::lock_guard<std::mutex> lock(gate_mu_);
     key_limit_ = std::max<int64_t>(0, limit);
+    key_batch_ = std::clamp<int64_t>(batch, 1, std::max<int64_t>(1, key_limit_));
     gated_.store(key_limit_ > 0, std::memory_order_relaxed);
     let_in(&now);
   }

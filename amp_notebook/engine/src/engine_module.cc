@@ -6,8 +6,8 @@
 //   -> per key -1, the first input holding NaN/inf or -2 (refused) (admission.h; admission(key, train, inputs,
 //   fields, rows) builds one key's and returns the messages),
 //   admit_messages(key, messages) (a key as Python messages, through the gate), admit_key/admit_flush,
-//   inject(messages, post), set_key_limit(n), held_keys(), keys_held(), peak_keys()   the admission gate
-//   (engine.h: at most n keys in flight, later admitted keys held until keys complete; 0: no gate),
+//   inject(messages, post), set_key_limit(n, batch), held_keys(), keys_held(), peak_keys()   the admission
+//   gate (engine.h: at most n keys in flight, the others held until a batch can go in; 0: no gate),
 //   wait(timeout, wake_batch) -> (done, flushed, failed):  the driver (post=False converts and checks only)
 //   take_reports(), fold_reports(decay, totals), take_skipped(), failure()            what workers handed over
 //   set_max_bundle / set_min_update_frequency / set_paused, set_lr                     live knobs
@@ -350,10 +350,12 @@ class EngineHandle {
 
   // The admission gate's limit (engine.h): at most `limit` keys in flight, the others admitted held; 0 opens it.
   // A simulated run has no gate: its driver admits in virtual time, with no wake to wait for.
-  void set_key_limit(int64_t limit) {
+  void set_key_limit(int64_t limit, int64_t batch) {
     if (limit < 0) throw nb::value_error("set_key_limit: a number of keys >= 0 (0: no gate)");
+    if (batch < 1 || (limit > 0 && batch > limit))
+      throw nb::value_error("set_key_limit: keys go in a batch at a time, 1 <= batch <= limit");
     if (sim_ && limit > 0) throw nb::value_error("set_key_limit: a simulated run admits without a gate");
-    engine_->set_key_limit(limit);
+    engine_->set_key_limit(limit, batch);
   }
 
   // A key admitted as Python messages (the path for a batch admit_many does not take), converted as inject
@@ -692,7 +694,7 @@ void bind_engine(nb::module_& m) {
       .def("notify", [](EngineHandle& h) { h.engine().notify(); })
       .def("take_reports", &EngineHandle::take_reports)
       .def("admit_messages", &EngineHandle::admit_messages, nb::arg("key"), nb::arg("msgs"))
-      .def("set_key_limit", &EngineHandle::set_key_limit, nb::arg("limit"))
+      .def("set_key_limit", &EngineHandle::set_key_limit, nb::arg("limit"), nb::arg("batch") = 1)
       .def("held_keys", [](EngineHandle& h) { return h.engine().held_keys(); })
       .def("keys_held", [](EngineHandle& h) { return h.engine().keys_held(); })
       .def("peak_keys", [](EngineHandle& h) { return h.engine().ledger.peak_keys(); })
