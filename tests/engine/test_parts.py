@@ -389,7 +389,14 @@ def test_tensor_memory_handed_between_threads_keeps_every_item(threads: int) -> 
 def test_a_child_forked_while_threads_pass_tensors_can_make_tensors() -> None:
     """fork() while two threads pass tensors around: without the allocator's fork handler, a child forked while
     a thread held the shared stacks' lock hung on its first spill or refill (a few in 300 here). Each child
-    spills and refills every size class, then exits; one that has not exited in 10 s counts as hung."""
+    spills and refills every size class, then exits; one that has not exited in 10 s counts as hung.
+
+    Not in the sanitizer build: there the allocator keeps no blocks (every block goes to and from ASan's
+    allocator, so there is no lock of ours to test), and ASan's allocator is not safe to fork while other
+    threads allocate: a child forked while a thread held one of its locks hangs in it (seen with gdb, in
+    ``GetFromAllocator`` and ``QuarantineChunk``), in about 1 fork of 200 here."""
+    if not engine.native().blocks_kept():
+        pytest.skip("the sanitizer build keeps no blocks, and ASan's own allocator is not fork-safe")
     forks, clean = engine.native().blocks_fork_check(2, 200, 10.0)
     assert (forks, clean) == (200, 200)
 

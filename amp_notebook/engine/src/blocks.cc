@@ -109,6 +109,8 @@ Local::~Local() {
 
 }  // namespace
 
+bool blocks_kept() noexcept { return kKeep; }
+
 void* take_block(size_t bytes) {
   int c;
   const size_t room = room_for(bytes, &c);

@@ -13,5 +13,8 @@ constexpr size_t kBlockHeader = 64;  // a block's bytes before its items (the St
 void* take_block(size_t bytes);
 // Give back a block that take_block(bytes) returned, from any thread. Never throws or allocates.
 void give_back_block(void* block, size_t bytes) noexcept;
+// Whether given-back blocks are kept for reuse: not under AddressSanitizer, where each goes straight back to the
+// C library (ASan's allocator), so that a use after release is still caught.
+bool blocks_kept() noexcept;
 
 }  // namespace amp

@@ -21,6 +21,7 @@
 #include <mutex>
 #include <thread>
 
+#include "blocks.h"
 #include "convert.h"
 #include "credits.h"
 #include "expr.h"
@@ -321,6 +322,7 @@ void bind_probes(nb::module_& m) {
         nb::call_guard<nb::gil_scoped_release>());
   m.def("blocks_exchange_check", &blocks_exchange_check, nb::arg("threads"), nb::arg("rounds"), nb::arg("wave"),
         nb::call_guard<nb::gil_scoped_release>());
+  m.def("blocks_kept", &blocks_kept);
   m.def("blocks_fork_check", &blocks_fork_check, nb::arg("threads"), nb::arg("forks"), nb::arg("timeout_s"),
         nb::call_guard<nb::gil_scoped_release>());
   m.def("inbox_cost", &inbox_cost, nb::arg("n"), nb::arg("wave"), nb::arg("max_bundle"));
