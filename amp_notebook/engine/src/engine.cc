@@ -72,7 +72,8 @@ void Engine::let_in(std::vector<Message>* out) {
   int64_t room = held_.empty() ? 0 : limit - ledger.keys_in_flight();
   // a batch at a time; never stuck, since with no key in flight the room is the limit, at least a batch
   if (key_limit_ > 0 && room < std::min<int64_t>(key_batch_, static_cast<int64_t>(held_.size()))) return;
-  std::vector<std::pair<int64_t, int64_t>> credits;
+  std::vector<std::pair<int64_t, int64_t>>& credits = let_in_credits_;
+  credits.clear();
   while (room > 0 && !held_.empty()) {
     AdmittedKey& k = held_.front();
     credits.emplace_back(k.first, static_cast<int64_t>(k.second.size()));
@@ -95,14 +96,10 @@ void Engine::set_key_limit(int64_t limit, int64_t batch) {
   inject(now);
 }
 
-void Engine::refill() {
-  std::vector<Message> now;
-  {
-    std::lock_guard<std::mutex> lock(gate_mu_);
-    if (held_.empty()) return;
-    let_in(&now);
-  }
-  inject(now);
+void Engine::refill(std::vector<Message>* out) {
+  out->clear();
+  std::lock_guard<std::mutex> lock(gate_mu_);
+  if (!held_.empty()) let_in(out);
 }
 
 int64_t Engine::held_keys() {

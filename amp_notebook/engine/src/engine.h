@@ -116,7 +116,9 @@ class Engine {
   // in the same bundles, as when the driver admitted a wake's worth at once; one by one, each would start a
   // bundle of its own (a quarter more steps on the GG-NN on 2 workers).
   void set_key_limit(int64_t limit, int64_t batch);
-  void refill();                               // let held keys in while there is room
+  // Let held keys in while there is room: their messages go to `out` (cleared first), for the calling worker
+  // to deliver as its own step's outputs once the gate's lock is released.
+  void refill(std::vector<Message>* out);
   bool gated() const { return gated_.load(std::memory_order_relaxed); }
   int64_t held_keys();    // keys held at the gate now
   int64_t keys_held();    // keys that waited at the gate so far
@@ -183,6 +185,7 @@ class Engine {
   int64_t key_limit_ = 0;
   int64_t key_batch_ = 1;
   int64_t held_total_ = 0;
+  std::vector<std::pair<int64_t, int64_t>> let_in_credits_;  // let_in's (key, messages), kept: no allocation per call
   std::atomic<bool> gated_{false};
   // Move keys from the gate's front into the ledger while there is room (gate_mu_ held); their messages go
   // to `out`, to be posted once the lock is released.

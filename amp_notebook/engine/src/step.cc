@@ -146,7 +146,10 @@ void Worker::step(std::vector<Message>& bundle, int32_t depth) {
     return;
   }
   deliver(outs_);
-  if (!done_.empty() && engine_.gated()) engine_.refill();  // completed keys make room at the admission gate
+  if (!done_.empty() && engine_.gated()) {  // completed keys make room at the admission gate
+    engine_.refill(&outs_);  // the keys let in start here: their input messages delivered as this step's outputs
+    deliver(outs_);
+  }
   handled.fetch_add(static_cast<int64_t>(bundle.size()), std::memory_order_relaxed);
   if (!sim_clock) bump(bundles_, int64_t{1});
   inside_node.store(-1, std::memory_order_release);
