@@ -66,6 +66,16 @@ the same run also reports the workers' own count (:attr:`~amp_notebook.runtime.r
 the shares of each loop's life inside ops, in the engine's own work, and waiting for messages). ``waits`` in the
 JSON keeps the split, the top waits and that count per worker; the report prints two lines per worker.
 
+**Steal.** This machine may be a virtual one whose host runs other guests on the same physical cores, and the
+CPU time the host takes (steal) is invisible to the load average yet slows a run directly: on the 2-core VM
+this benchmark was written on, 2 workers lost 0-29% of the CPUs' time from one run to the next, and their
+throughput moved with it by up to 2.6x (:mod:`amp_notebook.bench.steal`). So every timed run (figures and
+copies) records the share of the CPUs' time stolen while it ran. ``steal_per_round`` (per engine, model and
+count) and ``ceiling_steal_per_round`` keep them, round by round, and the report prints them. The headline
+ratios stay those of the medians of every round. Beside them, ``ratios_low_steal`` gives the median of the
+paired ratios (n workers over 1 in the same round) over the rounds where both runs lost at most
+``LOW_STEAL`` (5%), with how many rounds those were: what the engine did on the CPUs it was given.
+
 **Diverged runs.** Asynchronous training can diverge, and whether a run does can depend on the threads'
 timing (the MLP at ``max_active_keys`` 4 on 2 workers, now and then). A timed run (a figure, a placement
 trial or a copy of the ceiling) whose training stops at a NaN or infinity runs again from the next seed
@@ -93,6 +103,7 @@ one core's GIL caps anyway), ``--models tree,ggsnn`` picks models, and ``--repea
 from __future__ import annotations
 
 import functools
+import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -105,6 +116,7 @@ from amp_notebook.bench.common import (
     report,
     retry_diverged,
 )
+from amp_notebook.bench.steal import LOW_STEAL, StealLog, low, percent
 from amp_notebook.errors import SettingError
 from amp_notebook.runtime.placement import STRATEGIES
 from amp_notebook.runtime.result import worker_time_text
@@ -369,15 +381,18 @@ def bound_rates(
 
 def ceiling_rates(
     workload: str, engine: str, counts: Sequence[int], max_active_keys: int, quick: bool, seed: int, repeats: int,
-    diverged: list[int] | None = None,
+    diverged: list[int] | None = None, stolen: StealLog | None = None,
 ) -> dict[int, tuple[float, list[float]]]:  # fmt: skip
     """Instances/s of ``n`` independent copies of the 1-worker run for each ``n`` in ``counts`` (module
     docstring, :mod:`amp_notebook.bench.copies`): the median and every round, the counts interleaved. The
-    seeds of copies' runs that diverged (and ran again) go into ``diverged``."""
+    seeds of copies' runs that diverged (and ran again) go into ``diverged``; each round's steal share goes
+    into ``stolen`` under ``"{workload}/{n}"``."""
     from amp_notebook.bench.copies import Copies
 
+    log = stolen if stolen is not None else StealLog()
     with Copies(workload, max(counts), quick=quick, seed=seed, engine=engine, max_active_keys=max_active_keys) as c:
-        medians = interleaved_medians(repeats, {str(n): functools.partial(c.rate, n) for n in counts})
+        fns = {str(n): log.timed(f"{workload}/{n}", functools.partial(c.rate, n)) for n in counts}
+        medians = interleaved_medians(repeats, fns)
         if diverged is not None:
             diverged.extend(c.diverged)
     return {int(n): value for n, value in medians.items()}
@@ -435,17 +450,24 @@ def run(
 
     used = {e: {m: {n: workers_used(loads[m].graph, n, chosen[e][m][n]["placement"]) for n in counts} for m in models}
             for e in engines}  # fmt: skip
-    sides = {f"{e}/{m}/{n}": side(e, m, n) for e in engines for m in models for n in counts}
+    stolen = StealLog()  # each timed run's share of CPU time that the host took (module docstring, "Steal")
+    sides = {f"{e}/{m}/{n}": stolen.timed(f"{e}/{m}/{n}", side(e, m, n)) for e in engines for m in models
+             for n in counts}  # fmt: skip
     medians = interleaved_medians(repeats, sides)
+    steal = {e: {m: {n: stolen.shares[f"{e}/{m}/{n}"] for n in counts} for m in models} for e in engines}
+    low_steal = {e: {m: {n: low_steal_ratio(rounds_of=medians, steal=steal[e][m], side=f"{e}/{m}", n=n)
+                         for n in counts if n != 1} for m in models} for e in engines}  # fmt: skip
     per_s = {e: {m: {n: medians[f"{e}/{m}/{n}"][0] for n in counts} for m in models} for e in engines}
     rounds = {e: {m: {n: medians[f"{e}/{m}/{n}"][1] for n in counts} for m in models} for e in engines}
     ratios = {e: {m: {n: per_s[e][m][n] / per_s[e][m][1] for n in counts if n != 1} for m in models} for e in engines}
     head = headline_workers(counts)
     copies_engine = "native" if "native" in engines else "python"
     copies_diverged: dict[str, list[int]] = {m: [] for m in (models if ceiling else ())}
+    copies_stolen = StealLog()
     copies = {m: ceiling_rates(MODELS[m][0], copies_engine, counts, MODELS[m][1], quick, seed, repeats,
-                               diverged=copies_diverged[m])
+                               diverged=copies_diverged[m], stolen=copies_stolen)
               for m in (models if ceiling else ())}  # fmt: skip
+    copies_steal = {m: {n: copies_stolen.shares.get(f"{MODELS[m][0]}/{n}", []) for n in counts} for m in copies}
     ceilings = {m: {n: c[n][0] / c[1][0] if c[1][0] > 0 else 0.0 for n in counts if n != 1} for m, c in copies.items()}
     bounds_per_s = {m: bound_rates(loads[m], MODELS[m][1], counts, {n: chosen["native"][m][n]["placement"]
                                                                    for n in counts}, seed)
@@ -460,6 +482,8 @@ def run(
         "rounds_instances_per_s": rounds,
         "ratio_per_round": {e: {m: {n: [a / b for a, b in zip(rounds[e][m][n], rounds[e][m][1], strict=True)]
                                     for n in counts if n != 1} for m in models} for e in engines},
+        "steal_per_round": steal, "low_steal": LOW_STEAL, "ratios_low_steal": low_steal,
+        "ceiling_steal_per_round": copies_steal,
         "ceiling": {m: r[head] for m, r in ceilings.items()} if ceiling else None,
         "ceiling_ratios": ceilings, "ceiling_engine": copies_engine if ceiling else None,
         "ceiling_instances_per_s": {m: {n: c[n][0] for n in counts} for m, c in copies.items()},
@@ -487,11 +511,15 @@ def run(
                                 for n in counts)  # fmt: skip
             gains = ", ".join(f"{ratios[e][m][n]:.2f}x at {n}" for n in counts if n != 1)
             rows.append((f"{e} {m}", f"{figures}   {gains}"))
+    rows += steal_rows(steal, low_steal, counts)
     for m, c in copies.items():
         figures = ", ".join(f"{c[n][0]:.0f} ({'/'.join(f'{v:.0f}' for v in c[n][1])})" for n in counts)
         top = ceilings[m][head]
         shares = ", ".join(f"{e} {ratios[e][m][head] / top:.0%}" for e in engines if top > 0)
-        rows.append((f"ceiling {m}", f"{figures}   {top:.2f}x at {head}; reached: {shares}"))
+        taken = "; ".join(f"{n}: {'/'.join(percent(v) for v in copies_steal[m][n])}" for n in counts
+                          if copies_steal[m][n])  # fmt: skip
+        rows.append((f"ceiling {m}", f"{figures}   {top:.2f}x at {head}; reached: {shares}"
+                                     + (f"; steal at {taken}" if taken else "")))  # fmt: skip
     if copies:
         rows.append(("ceiling", f"independent copies of the 1-worker run ({copies_engine}) at once: what these cores "
                                 "give the workload; 'reached' is each engine's ratio over it"))  # fmt: skip
@@ -536,6 +564,43 @@ def run(
     rows += [(f"note ({k})", v) for k, v in notes.items()]
     print(report(rows))
     return result
+
+
+def low_steal_ratio(
+    rounds_of: dict[str, tuple[float, list[float]]], steal: dict[int, list[float | None]], side: str, n: int
+) -> dict[str, Any]:
+    """The ratio n workers over 1 from the rounds where the host took little (module docstring, "Steal"):
+    ``rounds`` (how many rounds had both runs at most ``LOW_STEAL`` stolen), ``median`` (their paired
+    ratios' median; None when no round qualified), ``of`` (all rounds)."""
+    many, one = rounds_of[f"{side}/{n}"][1], rounds_of[f"{side}/1"][1]
+    kept = [a / b for a, b, sa, sb in zip(many, one, steal[n], steal[1], strict=True) if low(sa) and low(sb) and b > 0]
+    return {"rounds": len(kept), "of": len(many), "median": statistics.median(kept) if kept else None}
+
+
+def steal_rows(
+    steal: dict[str, dict[str, dict[int, list[float | None]]]], low_steal: dict[str, dict[str, dict[int, Any]]],
+    counts: Sequence[int],
+) -> list[tuple[str, str]]:  # fmt: skip
+    """The report's rows on steal: per engine and model each count's rounds, and the ratio over the rounds
+    where little was stolen; then a line that says what steal is and how much of the figures it touched."""
+    rows = []
+    shares = [v for by_model in steal.values() for by_n in by_model.values() for runs in by_n.values() for v in runs]
+    for e, by_model in steal.items():
+        for m, by_n in by_model.items():
+            taken = "; ".join(f"{n}: {'/'.join(percent(v) for v in by_n[n])}" for n in counts)
+            kept = ", ".join(f"no round at {n}" if r["median"] is None else
+                             f"{r['median']:.2f}x at {n} ({r['rounds']} of {r['of']} rounds)"
+                             for n, r in low_steal[e][m].items())  # fmt: skip
+            rows.append((f"steal {e} {m}", f"{taken}   rounds with at most {LOW_STEAL:.0%} stolen: {kept}"))
+    known = [v for v in shares if v is not None]
+    high = sum(1 for v in known if v > LOW_STEAL)
+    text = ("the share of the CPUs' time the host took from this virtual machine during each run (/proc/stat); "
+            "a run that lost much of it is slower for a reason outside the machine")  # fmt: skip
+    if not known:
+        text = "unknown here (no /proc/stat): " + text
+    elif high:
+        text += f". Over {LOW_STEAL:.0%} in {high} of {len(known)} timed runs: the medians above include them"
+    return [*rows, ("steal", text)] if shares else rows
 
 
 def _heavy_only(workload: Any, choice: dict[str, Any]) -> dict[str, Any]:

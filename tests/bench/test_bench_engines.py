@@ -167,9 +167,12 @@ def test_scaling_json_has_the_ratio_of_every_model_on_every_engine(
     copied: list[tuple[str, str, tuple[int, ...], int]] = []
 
     def ceiling(
-        workload: str, engine: str, counts: Any, keys: int, quick: bool, seed: int, repeats: int, diverged: Any = None
-    ) -> Any:
+        workload: str, engine: str, counts: Any, keys: int, quick: bool, seed: int, repeats: int, diverged: Any = None,
+        stolen: Any = None,
+    ) -> Any:  # fmt: skip
         copied.append((workload, engine, tuple(counts), keys))
+        for n in counts:  # one round, each count losing a tenth of the CPUs' time to the host
+            stolen.shares.setdefault(f"{workload}/{n}", []).append(0.1)
         return {n: (100.0 * n**0.75, [100.0 * n**0.75]) for n in counts}  # copies: 2 of them give 2**0.75
 
     monkeypatch.setattr(scaling, "ceiling_rates", ceiling)
@@ -206,6 +209,8 @@ def test_scaling_json_has_the_ratio_of_every_model_on_every_engine(
     assert out["of_ceiling"]["native"]["tree"] == pytest.approx(2**-0.25)
     assert out["of_ceiling"]["python"]["mlp"] == pytest.approx(2**-0.75)
     assert "ceiling tree" in captured.err and "native 84%" in captured.err
+    assert out["ceiling_steal_per_round"]["tagger"] == {"1": [0.1], "2": [0.1], "4": [0.1]}
+    assert "steal at 1: 10%; 2: 10%; 4: 10%" in captured.err
     assert out["diverged_runs"]["native"]["tree"]["2"] == [] and out["ceiling_diverged_runs"]["mlp"] == []
     assert "diverged" not in captured.err
     # what the native workers waited for: one traced run per model at the headline count, its placement
@@ -268,7 +273,7 @@ def test_scaling_reports_the_seeds_that_diverged(
             diverged.append(seed)  # as throughput() records a diverged run before the one that finished
         return 10.0 * workers
 
-    def ceiling(workload: str, engine: str, counts: Any, *args: Any, diverged: Any) -> Any:
+    def ceiling(workload: str, engine: str, counts: Any, *args: Any, diverged: Any, stolen: Any) -> Any:
         diverged.append(5)
         return {n: (10.0 * n, [10.0 * n]) for n in counts}
 
