@@ -25,7 +25,7 @@ placements differently from this machine's cores and caches. So for each engine,
 above 1, four candidates are timed on this machine before the figures: round robin (the paper's
 default), balanced stages, ``autoplace``'s choice (costs measured on that engine), and ``measured load``: the
 heavy nodes split so that the busiest worker gets the least of the node time of a traced 1-worker epoch
-(:func:`load_balanced`; it ignores waiting, which the timing then judges). Each runs
+(:func:`~amp_notebook.runtime.autoplace.split_load`; it ignores waiting, which the timing then judges). Each runs
 ``PLACEMENT_TRIALS`` times, interleaved; the fastest by median runs the figures (a tie goes to round
 robin), and ``placements`` in the JSON keeps every candidate's median and where the chosen one put each
 heavy node. On the native engine (not ``--quick``) the heavy nodes' assignments are then searched on this
@@ -140,7 +140,6 @@ PLACEMENT_TRIALS = 2  # timed runs of each candidate placement
 SEARCH_RUNS = 64  # the measured search's budget in placements (native engine, not --quick)
 FINALISTS = 3  # the search's fastest placements, timed again beside the best candidate
 SEARCH_MIN_GAIN = 0.03  # a local search step must beat the current placement by this share
-LOAD_ASSIGNMENTS = 4096  # the measured-load candidate tries every assignment up to this many (load_balanced)
 
 
 def parse_workers(text: str | Sequence[int]) -> tuple[int, ...]:
@@ -218,10 +217,11 @@ def throughput(
 
 def candidates(workload: Any, engine: str, workers: int, max_active_keys: int, seed: int) -> dict[str, dict[str, int]]:
     """The placements timed for a measured figure: round robin, balanced, ``autoplace``'s choice, and the
-    split of a traced 1-worker run's node time with the least on the busiest worker (:func:`load_balanced`)."""
+    split of a traced 1-worker run's node time with the least on the busiest worker
+    (:func:`~amp_notebook.runtime.autoplace.split_load` of :func:`node_seconds`)."""
     import warnings
 
-    from amp_notebook.runtime.autoplace import autoplace
+    from amp_notebook.runtime.autoplace import autoplace, split_load
     from amp_notebook.runtime.placement import place
 
     with warnings.catch_warnings():  # a worker with no heavy node is a fact of that candidate
@@ -230,7 +230,10 @@ def candidates(workload: Any, engine: str, workers: int, max_active_keys: int, s
         choice = autoplace(workload.graph, workload.data, workers=workers,
                            **settings(workload, engine, max_active_keys, seed))  # fmt: skip
     out[f"auto ({choice.chosen.name})"] = dict(choice.placement)
-    out["measured load"] = load_balanced(workload.graph, node_seconds(workload, engine, max_active_keys, seed), workers)
+    seconds = node_seconds(workload, engine, max_active_keys, seed)
+    with warnings.catch_warnings():  # a worker left without a node is a fact of that candidate
+        warnings.simplefilter("ignore", UserWarning)
+        out["measured load"] = place(workload.graph, workers, overrides=split_load(workload.graph, seconds, workers))
     return out
 
 
@@ -248,51 +251,6 @@ def node_seconds(workload: Any, engine: str, max_active_keys: int, seed: int) ->
     total = np.zeros(len(r.trace.node_names))
     np.add.at(total, events["node"].astype(int), events["end"] - events["start"])
     return dict(zip(r.trace.node_names, total.tolist(), strict=True))
-
-
-def load_balanced(graph: Any, seconds: dict[str, float], workers: int, limit: int = LOAD_ASSIGNMENTS) -> dict[str, int]:
-    """The placement whose busiest worker has the least of ``seconds`` (node -> handling time, e.g.
-    :func:`node_seconds`), the light nodes following their producers as in
-    :func:`~amp_notebook.runtime.placement.place`. Every assignment of the movable heavy nodes where there are
-    at most ``limit`` (workers interchangeable), else a local search from round robin that moves one heavy node
-    at a time while the busiest worker's load falls. Ties go to the earlier assignment in
-    :func:`~amp_notebook.runtime.autoplace.every_assignment`'s order.
-
-    What it leaves out is what the simulator judges: how long a key waits for the other worker. It is the
-    candidate that ``balanced`` (contiguous stages by parameter count) and ``auto`` (whose simulator charges
-    every message its unbundled cost) can both miss: the tagger's character LSTMs take about half of its time
-    on one worker, and splitting them between two workers is neither contiguous nor cheaper per message."""
-    import warnings
-
-    from amp_notebook.ir import ops as O
-    from amp_notebook.runtime.autoplace import every_assignment
-    from amp_notebook.runtime.placement import place
-
-    movable = [n for n in graph.topological_order() if graph.nodes[n].kind in O.HEAVY and graph.nodes[n].worker is None]
-
-    def full(assignment: dict[str, int]) -> dict[str, int]:
-        with warnings.catch_warnings():  # a worker left without a node is a fact of that assignment
-            warnings.simplefilter("ignore", UserWarning)
-            return place(graph, workers, overrides=assignment)
-
-    def busiest(assignment: dict[str, int]) -> float:
-        load = [0.0] * workers
-        for name, w in full(assignment).items():
-            load[w] += seconds.get(name, 0.0)
-        return max(load)
-
-    every = every_assignment(len(movable), workers, True, limit)
-    if every is not None:
-        assignments = [dict(zip(movable, a, strict=True)) for a in every]
-        return full(min(assignments, key=busiest))  # min keeps the first of equals
-    current = {n: i % workers for i, n in enumerate(movable)}
-    here = busiest(current)
-    while True:
-        moves = [{**current, n: w} for n in movable for w in range(workers) if w != current[n]]
-        best = min(moves, key=busiest)
-        if busiest(best) >= here:
-            return full(current)
-        current, here = best, busiest(best)
 
 
 def measured_placement(

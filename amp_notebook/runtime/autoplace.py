@@ -25,9 +25,14 @@ asks the simulated backend, which runs the same session, controller and workers 
    initial parameters;
    no validation, no trace. Every candidate runs exactly this workload, so the ranking is fair; the
    predicted throughput is training instances per virtual second over it (its fill and drain included).
-3. **Candidates.** ``round_robin`` (the paper's default), ``balanced`` (contiguous stages), then every
+3. **Candidates.** ``round_robin`` (the paper's default), ``balanced`` (contiguous stages), the ``load split``
+   (:func:`split_load`: the heavy nodes split so that the busiest worker gets the least of each node's time in
+   a simulated run of the workload on one worker; only where the workers are interchangeable), then every
    assignment of the heavy nodes to the workers where there are at most ``max_evaluations`` of them, else a
-   local search from the faster of the two. Where the workers are interchangeable (no node is pinned, every
+   local search from the fastest of the three. The load split balances work and leaves waiting to the
+   simulator; it reaches splits that a local search from the other two can miss (the tagger's 10 heavy
+   nodes make 512 assignments on 2 workers, and its even split puts one character LSTM and the character
+   input on one worker, everything else on the other). Where the workers are interchangeable (no node is pinned, every
    device equally fast, no link set apart), two assignments that differ only in the workers' names are one
    run, simulated once: the GG-NN's 7 heavy nodes on 2 workers make 64. The neighbours of a placement in the
    local search are every heavy node moved to another worker and every two heavy nodes on different workers
@@ -71,6 +76,7 @@ from amp_notebook.runtime.placement import PlacementError, place
 PHASE_FIELDS = tuple(f"{name}_s" for name in PHASES)  # NodeCost's field for each trace phase
 DEFAULT_MAX_EVALUATIONS = 64
 DEFAULT_MIN_GAIN = 0.005
+SPLIT_ASSIGNMENTS = 4096  # split_load tries every assignment up to this many (arithmetic, no simulation)
 AUTOPLACE_OPTIONS = ("params", "costs", "keys", "measure_keys", "max_evaluations", "min_gain")  # not settings
 
 
@@ -246,6 +252,11 @@ def autoplace(
         return {n: full[n] for n in heavy}
 
     candidates = [Candidate(s, heavy_of(s), 0.0) for s in ("round_robin", "balanced")]
+    if workers > 1 and movable and symmetric:  # the even split of one worker's simulated node time (split_load)
+        seconds = simulated_node_seconds(graph, workload, base, costs, initial)
+        split = {**candidates[0].heavy, **split_load(graph, seconds, workers)}
+        if signature(split) not in {signature(c.heavy) for c in candidates}:
+            candidates.append(Candidate("load split", split, 0.0))
     for c in candidates:
         c.predicted_per_s = predict(c.heavy)
     every = every_assignment(len(movable), workers, symmetric, max_evaluations)
@@ -280,6 +291,58 @@ def autoplace(
         placement=placement, chosen=chosen, candidates=candidates, costs=costs, costs_source=source,
         keys_simulated=n_keys, search_s=time.perf_counter() - began, config=base,
     )  # fmt: skip
+
+
+def split_load(graph: Graph, seconds: dict[str, float], workers: int, limit: int = SPLIT_ASSIGNMENTS) -> dict[str, int]:
+    """The heavy nodes' workers (movable ones; pinned ones keep theirs) that leave the busiest worker the least
+    of ``seconds`` (node -> handling time over a run on one worker), the light nodes following their producers
+    as in :func:`~amp_notebook.runtime.placement.place`. Every assignment where there are at most ``limit``
+    (workers interchangeable; ties go to the first in :func:`every_assignment`'s order), else a local search from
+    round robin that moves one heavy node at a time while the busiest worker's load falls.
+
+    It balances work and ignores waiting, which the simulator (or a timing) then judges. It finds splits
+    that neither contiguous stages nor a local search from them need reach: the tagger's two character LSTMs
+    take about half of its time, and the even split puts one direction with the character input on one
+    worker and everything else on the other."""
+    heavy = [n for n in graph.topological_order() if graph.nodes[n].kind in O.HEAVY]
+    movable = [n for n in heavy if graph.nodes[n].worker is None]
+
+    def busiest(assignment: dict[str, int]) -> float:
+        with warnings.catch_warnings():  # a worker left without a node is a fact of that assignment
+            warnings.simplefilter("ignore", UserWarning)
+            full = place(graph, workers, overrides=assignment)
+        load = [0.0] * workers
+        for name, w in full.items():
+            load[w] += seconds.get(name, 0.0)
+        return max(load)
+
+    every = every_assignment(len(movable), workers, True, limit)
+    if every is not None:
+        return min((dict(zip(movable, a, strict=True)) for a in every), key=busiest)  # min keeps the first of equals
+    current = {n: i % workers for i, n in enumerate(movable)}
+    here = busiest(current)
+    while True:
+        best = min(({**current, n: w} for n in movable for w in range(workers) if w != current[n]), key=busiest)
+        if busiest(best) >= here:
+            return current
+        current, here = best, busiest(best)
+
+
+def simulated_node_seconds(
+    graph: Graph, workload: Dataset, config: RunConfig, costs: CostModel, params: dict[str, dict[str, np.ndarray]]
+) -> dict[str, float]:
+    """Each node's handling time (virtual seconds) in a simulated run of ``workload`` on one worker, ``config``'s
+    settings otherwise (a node pinned to another worker runs on that one too): what :func:`split_load` splits."""
+    alone = config.replace(workers=1, placement=dict.fromkeys(graph.nodes, 0), trace=True, trace_capacity=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        r = simulate(graph, workload, alone, costs, params=params)
+    if r.trace is None:
+        return {}
+    events = r.trace.events()
+    total = np.zeros(len(r.trace.node_names))
+    np.add.at(total, events["node"].astype(int), events["end"] - events["start"])
+    return dict(zip(r.trace.node_names, total.tolist(), strict=True))
 
 
 def _pick(candidates: list[Candidate], min_gain: float) -> Candidate:
@@ -363,4 +426,7 @@ def _cycle(keys: list[Any], n: int) -> list[Any]:
     return [keys[i % len(keys)] for i in range(n)]
 
 
-__all__ = ["AutoPlacement", "Candidate", "autoplace", "describe", "every_assignment", "measure_costs"]
+__all__ = [
+    "AutoPlacement", "Candidate", "autoplace", "describe", "every_assignment", "measure_costs",
+    "simulated_node_seconds", "split_load",
+]  # fmt: skip

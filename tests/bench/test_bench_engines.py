@@ -568,37 +568,6 @@ def test_speedup_adds_the_python_engine_pair(monkeypatch: pytest.MonkeyPatch) ->
     assert seen.count("python") == 2 * 3  # the Python pair, every round
 
 
-@pytest.mark.filterwarnings("ignore:graph 'mlp'.*get no node:UserWarning")  # the brute force's one-sided splits
-def test_the_measured_load_candidate_splits_node_time_evenly_with_light_nodes_following() -> None:
-    """The MLP's 4 Linears (and the light nodes that follow each) with given node times: the split whose busiest
-    worker has least; on 3 workers too, and by local search where every assignment is over the limit."""
-    from amp_notebook.reproduce.workloads import workload
-    from amp_notebook.runtime.placement import place
-
-    graph = workload("mlp", quick=True, seed=0).graph
-    heavy = [n for n in graph.topological_order() if graph.nodes[n].kind in O.HEAVY]
-    weight = dict(zip(heavy, (5.0, 1.0, 1.0, 3.0), strict=True))
-    seconds = {n: weight.get(n, 0.0) for n in graph.nodes}
-    light = next(n for n in graph.nodes if n not in weight and place(graph, 2, overrides={heavy[0]: 0, heavy[1]: 1,
-                 heavy[2]: 1, heavy[3]: 1})[n] == 1)  # fmt: skip
-    seconds[light] = 0.5  # a light node's time goes with the heavy node it follows
-
-    def busiest(where: dict[str, int], workers: int) -> float:
-        load = [0.0] * workers
-        for name, w in where.items():
-            load[w] += seconds[name]
-        return max(load)
-
-    split = scaling.load_balanced(graph, seconds, 2)
-    assert set(split) == set(graph.nodes) and busiest(split, 2) == 5.5  # the first Linear alone against the rest
-    assert split == place(graph, 2, overrides={n: split[n] for n in heavy})
-    every = [place(graph, 2, overrides={h: (i >> k) & 1 for k, h in enumerate(heavy)}) for i in range(16)]
-    assert busiest(split, 2) == min(busiest(p, 2) for p in every)
-    assert busiest(scaling.load_balanced(graph, seconds, 3), 3) == 5.0  # the first alone, the last alone
-    searched = scaling.load_balanced(graph, seconds, 2, limit=1)  # too many to try: a local search
-    assert busiest(searched, 2) == 5.5 < busiest(place(graph, 2), 2)
-
-
 @needs_native
 def test_node_seconds_times_every_node_of_a_traced_one_worker_epoch() -> None:
     from amp_notebook.reproduce.workloads import workload

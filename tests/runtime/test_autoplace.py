@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,8 +18,17 @@ from amp_notebook.bench.common import repeat_epochs
 from amp_notebook.cli import main
 from amp_notebook.data import Dataset
 from amp_notebook.models import mlp
-from amp_notebook.runtime.autoplace import autoplace, describe, every_assignment, measure_costs, per_message_seconds
+from amp_notebook.runtime.autoplace import (
+    autoplace,
+    describe,
+    every_assignment,
+    measure_costs,
+    per_message_seconds,
+    simulated_node_seconds,
+    split_load,
+)
 from amp_notebook.runtime.costs import CostModel, NodeCost
+from amp_notebook.runtime.placement import place
 from amp_notebook.runtime.train import train
 from tests.conftest import digits_dataset
 
@@ -115,7 +125,8 @@ def test_auto_simulatesevery_assignment_when_there_are_few() -> None:
                        min_gain=0.0)  # fmt: skip
     seen = {tuple(c.heavy[n] ^ c.heavy[HEAVY[0]] for n in HEAVY) for c in choice.candidates}
     assert len(choice.candidates) == len(seen) == 8  # 2 ** 4 assignments, each with its mirror image
-    assert all(c.name.startswith("every assignment: worker 1 runs") for c in choice.candidates[2:])
+    assert choice.candidates[2].name == "load split"  # the even split of one worker's time (its own test below)
+    assert all(c.name.startswith("every assignment: worker 1 runs") for c in choice.candidates[3:])
     # pinned, the workers are no longer interchangeable: every assignment of the other three, both ways round
     g = mlp(64, 16)
     g.nodes["linear2"].worker = 1
@@ -129,8 +140,8 @@ def test_auto_simulatesevery_assignment_when_there_are_few() -> None:
     # over the budget: the local search from the faster of round robin and balanced
     searched = autoplace(mlp(64, 16), workload(), workers=2, max_active_keys=4, priority="fifo",
                          costs=paper_mlp_costs(), max_evaluations=6)  # fmt: skip
-    assert 2 < len(searched.candidates) <= 6
-    assert all(c.name.startswith("local search") for c in searched.candidates[2:])
+    assert 3 < len(searched.candidates) <= 6
+    assert all(c.name.startswith("local search") for c in searched.candidates[3:])
 
 
 def test_near_ties_go_to_the_paper_default() -> None:
@@ -227,3 +238,53 @@ def test_auto_gains_over_round_robin_on_the_paper_mlp_in_virtual_time() -> None:
         return rates["amp"] / rates["sync"]
 
     assert gain("auto") >= 1.8 > 1.6 > gain("round_robin")
+
+
+def busiest(graph: Any, assignment: dict[str, int], seconds: dict[str, float], workers: int) -> float:
+    """The busiest worker's share of ``seconds`` with the heavy nodes where ``assignment`` puts them."""
+    load = [0.0] * workers
+    for name, w in place(graph, workers, overrides=assignment).items():
+        load[w] += seconds[name]
+    return max(load)
+
+
+@pytest.mark.filterwarnings("ignore:graph 'mlp'.*get no node:UserWarning")  # the brute force's one-sided splits
+def test_the_load_split_leaves_the_busiest_worker_least_with_light_nodes_following() -> None:
+    """The MLP's 4 Linears (and the light nodes that follow each) with given node times: the split whose busiest
+    worker has least; on 3 workers too, and by local search where every assignment is over the limit."""
+    graph = mlp(64, 16)
+    weight = dict(zip(HEAVY, (5.0, 1.0, 1.0, 3.0), strict=True))
+    seconds = {n: weight.get(n, 0.0) for n in graph.nodes}
+    follower = next(n for n in graph.nodes if n not in weight and place(graph, 2, overrides={"linear1": 0,
+                    "linear2": 1, "linear3": 1, "linear4": 1})[n] == 1)  # fmt: skip
+    seconds[follower] = 0.5  # a light node's time goes with the heavy node it follows
+    split = split_load(graph, seconds, 2)
+    assert set(split) == set(HEAVY) and busiest(graph, split, seconds, 2) == 5.5  # linear1 alone against the rest
+    every = [dict(zip(HEAVY, a, strict=True)) for a in itertools.product((0, 1), repeat=4)]
+    assert busiest(graph, split, seconds, 2) == min(busiest(graph, a, seconds, 2) for a in every)
+    assert busiest(graph, split_load(graph, seconds, 3), seconds, 3) == 5.0  # linear1 alone, linear4 alone
+    searched = split_load(graph, seconds, 2, limit=1)  # too many to try: a local search from round robin
+    assert busiest(graph, searched, seconds, 2) == 5.5 < busiest(graph, {}, seconds, 2)
+    pinned = mlp(64, 16)
+    pinned.nodes["linear1"].worker = 1
+    assert "linear1" not in split_load(pinned, seconds, 2) and busiest(pinned, split_load(pinned, seconds, 2),
+                                                                       seconds, 2) == 5.5  # fmt: skip
+
+
+def test_auto_simulates_the_load_split_of_one_workers_simulated_time() -> None:
+    """The third candidate: split_load of each node's time in a simulated 1-worker run, simulated like the
+    others. Here it is neither round robin (linear1 and linear3 against linear2 and linear4) nor contiguous
+    stages: linear2 alone against the other three."""
+    light = NodeCost(fwd_s=1.0, bwd_s=1.0)
+    costs = CostModel.zero(nodes={"linear1": light, "linear2": NodeCost(fwd_s=5.0, bwd_s=5.0), "linear3": light,
+                                  "linear4": NodeCost(fwd_s=3.0, bwd_s=3.0)})  # fmt: skip
+    g = mlp(64, 16)
+    choice = autoplace(g, workload(), workers=2, max_active_keys=4, priority="fifo", costs=costs, max_evaluations=3)
+    assert [c.name for c in choice.candidates] == ["round_robin", "balanced", "load split"]
+    sample = Dataset("d", workload().train[:16], [])
+    seconds = simulated_node_seconds(g, sample, choice.config, costs, g.init_params(0, np.dtype("float32")))
+    assert seconds["linear2"] > 0 and seconds["linear2"] == pytest.approx(5 / 3 * seconds["linear4"])
+    split = choice.candidates[2].heavy
+    assert split == split_load(g, seconds, 2)
+    assert split["linear2"] != split["linear1"] == split["linear3"] == split["linear4"]
+    assert choice.candidates[2].predicted_per_s > max(c.predicted_per_s for c in choice.candidates[:2])
