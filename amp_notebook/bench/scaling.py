@@ -240,17 +240,12 @@ def candidates(workload: Any, engine: str, workers: int, max_active_keys: int, s
 def node_seconds(workload: Any, engine: str, max_active_keys: int, seed: int) -> dict[str, float]:
     """Each node's handling time over one traced epoch of ``workload`` on one worker thread of ``engine``, with
     the figures' settings (bundles included): node name -> seconds."""
-    import numpy as np
-
     from amp_notebook.runtime.train import TrainResult, train
 
     run = {**settings(workload, engine, max_active_keys, seed), "trace": True, "trace_capacity": None}
     r = train(workload.graph, workload.data, workers=1, placement="round_robin", **run)
     assert isinstance(r, TrainResult) and r.trace is not None
-    events = r.trace.events()
-    total = np.zeros(len(r.trace.node_names))
-    np.add.at(total, events["node"].astype(int), events["end"] - events["start"])
-    return dict(zip(r.trace.node_names, total.tolist(), strict=True))
+    return r.trace.node_seconds()
 
 
 def measured_placement(

@@ -337,12 +337,7 @@ def simulated_node_seconds(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         r = simulate(graph, workload, alone, costs, params=params)
-    if r.trace is None:
-        return {}
-    events = r.trace.events()
-    total = np.zeros(len(r.trace.node_names))
-    np.add.at(total, events["node"].astype(int), events["end"] - events["start"])
-    return dict(zip(r.trace.node_names, total.tolist(), strict=True))
+    return r.trace.node_seconds() if r.trace is not None else {}
 
 
 def _pick(candidates: list[Candidate], min_gain: float) -> Candidate:

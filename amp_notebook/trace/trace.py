@@ -93,6 +93,15 @@ class Trace:
         worker (:mod:`amp_notebook.trace.waits`); ``summary(trace.waits())`` prints it."""
         return waits(self.events(), self.node_names, self.phases, self.workers, min_gap_s, top)
 
+    def node_seconds(self) -> dict[str, float]:
+        """Each node's handling time over the rows held (seconds, bundles and updates included): node name ->
+        seconds, every node named (0.0 where it has no row). Exact for the whole run only while no row was
+        dropped (``trace_capacity=None`` keeps every row)."""
+        cols = self.events()
+        total = np.zeros(len(self.node_names))
+        np.add.at(total, cols["node"].astype(np.int64), cols["end"] - cols["start"])
+        return dict(zip(self.node_names, total.tolist(), strict=True))
+
     def busy_s(self) -> list[float]:
         """Seconds each worker spent handling messages and updates, over the whole run."""
         return [t.busy_s for t in self.event_totals()]

@@ -187,6 +187,18 @@ def test_long_run_with_small_capacity_is_bounded_and_exact(digits):
     assert all(0 < x <= 1 for x in u)
 
 
+def test_node_seconds_sums_each_nodes_rows_over_every_worker(digits):
+    full = sync_run(digits, None)
+    seconds = full.trace.node_seconds()
+    cols = full.trace.events()
+    assert list(seconds) == full.trace.node_names
+    for i, name in enumerate(full.trace.node_names):
+        mine = cols["node"] == i
+        assert seconds[name] == pytest.approx(float(np.sum(cols["end"][mine] - cols["start"][mine])), rel=1e-12)
+    assert sum(seconds.values()) == pytest.approx(sum(full.trace.busy_s()), rel=1e-9)
+    assert seconds["linear1"] > 0
+
+
 # ------------------------------------------------------------------ windows and incremental reads
 
 
