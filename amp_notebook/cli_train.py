@@ -461,6 +461,11 @@ def summary_text(s: dict[str, Any]) -> str:
         from amp_notebook.runtime.result import worker_time_text
 
         lines.append(f"  worker time          {worker_time_text(s['worker_time'])}")
+    from amp_notebook.runtime.steal import steal_text
+
+    stolen = steal_text(s.get("steal_share"))
+    if stolen:
+        lines.append(f"  cpu steal            {stolen}")
     if "autoplace" in s:
         a = s["autoplace"]
         lines.append(

@@ -71,7 +71,7 @@ JSON keeps the split, the top waits and that count per worker; the report prints
 **Steal.** This machine may be a virtual one whose host runs other guests on the same physical cores, and the
 CPU time the host takes (steal) is invisible to the load average yet slows a run directly: on the 2-core VM
 this benchmark was written on, 2 workers lost 0-29% of the CPUs' time from one run to the next, and their
-throughput moved with it by up to 2.6x (:mod:`amp_notebook.bench.steal`). So every timed run (figures and
+throughput moved with it by up to 2.6x (:mod:`amp_notebook.runtime.steal`). So every timed run (figures and
 copies) records the share of the CPUs' time stolen while it ran. ``steal_per_round`` (per engine, model and
 count) and ``ceiling_steal_per_round`` keep them, round by round, and the report prints them. The headline
 ratios stay those of the medians of every round. Beside them, ``ratios_low_steal`` gives the median of the
@@ -118,10 +118,11 @@ from amp_notebook.bench.common import (
     report,
     retry_diverged,
 )
-from amp_notebook.bench.steal import LOW_STEAL, StealLog, low, percent
+from amp_notebook.bench.steal import StealLog, low, percent
 from amp_notebook.errors import SettingError
 from amp_notebook.runtime.placement import STRATEGIES
 from amp_notebook.runtime.result import worker_time_text
+from amp_notebook.runtime.steal import LOW_STEAL
 from amp_notebook.trace.waits import WorkerWaits
 from amp_notebook.trace.waits import summary as waits_summary
 

@@ -57,6 +57,7 @@ from amp_notebook.runtime.knobs import KnobChange
 from amp_notebook.runtime.recover import drive, restart_session
 from amp_notebook.runtime.restart import WorkerLostError
 from amp_notebook.runtime.session import DataError
+from amp_notebook.runtime.steal import StealMeter
 from amp_notebook.runtime.watchdog import Diagnosis, StuckRunError, Watchdog, diagnose
 
 if TYPE_CHECKING:
@@ -128,6 +129,7 @@ class NativeBackend:
         self.ledger = NativeLedger(self.engine)
         self.started = threading.Event()
         self.origin = 0.0
+        self.steal = StealMeter()  # the host's share of the CPUs' time while the run went (stats())
         self.wall_s = 0.0
         self.finished = False
         self._calls: deque[Callable[[], list[Action]]] = deque()
@@ -210,7 +212,7 @@ class NativeBackend:
 
     def stats(self) -> dict[str, Any]:
         out = {"engine": "native", "python_nodes": list(self.session.engine.python_nodes),
-               "worker_time": self.worker_time()}  # fmt: skip
+               "worker_time": self.worker_time(), "steal_share": self.steal.share}  # fmt: skip
         if self._gated:  # the admission gate (_open_gate): the most keys it let be in flight, the keys it held
             out["admission"] = {"peak_keys_in_flight": self.engine.peak_keys(), "keys_held": self.engine.keys_held()}
         return out
@@ -242,6 +244,7 @@ class NativeBackend:
         """Drive the run to the end in the calling thread; raises the first worker error (a lost worker only
         once the session's restarts are spent)."""
         with single_threaded_blas():
+            self.steal.start()
             self.origin = time.perf_counter()
             self.started.set()
             drive(self, self._drive)
@@ -285,6 +288,7 @@ class NativeBackend:
                 self._fold()
         finally:
             self.wall_s = time.perf_counter() - self.origin
+            self.steal.stop()
             self.shutdown(self._join_timeout)
             self._collect()
             self.sync_state()

@@ -89,6 +89,13 @@ class TrainResult:
         return self.backend_stats.get("worker_time")
 
     @property
+    def steal_share(self) -> float | None:
+        """The share of the CPUs' time the host of this (virtual) machine took while the run went, 0 to 1
+        (:mod:`~amp_notebook.runtime.steal`); None where it is unknown: off Linux, on simulated hardware or Ray,
+        or a run shorter than a clock tick."""
+        return self.backend_stats.get("steal_share")
+
+    @property
     def placement_strategy(self) -> str:
         """``auto``, a strategy name, or ``overrides`` (a dict of node -> worker)."""
         if self.auto_placement is not None:
@@ -116,6 +123,7 @@ class TrainResult:
             "staleness": {"mean": st["mean"], "p95": st["p95"], "max": st["max"]},
             "utilization": self.utilization(),
             "worker_time": self.worker_time,
+            "steal_share": self.steal_share,
             "placement": self.placement,
             "placement_strategy": self.placement_strategy,
             "priority_used": c.inbox_priority,

@@ -11,8 +11,9 @@ import pytest
 
 from amp_notebook import engine as native_engine
 from amp_notebook.bench import scaling, steal
-from amp_notebook.bench.steal import CpuTimes, StealLog, cpu_times, low, percent, steal_share
+from amp_notebook.bench.steal import StealLog, low, percent
 from amp_notebook.cli import main
+from amp_notebook.runtime.steal import LOW_STEAL, PROC_STAT, CpuTimes, cpu_times, steal_share
 
 STAT = (
     "cpu  2654013 58141 370873 1830505 7692 0 10518 27466 0 0\n"
@@ -56,7 +57,7 @@ def scripted(monkeypatch: pytest.MonkeyPatch, shares: list[float]) -> None:
         s, t = s + round(100 * share), t + 100
         readings.append(CpuTimes(s, t))
     it = iter(readings)
-    monkeypatch.setattr(steal, "cpu_times", lambda path=steal.PROC_STAT: next(it))
+    monkeypatch.setattr(steal, "cpu_times", lambda path=PROC_STAT: next(it))
 
 
 def test_a_steal_log_keeps_each_call_under_its_name(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -85,7 +86,7 @@ def test_scaling_reports_each_runs_steal_and_the_ratio_of_the_rounds_that_lost_l
     assert out["steal_per_round"]["native"]["tree"] == {"1": [0.0, 0.01, 0.04], "2": [0.02, 0.3, 0.03]}
     kept = out["ratios_low_steal"]["native"]["tree"]["2"]
     assert kept["rounds"] == 2 and kept["of"] == 3 and kept["median"] == pytest.approx(1.8)
-    assert out["low_steal"] == steal.LOW_STEAL
+    assert out["low_steal"] == LOW_STEAL
     assert "1: 0%/1%/4%; 2: 2%/30%/3%" in captured.err and "1.80x at 2 (2 of 3 rounds)" in captured.err
     assert "Over 5% in 1 of 6 timed runs" in captured.err
 

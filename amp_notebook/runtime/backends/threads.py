@@ -45,6 +45,7 @@ from amp_notebook.runtime.knobs import KnobChange
 from amp_notebook.runtime.recover import drive, restart_session
 from amp_notebook.runtime.restart import WorkerLostError
 from amp_notebook.runtime.session import Session
+from amp_notebook.runtime.steal import StealMeter
 from amp_notebook.runtime.steploop import StepLoop
 from amp_notebook.runtime.watchdog import Diagnosis, StuckRunError, Watchdog, diagnose
 from amp_notebook.runtime.worker import Deliver, NodeError
@@ -62,6 +63,7 @@ class ThreadedBackend:
         self.ledger = Credits()  # made again by _build, as at each restart
         self.started = threading.Event()  # set once `origin` is fixed (a background Run waits for it)
         self.origin = 0.0
+        self.steal = StealMeter()  # the host's share of the CPUs' time while the run went (stats())
         self.wall_s = 0.0
         watchdog_s = session.config.watchdog_s
         self.watchdog = Watchdog(watchdog_s) if watchdog_s is not None else None
@@ -172,6 +174,7 @@ class ThreadedBackend:
         """Drive the run to the end in the calling thread; raises the first worker error (a lost worker only
         once the session's restarts are spent)."""
         with single_threaded_blas():
+            self.steal.start()
             self.origin = time.perf_counter()
             self.started.set()
             drive(self, self._drive)
@@ -200,6 +203,7 @@ class ThreadedBackend:
                     self.watch()  # events keep coming: look at most once a tick
         finally:
             self.wall_s = time.perf_counter() - self.origin
+            self.steal.stop()
             self.shutdown(self._join_timeout)
 
     def watch(self) -> None:
@@ -243,8 +247,9 @@ class ThreadedBackend:
         return out
 
     def stats(self) -> dict[str, Any]:
-        """Nothing beyond the trace: the threaded backend's figures are the trace's."""
-        return {}
+        """The share of the CPUs' time the host took during the run (:mod:`~amp_notebook.runtime.steal`); the
+        threaded backend's other figures are the trace's."""
+        return {"steal_share": self.steal.share}
 
     def worker_time(self) -> list[dict[str, Any]] | None:
         """None: Python worker threads do not count their own time (the trace's utilization does)."""
