@@ -30,11 +30,11 @@ asks the simulated backend, which runs the same session, controller and workers 
    a simulated run of the workload on one worker; only where the workers are interchangeable), then every
    assignment of the heavy nodes to the workers where there are at most ``max_evaluations`` of them, else a
    local search from the fastest of the three. The load split balances work and leaves waiting to the
-   simulator; it reaches splits that a local search from the other two can miss (the tagger's 10 heavy
-   nodes make 512 assignments on 2 workers, and its even split puts one character LSTM and the character
-   input on one worker, everything else on the other). Where the workers are interchangeable (no node is pinned, every
-   device equally fast, no link set apart), two assignments that differ only in the workers' names are one
-   run, simulated once: the GG-NN's 7 heavy nodes on 2 workers make 64. The neighbours of a placement in the
+   simulator; it reaches splits that a local search from the other two can miss where there are too many
+   assignments to simulate them all (the tagger's 10 heavy nodes make 512 on 2 workers). Where the workers
+   are interchangeable (no node is pinned, every device equally fast, no link set apart), two assignments
+   that differ only in the workers' names are one run, simulated once: the GG-NN's 7 heavy nodes on 2
+   workers make 64. The neighbours of a placement in the
    local search are every heavy node moved to another worker and every two heavy nodes on different workers
    swapped; the fastest neighbour replaces the current placement while it beats it by more than ``min_gain``,
    for at most ``max_evaluations`` simulations in all. (A local search can stop at a placement the simulator
@@ -297,7 +297,8 @@ def split_load(graph: Graph, seconds: dict[str, float], workers: int, limit: int
     """The heavy nodes' workers (movable ones; pinned ones keep theirs) that leave the busiest worker the least
     of ``seconds`` (node -> handling time over a run on one worker), the light nodes following their producers
     as in :func:`~amp_notebook.runtime.placement.place`. Every assignment where there are at most ``limit``
-    (workers interchangeable; ties go to the first in :func:`every_assignment`'s order), else a local search from
+    (the workers' names ignored unless a node is pinned; ties go to the first in :func:`every_assignment`'s
+    order), else a local search from
     round robin that moves one heavy node at a time while the busiest worker's load falls.
 
     It balances work and ignores waiting, which the simulator (or a timing) then judges. It finds splits
@@ -316,7 +317,10 @@ def split_load(graph: Graph, seconds: dict[str, float], workers: int, limit: int
             load[w] += seconds.get(name, 0.0)
         return max(load)
 
-    every = every_assignment(len(movable), workers, True, limit)
+    if not movable:
+        return {}
+    pinned = len(movable) < len(heavy)  # then renaming the workers changes the split: try both ways round
+    every = every_assignment(len(movable), workers, not pinned, limit)
     if every is not None:
         return min((dict(zip(movable, a, strict=True)) for a in every), key=busiest)  # min keeps the first of equals
     current = {n: i % workers for i, n in enumerate(movable)}

@@ -265,10 +265,12 @@ def test_the_load_split_leaves_the_busiest_worker_least_with_light_nodes_followi
     assert busiest(graph, split_load(graph, seconds, 3), seconds, 3) == 5.0  # linear1 alone, linear4 alone
     searched = split_load(graph, seconds, 2, limit=1)  # too many to try: a local search from round robin
     assert busiest(graph, searched, seconds, 2) == 5.5 < busiest(graph, {}, seconds, 2)
-    pinned = mlp(64, 16)
-    pinned.nodes["linear1"].worker = 1
-    assert "linear1" not in split_load(pinned, seconds, 2) and busiest(pinned, split_load(pinned, seconds, 2),
-                                                                       seconds, 2) == 5.5  # fmt: skip
+    for worker in (0, 1):  # pinned to either worker, linear1 keeps it and the rest go to the other
+        pinned = mlp(64, 16)
+        pinned.nodes["linear1"].worker = worker
+        split = split_load(pinned, seconds, 2)
+        assert "linear1" not in split and set(split.values()) == {1 - worker}
+        assert busiest(pinned, split, seconds, 2) == 5.5
 
 
 def test_auto_simulates_the_load_split_of_one_workers_simulated_time() -> None:
