@@ -85,7 +85,8 @@ class NativeSimulatedBackend(NativeBackend):
         w = self.session.config.workers
         nbytes = [link_bytes[a * w : (a + 1) * w] for a in range(w)]
         counts = [link_messages[a * w : (a + 1) * w] for a in range(w)]
-        native = {k: v for k, v in super().stats().items() if k != "worker_time"}  # virtual steps: no thread time
+        # virtual steps: no thread time, and the host's steal is no part of a virtual clock
+        native = {k: v for k, v in super().stats().items() if k not in ("worker_time", "steal_share")}
         return {**link_stats(messages, bundles, nbytes, counts, self.wall_s, self.costs), **native}
 
     def worker_time(self) -> list[dict[str, Any]] | None:
