@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from amp_notebook.runtime.steal import LOW_STEAL, cpu_times, steal_share
+from amp_notebook.runtime.steal import LOW_STEAL, StealMeter
 
 T = TypeVar("T")
 
@@ -26,9 +26,11 @@ class StealLog:
         """``fn`` that records its call's share under ``name`` (a call that raises records nothing)."""
 
         def call() -> T:
-            before = cpu_times()
+            meter = StealMeter()
+            meter.start()
             value = fn()
-            self.shares.setdefault(name, []).append(steal_share(before, cpu_times()))
+            meter.stop()
+            self.shares.setdefault(name, []).append(meter.share)
             return value
 
         return call

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from amp_notebook import engine as native_engine
-from amp_notebook.bench import scaling, steal
+from amp_notebook.bench import scaling
 from amp_notebook.bench.steal import StealLog, low, percent
 from amp_notebook.cli import main
+from amp_notebook.runtime import steal as runtime_steal
 from amp_notebook.runtime.steal import LOW_STEAL, PROC_STAT, CpuTimes, cpu_times, steal_share
 
 STAT = (
@@ -57,7 +58,7 @@ def scripted(monkeypatch: pytest.MonkeyPatch, shares: list[float]) -> None:
         s, t = s + round(100 * share), t + 100
         readings.append(CpuTimes(s, t))
     it = iter(readings)
-    monkeypatch.setattr(steal, "cpu_times", lambda path=PROC_STAT: next(it))
+    monkeypatch.setattr(runtime_steal, "cpu_times", lambda path=PROC_STAT: next(it))
 
 
 def test_a_steal_log_keeps_each_call_under_its_name(monkeypatch: pytest.MonkeyPatch) -> None:
