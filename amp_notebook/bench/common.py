@@ -66,12 +66,13 @@ def interleaved_medians(
 
 
 def fastest_placement(
-    candidates: dict[str, dict[str, int]], rate: Callable[[dict[str, int]], float], trials: int
+    candidates: dict[str, T], rate: Callable[[T], float], trials: int
 ) -> tuple[str, dict[str, float]]:
-    """Time each distinct placement ``trials`` runs on this machine, interleaved (:func:`interleaved_medians`);
-    returns the name of the fastest by median and each timed name's median. A placement equal to an earlier one
-    is not timed again, and a tie goes to the earlier name (list the default first)."""
-    distinct: dict[str, dict[str, int]] = {}
+    """Time each distinct placement (or configuration: anything ``rate`` runs) ``trials`` runs on this machine,
+    interleaved (:func:`interleaved_medians`); returns the name of the fastest by median and each timed name's
+    median. A candidate equal to an earlier one is not timed again, and a tie goes to the earlier name (list the
+    default first)."""
+    distinct: dict[str, T] = {}
     for name, placement in candidates.items():
         if placement not in distinct.values():
             distinct[name] = placement

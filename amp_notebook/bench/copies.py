@@ -43,11 +43,10 @@ def _copy(conn: Connection, name: str, quick: bool, seed: int, engine: str, max_
 
     try:
         from amp_notebook.bench.common import retry_diverged
-        from amp_notebook.bench.scaling import settings
-        from amp_notebook.reproduce.workloads import workload
+        from amp_notebook.bench.scaling import figure_workload, settings
         from amp_notebook.runtime.train import train
 
-        load = workload(name, quick=quick, seed=seed)
+        load = figure_workload(name, quick, seed, max_active_keys)  # the keys the figures train on
 
         def train_once(run_seed: int) -> Any:
             with warnings.catch_warnings():

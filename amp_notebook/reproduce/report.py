@@ -148,14 +148,14 @@ def table2_section(result: dict[str, Any], figure: Any) -> str:
     fig.update_layout(barmode="group", yaxis_title="throughput / throughput at max_active_keys 1", height=420,
                       margin={"t": 30})  # fmt: skip
     header = ["model", "max_active_keys", "paper train (inst/s)", "paper valid (inst/s)", "paper ratio",
-              "ours, threads (inst/s)", "ratio", "ours, 16 simulated cores (inst/s)", "ratio",
+              "ours, threads (inst/s)", "ratio", "threads: inbox order", "ours, 16 simulated cores (inst/s)", "ratio",
               "PyTorch peer, threads (inst/s)", "rounds, threads (inst/s)"]  # fmt: skip
 
     def line(model: str, mak: int) -> list[Any]:
         t, sim = by[(model, "threads", mak)], by.get((model, "simulated", mak), {})
         rounds = ", ".join(_num(v) for v in t.get("runs_per_s") or [])
         return [model, mak, _num(t["paper_train_per_s"]), _num(t["paper_valid_per_s"]), _num(t["paper_ratio"], 2),
-                _num(t["ours_per_s"]), _num(t["ours_ratio"], 2), _num(sim.get("ours_per_s")),
+                _num(t["ours_per_s"]), _num(t["ours_ratio"], 2), t.get("priority") or "", _num(sim.get("ours_per_s")),
                 _num(sim.get("ours_ratio"), 2), _peer_cell(t.get("peer_per_s"), t.get("peer_load_1min"),
                                                            t.get("peer_loaded")), rounds]  # fmt: skip
 

@@ -48,7 +48,7 @@ from amp_notebook.reproduce.table2 import (
     calibrate,
     calibration_engine,
     families,
-    thread_placements,
+    thread_configs,
 )
 from amp_notebook.reproduce.workloads import DEFAULT_ENGINE, Workload, available
 from amp_notebook.runtime.costs import CostModel
@@ -170,8 +170,8 @@ def threads_rows(
     search: dict[str, Any],
 ) -> list[dict[str, Any]]:  # fmt: skip
     """This machine: every row of a family and the base's peer, ``repeats`` interleaved rounds."""
-    placements = {w.name: thread_placements(w, costs[w.name], paper.table1_keys(w.name), seed, search)
-                  for w in members}  # fmt: skip
+    configs = {w.name: thread_configs(w, costs[w.name], paper.table1_keys(w.name), seed, search)
+               for w in members}  # fmt: skip
     done: dict[str, int] = {}
 
     def side(name: str, once: Callable[[int], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
@@ -189,7 +189,7 @@ def threads_rows(
     sides: dict[str, Callable[[], dict[str, Any]]] = {}
     for w in members:
         for k in paper.table1_keys(w.name):
-            knobs = {"max_active_keys": k, "placement": placements[w.name][k], **THREADS}
+            knobs = {**THREADS, "max_active_keys": k, **configs[w.name][k]}
             sides[f"{w.name} mak={k}"] = side(
                 f"{w.name} mak={k}", lambda s, w=w, knobs=knobs: to_target(w, max_epochs[w.name], s, **knobs)
             )

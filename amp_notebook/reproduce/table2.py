@@ -6,20 +6,26 @@ the RNN at 1, 4 and 16, with 2 replicas at 4 and with 4 replicas at 8; the Tree-
 ratio to max_active_keys 1, and ours on two backends. A replicated RNN's ratio is to the one-replica RNN at
 max_active_keys 1, as in the paper. Mode ``amp``, one epoch of the workload's training keys
 (:mod:`~amp_notebook.reproduce.workloads`), no validation, no trace; figures are training instances per
-second. Where an epoch is shorter than ``TIMED_KEYS`` keys (the digits' 15; MNIST's is 600) the timed run is
-one epoch of its training keys repeated to ``TIMED_KEYS`` (not with ``quick``), which the controller shuffles
-as one epoch. The pipeline then fills and drains once per run, as in an epoch of MNIST's length. Eight
-epochs of 15 keys would drain it eight times: on 2 workers that held the MLP at max_active_keys 4 to about
-1.4x its rate at 1 where one 120-key epoch gives about 1.65x. The RNN, Tree-LSTM, GG-NN and tagger epochs
-are longer than ``TIMED_KEYS`` and run as they are.
+second. Where an epoch is shorter than :func:`~amp_notebook.reproduce.workloads.timed_keys` at the model's largest
+max_active_keys (``TIMED_KEYS``, or ``KEYS_PER_SLOT`` keys per key in flight where that is more), every row of
+that model is timed over one epoch of its training keys repeated to that many (not with ``quick``), which the
+controller shuffles as one epoch. The pipeline then fills and drains once per run, as in an epoch of the paper's
+length. Eight epochs of the digits' 15 keys would drain it eight times: on 2 workers that held the MLP at
+max_active_keys 4 to about 1.4x its rate at 1 where one 120-key epoch gives about 1.65x. The tagger's 200 sentences
+at 32 in flight are timed as 800. The RNN, Tree-LSTM and GG-NN epochs are long enough and run as they are.
 
 **threads**: this machine, 2 worker threads. Placement ``auto`` (:mod:`amp_notebook.runtime.autoplace`: node costs
-measured here once per model, the fastest of round robin, balanced stages and every assignment of the heavy nodes
-(a local search where there are more) on the simulator, chosen once per max_active_keys before the timed runs;
-outside ``--quick`` that choice, round robin and balanced stages are then timed here, two interleaved runs each (a
-placement equal to an earlier one once), and the fastest runs the row, whose ``placement_trials`` keeps every
-figure: the simulator and this machine can disagree), ``fifo`` inboxes (arrival order keeps both workers fed;
-``amp-notebook bench speedup`` compares it with backward-first). A model family (the RNN with its replicated
+measured here once per model, the fastest of round robin, balanced stages and every assignment of the heavy nodes (a
+local search where there are more) on the simulator, chosen once per max_active_keys before the timed runs),
+``fifo`` inboxes (arrival order keeps both workers fed; ``amp-notebook bench speedup`` compares it with
+backward-first). Outside ``--quick`` the row's configuration is then measured here (:func:`thread_configs`): the
+simulator and this machine can disagree, and which inbox order keeps two workers busy depends on the graph. Four
+placements (``auto``'s choice, round robin, balanced stages, and ``measured load``: the heavy nodes split so that
+the busiest worker gets the least of the node time of a traced 1-worker run at that max_active_keys,
+:func:`~amp_notebook.runtime.autoplace.split_load`) each with two inbox orders (``fifo`` and ``light_first``, the
+threaded backend's default on 2 workers) are timed in two interleaved runs each (a configuration equal to an earlier
+one once), and the fastest runs the row (ties go to ``auto``'s choice with ``fifo``). The row's ``placement_trials``
+keeps every figure, and its ``placement`` and ``priority`` say what ran. A model family (the RNN with its replicated
 variants) and its PyTorch peer run ``repeats`` times, interleaved with the order flipping every round (this machine
 is shared and noisy); the median is reported, every round is kept in ``runs_per_s``, and the 1-minute load average
 before and after the family's rounds is kept beside them (``load_1min``). The workers run on the engine ``engine``
@@ -61,18 +67,23 @@ from typing import Any
 from amp_notebook.bench.common import diverged_note, fastest_placement, interleaved_medians, retry_diverged
 from amp_notebook.reproduce import paper
 from amp_notebook.reproduce.machine import load_1min, loaded
-from amp_notebook.reproduce.workloads import DEFAULT_ENGINE, MODELS, Workload, available, timed_data
+from amp_notebook.reproduce.workloads import DEFAULT_ENGINE, MODELS, Workload, available, timed_workload
 from amp_notebook.runtime.autoplace import autoplace, measure_costs
 from amp_notebook.runtime.costs import CostModel
 from amp_notebook.runtime.placement import place
 from amp_notebook.runtime.train import TrainResult, train
 
 THREADS: dict[str, Any] = {"workers": 2, "priority": "fifo"}
+PRIORITIES = ("fifo", "light_first")  # the inbox orders a row's configuration is measured with (the first wins ties)
+MEASURED_CONFIGS = (
+    "per row, the fastest here of auto's choice, round robin, balanced stages and the measured-load "
+    "split, each with fifo and light_first inboxes (the row's placement and priority)"
+)
 QUICK_SEARCH: dict[str, Any] = {"keys": 8, "max_evaluations": 2}  # --quick: round robin or balanced, 8 keys
 # the simulator runs on the engine the threads run on (its figures are virtual time: the same on either)
 SIMULATED: dict[str, Any] = {"workers": 16, "priority": "backward_first", "placement": "round_robin"}
 HEAVY_KINDS = ("linear", "embedding")
-PLACEMENT_TRIALS = 2  # timed runs of each candidate placement (thread_placements)
+PLACEMENT_TRIALS = 2  # timed runs of each candidate configuration (thread_configs)
 
 
 _CALIBRATIONS: dict[tuple[Any, ...], CostModel] = {}
@@ -136,7 +147,7 @@ def run(
         rows += simulated_rows(members, costs, seed)
     return {
         "rows": rows,
-        "threads": {**THREADS, "placement": "auto", "repeats": repeats},
+        "threads": threads_settings(quick, repeats),
         "simulated": dict(SIMULATED),
         "calibration_s": calibration,
         "calibration_engine": calibrated_on,
@@ -146,6 +157,13 @@ def run(
         "notes": notes,
         "quick": quick,
     }
+
+
+def threads_settings(quick: bool, repeats: int) -> dict[str, Any]:
+    """What the report says of the threads columns' settings."""
+    if quick:  # no trials: auto's choice, THREADS' inbox order
+        return {**THREADS, "placement": "auto", "repeats": repeats}
+    return {"workers": THREADS["workers"], "repeats": repeats, "placement and priority": MEASURED_CONFIGS}
 
 
 def row(model: str, backend: str, mak: int, engine: str, ours: float | None, base: float | None,
@@ -161,10 +179,17 @@ def row(model: str, backend: str, mak: int, engine: str, ours: float | None, bas
     }  # fmt: skip
 
 
+def timed(w: Workload) -> Any:
+    """The data every timed run of ``w`` trains on (module docstring): its training keys repeated to
+    :func:`~amp_notebook.reproduce.workloads.timed_keys` at the largest max_active_keys of its rows, so each row
+    of a model times the same keys; ``w``'s own data with ``quick``."""
+    return timed_workload(w, max(paper.table2_keys(w.name))).data
+
+
 def _train(w: Workload, seed: int, diverged: list[int] | None = None, **knobs: Any) -> TrainResult:
     """One timed run of ``w``. A run whose training diverges (a NaN or infinity stops it) is run again from the
     next seed, at most ``DIVERGE_TRIES`` runs in all; each diverged run's seed goes into ``diverged``."""
-    data = w.data if w.meta.get("quick") else timed_data(w.data)
+    data = timed(w)
 
     def once(run_seed: int) -> TrainResult:
         with warnings.catch_warnings():  # 16 devices for a model with fewer heavy nodes leave some idle
@@ -177,45 +202,74 @@ def _train(w: Workload, seed: int, diverged: list[int] | None = None, **knobs: A
     return retry_diverged(once, seed, diverged)
 
 
-def thread_placements(
+def thread_configs(
     w: Workload,
     costs: CostModel,
     keys: Sequence[int],
     seed: int,
     search: dict[str, Any] | None = None,
     trials: dict[int, dict[str, float]] | None = None,
-) -> dict[int, dict[str, int]]:
-    """The placement ``auto`` chooses for ``w`` on the threads backend at each of ``keys`` (chosen before any
-    timed run, so the search is not in the figures). With ``trials`` (a dict to fill), that choice, round robin
-    and balanced stages are also timed on this machine, ``PLACEMENT_TRIALS`` interleaved runs each (one run per
-    distinct placement; ties go to auto's choice), and the fastest runs the row: the simulator judges placements
-    by a cost model, this machine by its own cores and caches, and the two can disagree; ``trials[k]`` keeps the
-    measured instances/s of each (none when all three are one placement)."""
-    placements: dict[int, dict[str, int]] = {}
+) -> dict[int, dict[str, Any]]:
+    """The configuration (``placement`` and inbox ``priority``) that runs ``w``'s row at each of ``keys``, chosen
+    before any timed run, so the search is not in the figures. Without ``trials``: the placement ``auto`` chooses
+    for the threads backend, with ``THREADS``' priority. With ``trials`` (a dict to fill), that choice, round
+    robin, balanced stages and the measured-load split (:func:`measured_load`), each with every inbox order of
+    ``PRIORITIES``, are timed on this machine, ``PLACEMENT_TRIALS`` interleaved runs each (one run per distinct
+    configuration; ties go to auto's choice with ``THREADS``' priority), and the fastest runs the row: the
+    simulator judges placements by a cost model, this machine by its own cores and caches, and the two can
+    disagree; ``trials[k]`` keeps the measured instances/s of each, named ``"placement, priority"``."""
+    configs: dict[int, dict[str, Any]] = {}
     for k in keys:
         choice = autoplace(w.graph, w.data, max_active_keys=k, optimizer=w.optimizer, costs=costs, seed=seed,
                            min_update_frequency=w.settings.get("min_update_frequency", 1), **THREADS,
                            **(search or {}))  # fmt: skip
-        placements[k] = choice.placement
         name = choice.chosen.name
-        with warnings.catch_warnings():  # a worker with no heavy node is a fact of that placement
-            warnings.simplefilter("ignore", UserWarning)
-            timed = {name: choice.placement}
-            timed.update({s: place(w.graph, THREADS["workers"], strategy=s) for s in ("round_robin", "balanced")})
+        configs[k] = {"placement": choice.placement, "priority": THREADS["priority"]}
         if trials is not None:
-            name, rates = fastest_placement(timed, functools.partial(_placement_rate, w, seed, k), PLACEMENT_TRIALS)
-            placements[k] = timed[name]
+            with warnings.catch_warnings():  # a worker with no heavy node is a fact of that placement
+                warnings.simplefilter("ignore", UserWarning)
+                placements = {name: choice.placement}
+                placements.update({s: place(w.graph, THREADS["workers"], strategy=s)
+                                   for s in ("round_robin", "balanced")})  # fmt: skip
+                placements["measured load"] = measured_load(w, seed, k)
+            priorities = (THREADS["priority"], *(p for p in PRIORITIES if p != THREADS["priority"]))
+            timed = {f"{n}, {p}": {"placement": pl, "priority": p} for p in priorities for n, pl in placements.items()}
+            name, rates = fastest_placement(timed, functools.partial(_config_rate, w, seed, k), PLACEMENT_TRIALS)
+            configs[k] = timed[name]
             if rates:
                 trials[k] = rates
-        heavy = {n: placements[k][n] for n in choice.chosen.heavy}
+        heavy = {n: configs[k]["placement"][n] for n in choice.chosen.heavy}
         measured = "" if trials is None or k not in trials else f" (timed here: {trials[k]})"
-        _progress(f"  threads, {w.name}, max_active_keys {k}: placement {name} {heavy}{measured}")
-    return placements
+        _progress(f"  threads, {w.name}, max_active_keys {k}: {name} {heavy}{measured}")
+    return configs
 
 
-def _placement_rate(w: Workload, seed: int, k: int, placement: dict[str, int]) -> float:
-    """Training instances/s of one timed run of ``w`` at ``k`` keys in flight with ``placement``."""
-    return _train(w, seed, max_active_keys=k, placement=placement, **THREADS).train_instances_per_s
+def measured_load(w: Workload, seed: int, k: int) -> dict[str, int]:
+    """The placement whose busiest worker gets the least of each node's handling time in a traced run of ``w`` on
+    one worker thread at ``k`` keys in flight, bundles included (:func:`~amp_notebook.runtime.autoplace.split_load`;
+    it ignores waiting, which the timed trials judge). The light nodes follow the heavy ones, as in ``place``. A
+    traced run that diverges runs again from the next seed, as a timed run does."""
+    from amp_notebook.runtime.autoplace import split_load
+
+    data = timed(w)
+
+    def once(run_seed: int) -> dict[str, float]:
+        knobs = {**w.settings, "workers": 1, "max_active_keys": k, "placement": "round_robin"}
+        r = train(w.graph, data, mode="amp", epochs=1, validate=False, trace=True, trace_capacity=None,
+                  seed=run_seed, optimizer=w.optimizer, **knobs)  # fmt: skip
+        assert isinstance(r, TrainResult) and r.trace is not None
+        return r.trace.node_seconds()
+
+    seconds = retry_diverged(once, seed)
+    workers = THREADS["workers"]
+    with warnings.catch_warnings():  # a worker left without a node is a fact of that split
+        warnings.simplefilter("ignore", UserWarning)
+        return place(w.graph, workers, overrides=split_load(w.graph, seconds, workers))
+
+
+def _config_rate(w: Workload, seed: int, k: int, config: dict[str, Any]) -> float:
+    """Training instances/s of one timed run of ``w`` at ``k`` keys in flight with ``config`` (placement, priority)."""
+    return _train(w, seed, max_active_keys=k, **{**THREADS, **config}).train_instances_per_s
 
 
 def threads_rows(
@@ -227,17 +281,17 @@ def threads_rows(
     measure: bool = False,
 ) -> list[dict[str, Any]]:
     """This machine: every row of a family and the base's peer, ``repeats`` interleaved rounds, medians;
-    ``measure``: the candidate placements are timed here first and the fastest runs (:func:`thread_placements`)."""
+    ``measure``: the candidate configurations are timed here first and the fastest runs (:func:`thread_configs`)."""
     trials: dict[str, dict[int, dict[str, float]]] = {w.name: {} for w in members}
-    placements = {w.name: thread_placements(w, costs[w.name], paper.table2_keys(w.name), seed, search,
-                                            trials[w.name] if measure else None)
-                  for w in members}  # fmt: skip
+    configs = {w.name: thread_configs(w, costs[w.name], paper.table2_keys(w.name), seed, search,
+                                      trials[w.name] if measure else None)
+               for w in members}  # fmt: skip
 
     ran: dict[tuple[str, int], str] = {}  # the engine each row ran on
     diverged: dict[tuple[str, int], list[int]] = {}  # the seeds of each row's diverged runs
 
     def rate(w: Workload, k: int) -> Callable[[], float]:
-        knobs = {"max_active_keys": k, "placement": placements[w.name][k], **THREADS}
+        knobs = {**THREADS, "max_active_keys": k, **configs[w.name][k]}
 
         def once() -> float:
             r = _train(w, seed, diverged.setdefault((w.name, k), []), **knobs)
@@ -277,7 +331,8 @@ def threads_rows(
                 peer_per_s=peer_rate if is_base else None, peer_runs_per_s=peer_runs if is_base else None,
                 peer_load_1min=peer_load if is_base and peer_load else None,
                 peer_loaded=loaded(peer_load) if is_base and peer_load else None,
-                placement={n: placements[w.name][k][n] for n in heavy}, diverged_runs=diverged[(w.name, k)],
+                placement={n: configs[w.name][k]["placement"][n] for n in heavy},
+                priority=configs[w.name][k]["priority"], diverged_runs=diverged[(w.name, k)],
                 placement_trials=trials[w.name].get(k),
             ))  # fmt: skip
             _progress(f"  threads, {w.name}, max_active_keys {k}: {value:,.0f} instances/s "
@@ -314,4 +369,4 @@ def _progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-__all__ = ["calibrate", "families", "row", "run", "simulated_rows", "thread_placements", "threads_rows"]
+__all__ = ["calibrate", "families", "row", "run", "simulated_rows", "thread_configs", "threads_rows", "timed"]

@@ -107,6 +107,20 @@ class Workload:
 TIMED_KEYS = 120
 
 
+# A timed run has at least this many training keys per key in flight (timed_keys). Its pipeline fills at the start
+# and drains at the end, about max_active_keys keys' worth each, when fewer keys are in flight than the limit and a
+# second worker finds less to do: the tagger's 200-sentence epoch at 32 in flight ran 2 workers at 1.56x one worker
+# (6 paired rounds), the same sentences repeated to 800 at 1.86x (one worker: 485 and 489 sentences/s).
+KEYS_PER_SLOT = 20
+
+
+def timed_keys(max_active_keys: int) -> int:
+    """The fewest training keys a throughput figure at ``max_active_keys`` is timed over: ``TIMED_KEYS``, or
+    ``KEYS_PER_SLOT`` per key in flight where that is more, so filling and draining the pipeline stays a small
+    share of the run, as over the paper's epochs of thousands of keys."""
+    return max(TIMED_KEYS, KEYS_PER_SLOT * max_active_keys)
+
+
 def timed_data(data: Dataset, keys: int = TIMED_KEYS) -> Dataset:
     """``data`` with its training keys repeated to at least ``keys`` keys as one epoch (which the controller
     shuffles as one), or ``data`` itself where an epoch is that long already. A throughput figure timed
@@ -114,6 +128,14 @@ def timed_data(data: Dataset, keys: int = TIMED_KEYS) -> Dataset:
     several such epochs, it drains at every epoch's end (MNIST's epoch is 600 keys)."""
     passes = -(-keys // len(data.train))  # ceil
     return data if passes == 1 else dataclasses.replace(data, train=list(data.train) * passes)
+
+
+def timed_workload(w: Workload, max_active_keys: int) -> Workload:
+    """``w`` as its throughput figures at up to ``max_active_keys`` keys in flight train it: its training keys
+    repeated to :func:`timed_keys` as one epoch (:func:`timed_data`); a ``quick`` workload as it is."""
+    if w.meta.get("quick"):
+        return w
+    return dataclasses.replace(w, data=timed_data(w.data, timed_keys(max_active_keys)))
 
 
 def engine_settings(engine: str) -> dict[str, Any]:
@@ -384,5 +406,8 @@ __all__ = [
     "Workload",
     "available",
     "engine_settings",
+    "timed_data",
+    "timed_keys",
+    "timed_workload",
     "workload",
 ]

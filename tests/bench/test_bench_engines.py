@@ -577,3 +577,30 @@ def test_node_seconds_times_every_node_of_a_traced_one_worker_epoch() -> None:
     heavy = [n for n in load.graph.nodes if load.graph.nodes[n].kind in O.HEAVY]
     assert set(seconds) == set(load.graph.nodes) and all(seconds[n] > 0 for n in heavy)
     assert all(v >= 0 for v in seconds.values())
+
+
+def test_every_figure_of_a_short_epoch_trains_on_its_keys_repeated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tagger's 200 sentences at 32 in flight are timed as 800 (20 per key in flight), the MLP keeps its own
+    15-key epoch, a quick workload is as it is; the copies of the ceiling load what the figures train on."""
+    from amp_notebook.bench import copies
+    from amp_notebook.reproduce.workloads import timed_keys, workload
+
+    tagger = scaling.figure_workload("bilstm-tagger", False, 0, 32)
+    own = workload("bilstm-tagger", quick=False, seed=0)
+    assert len(own.data.train) == 200 and len(tagger.data.train) == 800 >= timed_keys(32)
+    assert [b.size for b in tagger.data.train[:200]] == [b.size for b in own.data.train]
+    assert len(scaling.figure_workload("mlp", False, 0, 4).data.train) == 15
+    quick = scaling.figure_workload("bilstm-tagger", True, 0, 32)
+    assert len(quick.data.train) == len(workload("bilstm-tagger", quick=True, seed=0).data.train)
+
+    loaded: list[tuple[str, bool, int, int]] = []
+
+    def record(name: str, quick: bool, seed: int, keys: int) -> Any:
+        loaded.append((name, quick, seed, keys))
+        raise KeyboardInterrupt  # the copy sends this back as its failure: what it loaded is all this reads
+
+    monkeypatch.setattr(scaling, "figure_workload", record)
+    sent: list[tuple[Any, ...]] = []
+    conn = type("Conn", (), {"send": lambda self, m: sent.append(m)})()
+    copies._copy(conn, "bilstm-tagger", False, 3, "native", 32)  # type: ignore[arg-type]
+    assert loaded == [("bilstm-tagger", False, 3, 32)] and sent[0][0] == "failed"

@@ -293,56 +293,101 @@ def test_a_diverged_timed_run_runs_again_from_the_next_seed(monkeypatch: pytest.
     assert diverged == list(range(DIVERGE_TRIES))
 
 
-@pytest.mark.parametrize("faster", ["round_robin", "chosen"])
-def test_a_placement_auto_chose_runs_the_row_only_if_it_is_faster_here(faster: str, monkeypatch) -> None:
-    """The simulator's choice is timed against round robin on this machine; the faster one runs the row."""
-    from amp_notebook.runtime.costs import CostModel
+def _mlp_configs(monkeypatch: pytest.MonkeyPatch, choice: str) -> tuple[Any, dict[str, dict[str, int]]]:
+    """The quick MLP, autoplace stubbed to choose the placement named ``choice``, and the measured-load split
+    stubbed to a third placement (linear1 alone on worker 1): the placements by name."""
     from amp_notebook.runtime.placement import place
 
     w = workload("mlp", quick=True)
-    round_robin = place(w.graph, table2.THREADS["workers"], strategy="round_robin")
-    balanced = place(w.graph, table2.THREADS["workers"], strategy="balanced")
-    assert balanced != round_robin
+    workers = table2.THREADS["workers"]
+    placements = {s: place(w.graph, workers, strategy=s) for s in ("round_robin", "balanced")}
+    placements["measured load"] = place(w.graph, workers, overrides={"linear1": 1, "linear2": 0, "linear3": 0,
+                                                                     "linear4": 0})  # fmt: skip
+    assert len({json.dumps(p, sort_keys=True) for p in placements.values()}) == 3
+    auto = placements[choice]
 
-    class Chosen:  # what autoplace returns, as far as thread_placements reads it
-        placement = balanced
-        chosen = type("Candidate", (), {"name": "balanced", "heavy": {n: balanced[n] for n in ("linear1", "linear4")}})
+    class Chosen:  # what autoplace returns, as far as thread_configs reads it
+        placement = auto
+        chosen = type("Candidate", (), {"name": choice, "heavy": {n: auto[n] for n in ("linear1", "linear4")}})
 
+    monkeypatch.setattr(table2, "autoplace", lambda *a, **k: Chosen)
+    monkeypatch.setattr(table2, "measured_load", lambda w, seed, k: placements["measured load"])
+    return w, placements
+
+
+@pytest.mark.parametrize("fastest", ["round_robin, light_first", "balanced, fifo", "measured load, light_first"])
+def test_the_configuration_fastest_here_runs_the_row(fastest: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every distinct placement (auto's choice, round robin, balanced, measured load) with every inbox order is
+    timed PLACEMENT_TRIALS runs; the fastest runs the row, and the trials keep every median by name."""
+    from amp_notebook.runtime.costs import CostModel
+
+    w, placements = _mlp_configs(monkeypatch, "balanced")
+    names = {json.dumps(p, sort_keys=True): n for n, p in placements.items()}
     timed: list[str] = []
 
-    def rate(w, seed, k, placement):
-        timed.append("round_robin" if placement == round_robin else "balanced")
-        return 2.0 if (timed[-1] == "round_robin") == (faster == "round_robin") else 1.0
+    def rate(w: Any, seed: int, k: int, config: dict[str, Any]) -> float:
+        assert set(config) == {"placement", "priority"}
+        timed.append(f"{names[json.dumps(config['placement'], sort_keys=True)]}, {config['priority']}")
+        return 2.0 if timed[-1] == fastest else 1.0
 
-    monkeypatch.setattr(table2, "autoplace", lambda *a, **k: Chosen)
-    monkeypatch.setattr(table2, "_placement_rate", rate)
+    monkeypatch.setattr(table2, "_config_rate", rate)
     trials: dict[int, dict[str, float]] = {}
-    placements = table2.thread_placements(w, CostModel(), [4], 0, trials=trials)
-    assert sorted(timed) == ["balanced"] * table2.PLACEMENT_TRIALS + ["round_robin"] * table2.PLACEMENT_TRIALS
-    assert placements[4] == (round_robin if faster == "round_robin" else balanced)
-    assert trials[4] == ({"balanced": 1.0, "round_robin": 2.0} if faster == "round_robin" else
-                         {"balanced": 2.0, "round_robin": 1.0})  # fmt: skip
-    assert table2.thread_placements(w, CostModel(), [4], 0) == {4: balanced}  # no trials: the simulator's choice
+    configs = table2.thread_configs(w, CostModel(), [4], 0, trials=trials)
+    expected = [f"{n}, {p}" for n in placements for p in table2.PRIORITIES]
+    assert sorted(timed) == sorted(expected * table2.PLACEMENT_TRIALS)  # auto's choice is balanced: timed once
+    placement, priority = fastest.split(", ")
+    assert configs == {4: {"placement": placements[placement], "priority": priority}}
+    assert trials[4] == {n: (2.0 if n == fastest else 1.0) for n in expected}
 
 
-def test_balanced_stages_run_the_row_when_faster_here_than_auto_s_round_robin(monkeypatch) -> None:
-    """auto chose round robin; balanced stages are timed too, and run the row when this machine finds them faster."""
+def test_without_trials_the_row_runs_auto_s_choice_with_fifo(monkeypatch: pytest.MonkeyPatch) -> None:
     from amp_notebook.runtime.costs import CostModel
-    from amp_notebook.runtime.placement import place
+
+    w, placements = _mlp_configs(monkeypatch, "round_robin")
+    monkeypatch.setattr(table2, "measured_load", lambda *a: pytest.fail("no trials: nothing is traced"))
+    monkeypatch.setattr(table2, "_config_rate", lambda *a: pytest.fail("no trials: nothing is timed"))
+    assert table2.thread_configs(w, CostModel(), [1, 4], 0) == {
+        k: {"placement": placements["round_robin"], "priority": "fifo"} for k in (1, 4)
+    }
+
+
+def test_a_tie_goes_to_auto_s_choice_with_fifo(monkeypatch: pytest.MonkeyPatch) -> None:
+    from amp_notebook.runtime.costs import CostModel
+
+    w, placements = _mlp_configs(monkeypatch, "measured load")
+    monkeypatch.setattr(table2, "_config_rate", lambda *a: 1.0)
+    trials: dict[int, dict[str, float]] = {}
+    configs = table2.thread_configs(w, CostModel(), [4], 0, trials=trials)
+    assert configs == {4: {"placement": placements["measured load"], "priority": "fifo"}}
+    assert next(iter(trials[4])) == "measured load, fifo"  # listed first; the same placement is not timed twice
+    assert len(trials[4]) == 3 * len(table2.PRIORITIES)
+
+
+def test_a_diverged_traced_run_of_the_measured_load_split_runs_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    from amp_notebook.runtime.numerics import NonFiniteError
 
     w = workload("mlp", quick=True)
-    round_robin = place(w.graph, table2.THREADS["workers"], strategy="round_robin")
-    balanced = place(w.graph, table2.THREADS["workers"], strategy="balanced")
+    real = table2.train
+    seeds: list[int] = []
 
-    class Chosen:
-        placement = round_robin
-        chosen = type("Candidate", (), {"name": "round_robin", "heavy": {n: round_robin[n] for n in ("linear1",)}})
+    def nan_once(*args: object, **kwargs: object) -> object:
+        seeds.append(kwargs["seed"])  # type: ignore[arg-type]
+        if len(seeds) == 1:
+            raise NonFiniteError("loss", "SoftmaxCrossEntropy", "loss", [3], "the loss of key 3 is nan")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(table2, "autoplace", lambda *a, **k: Chosen)
-    monkeypatch.setattr(table2, "_placement_rate", lambda w, seed, k, p: 3.0 if p == balanced else 1.0)
-    trials: dict[int, dict[str, float]] = {}
-    assert table2.thread_placements(w, CostModel(), [4], 0, trials=trials) == {4: balanced}
-    assert trials[4] == {"round_robin": 1.0, "balanced": 3.0}
+    monkeypatch.setattr(table2, "train", nan_once)
+    assert set(table2.measured_load(w, 5, 1)) == set(w.graph.nodes)
+    assert seeds == [5, 6]
+
+
+def test_the_measured_load_split_places_every_node_on_a_worker() -> None:
+    """A real traced 1-worker run of the quick MLP: every node gets one of the table's 2 workers, heavy nodes on
+    both (its four layers' times are never all on one side of the best split)."""
+    w = workload("mlp", quick=True)
+    placement = table2.measured_load(w, 0, 4)
+    assert set(placement) == set(w.graph.nodes)
+    assert set(placement.values()) == {0, 1}
 
 
 def test_a_short_epoch_is_timed_as_one_epoch_of_repeated_keys(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -369,3 +414,19 @@ def test_a_short_epoch_is_timed_as_one_epoch_of_repeated_keys(monkeypatch: pytes
     with pytest.raises(KeyboardInterrupt):
         table2._train(w, 0, max_active_keys=4, workers=2)
     assert calls == [(len(long.train), 1)]  # one epoch: the pipeline drains once
+
+
+def test_a_timed_run_has_twenty_keys_per_key_in_flight() -> None:
+    """The fewest keys timed: 120, or KEYS_PER_SLOT per key in flight where that is more; every row of a model
+    times the same keys (those of its largest max_active_keys); a quick workload is timed as it is."""
+    from amp_notebook.reproduce.workloads import KEYS_PER_SLOT, timed_keys, timed_workload
+
+    assert KEYS_PER_SLOT == 20
+    assert [timed_keys(k) for k in (1, 4, 6, 7, 32)] == [TIMED_KEYS, TIMED_KEYS, TIMED_KEYS, 140, 640]
+    w = workload("mlp", quick=False)  # 15 keys an epoch
+    for k, keys in ((4, 120), (8, 165)):  # 8 passes of 15 cover 120; 160 keys take 11 passes
+        timed = timed_workload(w, k)
+        assert len(timed.data.train) == keys and timed.graph is w.graph and w.data.train == timed.data.train[:15]
+    assert len(table2.timed(w).train) == 120  # Table 2's MLP rows: max_active_keys 1 and 4
+    quick = workload("mlp", quick=True)
+    assert timed_workload(quick, 32) is quick and table2.timed(quick) is quick.data
