@@ -264,21 +264,27 @@ def test_a_diverged_table1_run_counts_as_a_miss_and_the_table_goes_on(monkeypatc
     assert table1._engine([runs[1], runs[0]], w) == runs[0]["engine"]  # a diverged run does not name the engine
 
 
+def _diverging_once(real: Any, seeds: list[int]) -> Any:
+    """``train`` whose first run diverges (NaN loss) and whose later runs are ``real``'s; each run's seed goes
+    into ``seeds``."""
+    from amp_notebook.runtime.numerics import NonFiniteError
+
+    def train(*args: object, **kwargs: object) -> object:
+        seeds.append(kwargs["seed"])  # type: ignore[arg-type]
+        if len(seeds) == 1:
+            raise NonFiniteError("loss", "SoftmaxCrossEntropy", "loss", [3], "the loss of key 3 is nan")
+        return real(*args, **kwargs)
+
+    return train
+
+
 def test_a_diverged_timed_run_runs_again_from_the_next_seed(monkeypatch: pytest.MonkeyPatch) -> None:
     from amp_notebook.reproduce.workloads import available
     from amp_notebook.runtime.numerics import NonFiniteError
 
     (w,) = available(["mlp"], True, 0, {}, engine="python")
-    real = table2.train
     seeds: list[int] = []
-
-    def nan_once(*args: object, **kwargs: object) -> object:
-        seeds.append(kwargs["seed"])  # type: ignore[arg-type]
-        if len(seeds) == 1:
-            raise NonFiniteError("loss", "SoftmaxCrossEntropy", "loss", [3], "the loss of key 3 is nan")
-        return real(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(table2, "train", nan_once)
+    monkeypatch.setattr(table2, "train", _diverging_once(table2.train, seeds))
     diverged: list[int] = []
     r = table2._train(w, 5, diverged, max_active_keys=1, workers=1)
     assert seeds == [5, 6] and diverged == [5] and r.train_instances_per_s > 0
@@ -364,19 +370,10 @@ def test_a_tie_goes_to_auto_s_choice_with_fifo(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_a_diverged_traced_run_of_the_measured_load_split_runs_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    from amp_notebook.runtime.numerics import NonFiniteError
 
     w = workload("mlp", quick=True)
-    real = table2.train
     seeds: list[int] = []
-
-    def nan_once(*args: object, **kwargs: object) -> object:
-        seeds.append(kwargs["seed"])  # type: ignore[arg-type]
-        if len(seeds) == 1:
-            raise NonFiniteError("loss", "SoftmaxCrossEntropy", "loss", [3], "the loss of key 3 is nan")
-        return real(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(table2, "train", nan_once)
+    monkeypatch.setattr(table2, "train", _diverging_once(table2.train, seeds))
     assert set(table2.measured_load(w, 5, 1)) == set(w.graph.nodes)
     assert seeds == [5, 6]
 
