@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -63,6 +63,16 @@ def interleaved_medians(
         for name, fn in order:
             values[name].append(fn())
     return {name: (statistics.median(v), v) for name, v in values.items()}
+
+
+def paired_ratios(rounds: Sequence[float], base: Sequence[float]) -> tuple[float | None, list[float | None]]:
+    """Each round's figure over the base's figure of the same round (both sides interleaved, as
+    :func:`interleaved_medians` runs them), and their median: the machine's drift between rounds, which moves
+    both sides of one round together, leaves it, where it moves the ratio of two medians. A round whose base is
+    not positive has no ratio (None), and the median is over the others (None if none)."""
+    ratios = [a / b if b > 0 else None for a, b in zip(rounds, base, strict=True)]
+    kept = [r for r in ratios if r is not None]
+    return (statistics.median(kept) if kept else None), ratios
 
 
 def fastest_placement(

@@ -27,11 +27,13 @@ threaded backend's default on 2 workers) are timed in two interleaved runs each 
 one once), and the fastest runs the row (ties go to ``auto``'s choice with ``fifo``). The row's ``placement_trials``
 keeps every figure, and its ``placement`` and ``priority`` say what ran. A model family (the RNN with its replicated
 variants) and its PyTorch peer run ``repeats`` times, interleaved with the order flipping every round (this machine
-is shared and noisy); the median is reported, every round is kept in ``runs_per_s``, and the 1-minute load average
-before and after the family's rounds is kept beside them (``load_1min``). The workers run on the engine ``engine``
-names (default ``auto``: the native worker loops, which hold no interpreter lock, wherever they are built and run
-the graph); each row's ``engine`` says which ran. On the Python engine every message's glue holds the interpreter
-lock, so two threads gain little whatever max_active_keys is.
+is shared and noisy); the median is reported, every round is kept in ``runs_per_s``, and beside the ratio of the
+medians (``ours_ratio``, the table's figure) each row has the median of its rounds' ratios to the base's run in the
+same round (``ours_ratio_paired``; each round's in ``ratio_per_round``), which the machine's drift between rounds
+leaves alone; the 1-minute load average before and after the family's rounds is kept beside them (``load_1min``).
+The workers run on the engine ``engine`` names (default ``auto``: the native worker loops, which hold no interpreter
+lock, wherever they are built and run the graph); each row's ``engine`` says which ran. On the Python engine every
+message's glue holds the interpreter lock, so two threads gain little whatever max_active_keys is.
 
 **simulated**: the paper's machine, 16 cores, as 16 simulated devices calibrated from this machine.
 Calibration: :func:`~amp_notebook.runtime.autoplace.measure_costs` runs a short traced sync training on one
@@ -64,7 +66,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from amp_notebook.bench.common import diverged_note, fastest_placement, interleaved_medians, retry_diverged
+from amp_notebook.bench.common import (
+    diverged_note,
+    fastest_placement,
+    interleaved_medians,
+    paired_ratios,
+    retry_diverged,
+)
 from amp_notebook.reproduce import paper
 from amp_notebook.reproduce.machine import load_1min, loaded
 from amp_notebook.reproduce.workloads import DEFAULT_ENGINE, MODELS, Workload, available, timed_workload
@@ -318,7 +326,7 @@ def threads_rows(
     load = [load_1min()]
     medians = interleaved_medians(repeats, contenders)
     load.append(load_1min())
-    base_rate = medians[f"{base.name} mak=1"][0]
+    base_rate, base_rounds = medians[f"{base.name} mak=1"]
     peer_rate, peer_runs = medians.get("peer", (None, None))
     rows = []
     for w in members:
@@ -326,8 +334,10 @@ def threads_rows(
         for k in paper.table2_keys(w.name):
             value, rounds = medians[f"{w.name} mak={k}"]
             is_base = w is base and k == 1
+            paired, per_round = paired_ratios(rounds, base_rounds)
             rows.append(row(
                 w.name, "threads", k, ran[(w.name, k)], value, base_rate, runs_per_s=rounds, load_1min=load,
+                ours_ratio_paired=paired, ratio_per_round=per_round,
                 peer_per_s=peer_rate if is_base else None, peer_runs_per_s=peer_runs if is_base else None,
                 peer_load_1min=peer_load if is_base and peer_load else None,
                 peer_loaded=loaded(peer_load) if is_base and peer_load else None,

@@ -437,6 +437,17 @@ def test_a_measured_placement_takes_the_searchs_finalist_when_it_is_faster(monke
     assert scaling.measured_placement(load, "native", 2, 4, 0, 2)["search"] is None  # no budget: the candidates
 
 
+def test_paired_ratios_divide_each_round_by_the_same_round_of_the_base() -> None:
+    from amp_notebook.bench.common import paired_ratios
+
+    # the machine drifts between rounds: the ratio of the medians is 330 / 200 = 1.65, two rounds of three 2x
+    assert paired_ratios([200.0, 400.0, 330.0], [100.0, 200.0, 300.0]) == (2.0, [2.0, 2.0, 1.1])
+    assert paired_ratios([4.0, 9.0, 5.0, 1.0], [2.0, 3.0, 0.0, 1.0]) == (2.0, [2.0, 3.0, None, 1.0])
+    assert paired_ratios([1.0], [0.0]) == (None, [None])
+    with pytest.raises(ValueError):
+        paired_ratios([1.0, 2.0], [1.0])
+
+
 def test_fastest_placement_breaks_ties_toward_the_first_listed() -> None:
     from amp_notebook.bench.common import fastest_placement
 

@@ -49,6 +49,11 @@ def test_reproduce_all_quick_writes_html_and_json(tmp_path: Path, capsys: pytest
         assert r["paper_ratio"] == pytest.approx(paper.ratio(r["model"], r["mak"]))
         assert r["engine"] == threads_engine
         assert r["ours_per_s"] > 0 and r["ours_ratio"] > 0
+        if r["backend"] == "threads":  # each round over the family base's round at 1 key, and their median
+            base = next(b for b in rows if b["backend"] == "threads" and b["mak"] == 1
+                        and b["model"] == paper.FAMILY_BASE.get(r["model"], r["model"]))  # fmt: skip
+            assert r["ratio_per_round"] == [a / b for a, b in zip(r["runs_per_s"], base["runs_per_s"], strict=True)]
+            assert r["ours_ratio_paired"] == statistics.median(r["ratio_per_round"])
         if r["backend"] == "simulated" or r["mak"] != 1 or r["model"] in paper.FAMILY_BASE:
             assert r.get("peer_per_s") is None
         else:  # the family's base row carries its peer, and the load it was measured under
