@@ -59,6 +59,7 @@ every other run diverged, about 4 in 1,000 figures).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
 import warnings
@@ -81,8 +82,8 @@ from amp_notebook.runtime.costs import CostModel
 from amp_notebook.runtime.placement import place
 from amp_notebook.runtime.train import TrainResult, train
 
-THREADS: dict[str, Any] = {"workers": 2, "priority": "fifo"}
 PRIORITIES = ("fifo", "light_first")  # the inbox orders a row's configuration is measured with (the first wins ties)
+THREADS: dict[str, Any] = {"workers": 2, "priority": PRIORITIES[0]}
 MEASURED_CONFIGS = (
     "per row, the fastest here of auto's choice, round robin, balanced stages and the measured-load "
     "split, each with fifo and light_first inboxes (the row's placement and priority)"
@@ -240,8 +241,7 @@ def thread_configs(
                 placements.update({s: place(w.graph, THREADS["workers"], strategy=s)
                                    for s in ("round_robin", "balanced")})  # fmt: skip
                 placements["measured load"] = measured_load(w, seed, k)
-            priorities = (THREADS["priority"], *(p for p in PRIORITIES if p != THREADS["priority"]))
-            timed = {f"{n}, {p}": {"placement": pl, "priority": p} for p in priorities for n, pl in placements.items()}
+            timed = {f"{n}, {p}": {"placement": pl, "priority": p} for p in PRIORITIES for n, pl in placements.items()}
             name, rates = fastest_placement(timed, functools.partial(_config_rate, w, seed, k), PLACEMENT_TRIALS)
             configs[k] = timed[name]
             if rates:
@@ -253,26 +253,12 @@ def thread_configs(
 
 
 def measured_load(w: Workload, seed: int, k: int) -> dict[str, int]:
-    """The placement whose busiest worker gets the least of each node's handling time in a traced run of ``w`` on
-    one worker thread at ``k`` keys in flight, bundles included (:func:`~amp_notebook.runtime.autoplace.split_load`;
-    it ignores waiting, which the timed trials judge). The light nodes follow the heavy ones, as in ``place``. A
-    traced run that diverges runs again from the next seed, as a timed run does."""
-    from amp_notebook.runtime.autoplace import split_load
+    """The measured-load split of ``w`` on the table's workers (:func:`amp_notebook.bench.scaling.measured_load`):
+    a traced run on one worker thread at ``k`` keys in flight, with the row's data and settings."""
+    from amp_notebook.bench.scaling import measured_load as split
 
-    data = timed(w)
-
-    def once(run_seed: int) -> dict[str, float]:
-        knobs = {**w.settings, "workers": 1, "max_active_keys": k, "placement": "round_robin"}
-        r = train(w.graph, data, mode="amp", epochs=1, validate=False, trace=True, trace_capacity=None,
-                  seed=run_seed, optimizer=w.optimizer, **knobs)  # fmt: skip
-        assert isinstance(r, TrainResult) and r.trace is not None
-        return r.trace.node_seconds()
-
-    seconds = retry_diverged(once, seed)
-    workers = THREADS["workers"]
-    with warnings.catch_warnings():  # a worker left without a node is a fact of that split
-        warnings.simplefilter("ignore", UserWarning)
-        return place(w.graph, workers, overrides=split_load(w.graph, seconds, workers))
+    timed_w = dataclasses.replace(w, data=timed(w))
+    return split(timed_w, w.settings.get("engine", DEFAULT_ENGINE), THREADS["workers"], k, seed)
 
 
 def _config_rate(w: Workload, seed: int, k: int, config: dict[str, Any]) -> float:

@@ -375,10 +375,11 @@ def test_a_tie_goes_to_auto_s_choice_with_fifo(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_a_diverged_traced_run_of_the_measured_load_split_runs_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    import amp_notebook.runtime.train as runtime_train  # the traced run's train (bench.scaling.node_seconds)
 
     w = workload("mlp", quick=True)
     seeds: list[int] = []
-    monkeypatch.setattr(table2, "train", _diverging_once(table2.train, seeds))
+    monkeypatch.setattr(runtime_train, "train", _diverging_once(runtime_train.train, seeds))
     assert set(table2.measured_load(w, 5, 1)) == set(w.graph.nodes)
     assert seeds == [5, 6]
 
