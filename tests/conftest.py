@@ -23,7 +23,8 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,29 @@ RUNTIME_THREAD_PREFIXES = ("amp-", "builder-run-status")
 def digits_dataset(batch_size: int = 100, seed: int = 0) -> Dataset:
     """scikit-learn's 8x8 digits in keys of ``batch_size`` (100: 15 training keys, 4 validation keys)."""
     return load_digits_dataset(batch_size=batch_size, seed=seed)
+
+
+@contextmanager
+def overlapping_background_runs(runs_holding: Callable[[], int]) -> Iterator[tuple[Any, Any]]:
+    """Two background runs of a small MLP on the digits (2 workers, amp), yielded once ``runs_holding()`` (a
+    process-wide setting's count of runs: the BLAS limit's, the heap freeze's) says both train; both are stopped
+    when the block ends."""
+    from amp_notebook import models
+    from amp_notebook.runtime.train import train
+
+    data = load_digits_dataset(batch_size=20, seed=0)
+    opts = {"workers": 2, "mode": "amp", "max_active_keys": 2, "epochs": 10_000, "validate": False, "seed": 0}
+    a = train(models.mlp(input_width=64, hidden=16), data, background=True, **opts)
+    b = train(models.mlp(input_width=64, hidden=16), data, background=True, **opts)
+    try:
+        deadline = time.monotonic() + 20
+        while runs_holding() < 2:
+            assert time.monotonic() < deadline, "both runs should be training"
+            time.sleep(0.01)
+        yield a, b
+    finally:
+        a.stop()
+        b.stop()
 
 
 @functools.cache

@@ -75,6 +75,15 @@ def paired_ratios(rounds: Sequence[float], base: Sequence[float]) -> tuple[float
     return (statistics.median(kept) if kept else None), ratios
 
 
+def kept_rounds_ratio(
+    rounds: Sequence[float], base: Sequence[float], keep: Sequence[bool], keep_base: Sequence[bool]
+) -> dict[str, Any]:
+    """The paired ratios (:func:`paired_ratios`) of the rounds where both runs are kept (little stolen, near
+    links): ``rounds`` (how many), ``median`` (theirs; None when no round was kept), ``of`` (all rounds)."""
+    kept = [a / b for a, b, k, kb in zip(rounds, base, keep, keep_base, strict=True) if k and kb and b > 0]
+    return {"rounds": len(kept), "of": len(rounds), "median": statistics.median(kept) if kept else None}
+
+
 def fastest_placement(
     candidates: dict[str, T], rate: Callable[[T], float], trials: int
 ) -> tuple[str, dict[str, float]]:

@@ -84,6 +84,17 @@ ratios stay those of the medians of every round. Beside them, ``ratios_low_steal
 paired ratios (n workers over 1 in the same round) over the rounds where both runs lost at most
 ``LOW_STEAL`` (5%), with how many rounds those were: what the engine did on the CPUs it was given.
 
+**Links.** Two workers hand each other messages, and each cache line of a message, its payload and the locks on
+its way moves between the two CPUs' caches. Where the host runs a virtual machine's CPUs decides how long that
+takes, and the host may move them at any time without any steal: on the 2-core VM this benchmark was written
+on, a line's round trip flipped between about 80 and 400 ns, and the GG-NN's 2 workers ran at 1.6x one worker
+in the near phases and 1.1-1.2x in the far ones (:mod:`amp_notebook.bench.link`). So every timed run records
+the round trip just before and just after it (native engine built: about 5 ms each). ``link_ns_per_round``
+keeps them, round by round, and the report prints them. Beside the headline (the medians of every round),
+``ratios_near_link`` gives the median of the paired ratios over the rounds whose runs both had near links (at
+most ``link_near_factor`` times ``link_fastest_ns``, the fastest round trip of the whole benchmark), with how
+many rounds those were: what the engine did where the host kept the CPUs close.
+
 **Diverged runs.** Asynchronous training can diverge, and whether a run does can depend on the threads'
 timing (the MLP at ``max_active_keys`` 4 on 2 workers, now and then). A timed run (a figure, a placement
 trial or a copy of the ceiling) whose training stops at a NaN or infinity runs again from the next seed
@@ -111,7 +122,6 @@ one core's GIL caps anyway), ``--models tree,ggsnn`` picks models, and ``--repea
 from __future__ import annotations
 
 import functools
-import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -119,12 +129,14 @@ from amp_notebook.bench.common import (
     diverged_note,
     fastest_placement,
     interleaved_medians,
+    kept_rounds_ratio,
     load_line,
     machine_load,
     paired_ratios,
     report,
     retry_diverged,
 )
+from amp_notebook.bench.link import NEAR_FACTOR, LinkLog, near, span
 from amp_notebook.bench.steal import StealLog, low, percent
 from amp_notebook.errors import SettingError
 from amp_notebook.runtime.placement import STRATEGIES
@@ -512,11 +524,15 @@ def run(
     used = {e: {m: {n: workers_used(loads[m].graph, n, chosen[e][m][n]["placement"]) for n in counts} for m in models}
             for e in engines}  # fmt: skip
     stolen = StealLog()  # each timed run's share of CPU time that the host took (module docstring, "Steal")
-    sides = {f"{e}/{m}/{n}": stolen.timed(f"{e}/{m}/{n}", side(e, m, n)) for e in engines for m in models
-             for n in counts}  # fmt: skip
+    links = LinkLog()  # the CPUs' cache-line round trip around each timed run (module docstring, "Links")
+    sides = {f"{e}/{m}/{n}": links.timed(f"{e}/{m}/{n}", stolen.timed(f"{e}/{m}/{n}", side(e, m, n)))
+             for e in engines for m in models for n in counts}  # fmt: skip
     medians = interleaved_medians(repeats, sides)
     steal = {e: {m: {n: stolen.shares[f"{e}/{m}/{n}"] for n in counts} for m in models} for e in engines}
     low_steal = {e: {m: {n: low_steal_ratio(rounds_of=medians, steal=steal[e][m], side=f"{e}/{m}", n=n)
+                         for n in counts if n != 1} for m in models} for e in engines}  # fmt: skip
+    trips = {e: {m: {n: links.trips.get(f"{e}/{m}/{n}", []) for n in counts} for m in models} for e in engines}
+    near_link = {e: {m: {n: near_link_ratio(rounds_of=medians, links=links, side=f"{e}/{m}", n=n)
                          for n in counts if n != 1} for m in models} for e in engines}  # fmt: skip
     per_s = {e: {m: {n: medians[f"{e}/{m}/{n}"][0] for n in counts} for m in models} for e in engines}
     rounds = {e: {m: {n: medians[f"{e}/{m}/{n}"][1] for n in counts} for m in models} for e in engines}
@@ -545,6 +561,8 @@ def run(
                                     for n in counts if n != 1} for m in models} for e in engines},
         "steal_per_round": steal, "low_steal": LOW_STEAL, "ratios_low_steal": low_steal,
         "ceiling_steal_per_round": copies_steal,
+        "link_ns_per_round": trips, "link_fastest_ns": links.fastest(), "link_near_factor": NEAR_FACTOR,
+        "ratios_near_link": near_link,
         "ceiling": {m: r[head] for m, r in ceilings.items()} if ceiling else None,
         "ceiling_ratios": ceilings, "ceiling_engine": copies_engine if ceiling else None,
         "ceiling_instances_per_s": {m: {n: c[n][0] for n in counts} for m, c in copies.items()},
@@ -573,6 +591,7 @@ def run(
             gains = ", ".join(f"{ratios[e][m][n]:.2f}x at {n}" for n in counts if n != 1)
             rows.append((f"{e} {m}", f"{figures}   {gains}"))
     rows += steal_rows(steal, low_steal, counts)
+    rows += link_rows(trips, near_link, counts, links.fastest())
     for m, c in copies.items():
         figures = ", ".join(f"{c[n][0]:.0f} ({'/'.join(f'{v:.0f}' for v in c[n][1])})" for n in counts)
         top = ceilings[m][head]
@@ -631,11 +650,27 @@ def low_steal_ratio(
     rounds_of: dict[str, tuple[float, list[float]]], steal: dict[int, list[float | None]], side: str, n: int
 ) -> dict[str, Any]:
     """The ratio n workers over 1 from the rounds where the host took little (module docstring, "Steal"):
-    ``rounds`` (how many rounds had both runs at most ``LOW_STEAL`` stolen), ``median`` (their paired
-    ratios' median; None when no round qualified), ``of`` (all rounds)."""
+    :func:`~amp_notebook.bench.common.kept_rounds_ratio` over the rounds whose runs both lost at most
+    ``LOW_STEAL``."""
     many, one = rounds_of[f"{side}/{n}"][1], rounds_of[f"{side}/1"][1]
-    kept = [a / b for a, b, sa, sb in zip(many, one, steal[n], steal[1], strict=True) if low(sa) and low(sb) and b > 0]
-    return {"rounds": len(kept), "of": len(many), "median": statistics.median(kept) if kept else None}
+    return kept_rounds_ratio(many, one, [low(v) for v in steal[n]], [low(v) for v in steal[1]])
+
+
+def near_link_ratio(
+    rounds_of: dict[str, tuple[float, list[float]]], links: LinkLog, side: str, n: int
+) -> dict[str, Any]:
+    """The ratio n workers over 1 from the rounds whose runs both had near links (module docstring, "Links"):
+    :func:`~amp_notebook.bench.common.kept_rounds_ratio` over them."""
+    many, one = rounds_of[f"{side}/{n}"][1], rounds_of[f"{side}/1"][1]
+    return kept_rounds_ratio(many, one, links.near(f"{side}/{n}"), links.near(f"{side}/1"))
+
+
+def kept_text(kept: dict[int, dict[str, Any]]) -> str:
+    """Each count's ratio over the kept rounds (:func:`~amp_notebook.bench.common.kept_rounds_ratio`), as the
+    report prints it."""
+    return ", ".join(f"no round at {n}" if r["median"] is None else
+                     f"{r['median']:.2f}x at {n} ({r['rounds']} of {r['of']} rounds)"
+                     for n, r in kept.items())  # fmt: skip
 
 
 def steal_rows(
@@ -649,10 +684,8 @@ def steal_rows(
     for e, by_model in steal.items():
         for m, by_n in by_model.items():
             taken = "; ".join(f"{n}: {'/'.join(percent(v) for v in by_n[n])}" for n in counts)
-            kept = ", ".join(f"no round at {n}" if r["median"] is None else
-                             f"{r['median']:.2f}x at {n} ({r['rounds']} of {r['of']} rounds)"
-                             for n, r in low_steal[e][m].items())  # fmt: skip
-            rows.append((f"steal {e} {m}", f"{taken}   rounds with at most {LOW_STEAL:.0%} stolen: {kept}"))
+            rows.append((f"steal {e} {m}", f"{taken}   rounds with at most {LOW_STEAL:.0%} stolen: "
+                                            f"{kept_text(low_steal[e][m])}"))  # fmt: skip
     known = [v for v in shares if v is not None]
     high = sum(1 for v in known if v > LOW_STEAL)
     text = ("the share of the CPUs' time the host took from this virtual machine during each run (/proc/stat); "
@@ -662,6 +695,33 @@ def steal_rows(
     elif high:
         text += f". Over {LOW_STEAL:.0%} in {high} of {len(known)} timed runs: the medians above include them"
     return [*rows, ("steal", text)] if shares else rows
+
+
+def link_rows(
+    trips: dict[str, dict[str, dict[int, list[tuple[float | None, float | None]]]]],
+    near_link: dict[str, dict[str, dict[int, Any]]], counts: Sequence[int], fastest: float | None,
+) -> list[tuple[str, str]]:  # fmt: skip
+    """The report's rows on the CPUs' links: per engine and model each count's round trips (before/after each
+    round's run, ns) and the ratio over the rounds whose links were near; then a line that says what the round
+    trip is and how many timed runs had a far one."""
+    pairs = [p for by_model in trips.values() for by_n in by_model.values() for runs in by_n.values() for p in runs]
+    if not pairs:
+        return []
+    rows = []
+    for e, by_model in trips.items():
+        for m, by_n in by_model.items():
+            seen = "; ".join(f"{n}: {', '.join(span(p) for p in by_n[n])}" for n in counts)
+            rows.append((f"link {e} {m}", f"{seen}   rounds with near links: {kept_text(near_link[e][m])}"))
+    text = ("a cache line's round trip between the first two CPUs, just before and just after each run (ns): where "
+            "the host runs the virtual CPUs, which it may change at any time; each message between workers pays "
+            "it")  # fmt: skip
+    if fastest is None:
+        return [*rows, ("link", "unknown here (no native engine, or one CPU): " + text)]
+    far = sum(1 for p in pairs if not near(p, fastest))
+    text += f"; near: at most {NEAR_FACTOR:g}x the fastest ({fastest:.0f} ns)"
+    if far:
+        text += f". Far in {far} of {len(pairs)} timed runs: the medians above include them"
+    return [*rows, ("link", text)]
 
 
 def _heavy_only(workload: Any, choice: dict[str, Any]) -> dict[str, Any]:

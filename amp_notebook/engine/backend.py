@@ -53,6 +53,7 @@ from amp_notebook.engine.errors import failure_exception
 from amp_notebook.ir.message import PHASES, Message
 from amp_notebook.runtime.backend import checked_input_messages
 from amp_notebook.runtime.blas import single_threaded_blas
+from amp_notebook.runtime.heap import frozen_heap
 from amp_notebook.runtime.knobs import KnobChange
 from amp_notebook.runtime.recover import drive, restart_session
 from amp_notebook.runtime.restart import WorkerLostError
@@ -243,7 +244,7 @@ class NativeBackend:
     def run(self) -> None:
         """Drive the run to the end in the calling thread; raises the first worker error (a lost worker only
         once the session's restarts are spent)."""
-        with single_threaded_blas():
+        with single_threaded_blas(), frozen_heap():  # the driver's collections skip the old heap (heap.py)
             self.steal.start()
             self.origin = time.perf_counter()
             self.started.set()

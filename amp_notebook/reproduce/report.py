@@ -19,6 +19,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from amp_notebook.bench.link import NEAR_FACTOR
 from amp_notebook.reproduce import paper
 from amp_notebook.reproduce.machine import load_words
 from amp_notebook.ui.report import _plotly
@@ -123,6 +124,14 @@ def _peer_cell(value: float | None, load: list[float] | None, is_loaded: bool | 
     return _num(value, digits) + (f" {LOADED}" if is_loaded else "") if value is not None else "n/a"
 
 
+def _near_cell(t: dict[str, Any]) -> str:
+    """A threads row's paired ratio over its near-link rounds, with how many of its rounds those were."""
+    runs = len(t.get("runs_per_s") or [])
+    if t.get("ours_ratio_near_link") is None:
+        return f"none of {runs}" if "near_link_rounds" in t else ""
+    return f"{_num(t['ours_ratio_near_link'], 2)} ({t['near_link_rounds']} of {runs})"
+
+
 def _loaded_note(rows: list[dict[str, Any]], field: str) -> str:
     loads = [v for r in rows if r.get(field.replace("_load_1min", "_loaded")) for v in r[field]]
     if not loads:
@@ -148,7 +157,8 @@ def table2_section(result: dict[str, Any], figure: Any) -> str:
     fig.update_layout(barmode="group", yaxis_title="throughput / throughput at max_active_keys 1", height=420,
                       margin={"t": 30})  # fmt: skip
     header = ["model", "max_active_keys", "paper train (inst/s)", "paper valid (inst/s)", "paper ratio",
-              "ours, threads (inst/s)", "ratio", "ratio, paired rounds", "threads: inbox order",
+              "ours, threads (inst/s)", "ratio", "ratio, paired rounds", "ratio, near-link rounds",
+              "threads: inbox order",
               "ours, 16 simulated cores (inst/s)", "ratio",
               "PyTorch peer, threads (inst/s)", "rounds, threads (inst/s)"]  # fmt: skip
 
@@ -157,7 +167,7 @@ def table2_section(result: dict[str, Any], figure: Any) -> str:
         rounds = ", ".join(_num(v) for v in t.get("runs_per_s") or [])
         return [model, mak, _num(t["paper_train_per_s"]), _num(t["paper_valid_per_s"]), _num(t["paper_ratio"], 2),
                 _num(t["ours_per_s"]), _num(t["ours_ratio"], 2), _num(t.get("ours_ratio_paired"), 2),
-                t.get("priority") or "", _num(sim.get("ours_per_s")),
+                _near_cell(t), t.get("priority") or "", _num(sim.get("ours_per_s")),
                 _num(sim.get("ours_ratio"), 2), _peer_cell(t.get("peer_per_s"), t.get("peer_load_1min"),
                                                            t.get("peer_loaded")), rounds]  # fmt: skip
 
@@ -166,7 +176,10 @@ def table2_section(result: dict[str, Any], figure: Any) -> str:
     settings = (f"<p class='note'>Ratios are to max_active_keys 1 of the same model; the replicated RNNs' to the "
                 f"one-replica RNN, as in the paper. 'ratio' divides the medians; 'ratio, paired rounds' is the "
                 f"median of each round's ratio to the max_active_keys 1 run of the same round (the rounds "
-                f"interleave), which the machine's drift between rounds leaves alone. "
+                f"interleave), which the machine's drift between rounds leaves alone; 'ratio, near-link rounds' "
+                f"is that median over the rounds whose two runs found the CPUs' cache-line round trip within "
+                f"{NEAR_FACTOR:g}x of the fastest measured (a virtual machine's host can move its CPUs apart at any "
+                f"time), with how many rounds those were. "
                 f"Threads: {_esc(result['threads'])}; while they ran, "
                 f"{html.escape(load_words([v for pair in loads for v in pair]))} (1-minute load average). Simulated: "
                 f"{_esc(result['simulated'])}, each device as fast as one core here. Paper: "

@@ -31,6 +31,10 @@ is shared and noisy); the median is reported, every round is kept in ``runs_per_
 medians (``ours_ratio``, the table's figure) each row has the median of its rounds' ratios to the base's run in the
 same round (``ours_ratio_paired``; each round's in ``ratio_per_round``), which the machine's drift between rounds
 leaves alone; the 1-minute load average before and after the family's rounds is kept beside them (``load_1min``).
+So is how far apart the CPUs were (:mod:`amp_notebook.bench.link`): a cache line's round trip just before and just
+after each run (``link_ns_per_round``), which a virtual machine's host can change at any time and two workers pay on
+every message they hand each other, and the paired ratio over the rounds whose run and base run both had near links
+(``ours_ratio_near_link``, over ``near_link_rounds`` rounds; None when none had).
 The workers run on the engine ``engine`` names (default ``auto``: the native worker loops, which hold no interpreter
 lock, wherever they are built and run the graph); each row's ``engine`` says which ran. On the Python engine every
 message's glue holds the interpreter lock, so two threads gain little whatever max_active_keys is.
@@ -71,9 +75,11 @@ from amp_notebook.bench.common import (
     diverged_note,
     fastest_placement,
     interleaved_medians,
+    kept_rounds_ratio,
     paired_ratios,
     retry_diverged,
 )
+from amp_notebook.bench.link import LinkLog
 from amp_notebook.reproduce import paper
 from amp_notebook.reproduce.machine import load_1min, loaded
 from amp_notebook.reproduce.workloads import DEFAULT_ENGINE, MODELS, Workload, available, timed_workload
@@ -294,9 +300,11 @@ def threads_rows(
 
         return once
 
+    links = LinkLog()  # the CPUs' cache-line round trip around each timed run (module docstring)
     contenders: dict[str, Callable[[], float]] = {
-        f"{w.name} mak={k}": rate(w, k) for w in members for k in paper.table2_keys(w.name)
-    }
+        f"{w.name} mak={k}": links.timed(f"{w.name} mak={k}", rate(w, k))
+        for w in members for k in paper.table2_keys(w.name)
+    }  # fmt: skip
     base = members[0]
     peer_load: list[float] = []
     if base.peer is not None:
@@ -321,9 +329,13 @@ def threads_rows(
             value, rounds = medians[f"{w.name} mak={k}"]
             is_base = w is base and k == 1
             paired, per_round = paired_ratios(rounds, base_rounds)
+            name, base_name = f"{w.name} mak={k}", f"{base.name} mak=1"
+            near = kept_rounds_ratio(rounds, base_rounds, links.near(name), links.near(base_name))
             rows.append(row(
                 w.name, "threads", k, ran[(w.name, k)], value, base_rate, runs_per_s=rounds, load_1min=load,
                 ours_ratio_paired=paired, ratio_per_round=per_round,
+                link_ns_per_round=links.trips.get(name, []), ours_ratio_near_link=near["median"],
+                near_link_rounds=near["rounds"],
                 peer_per_s=peer_rate if is_base else None, peer_runs_per_s=peer_runs if is_base else None,
                 peer_load_1min=peer_load if is_base and peer_load else None,
                 peer_loaded=loaded(peer_load) if is_base and peer_load else None,

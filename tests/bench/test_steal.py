@@ -3,9 +3,7 @@ benchmark reports it (its runs replaced by fakes, so every figure is known exact
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -15,6 +13,7 @@ from amp_notebook.bench.steal import StealLog, low, percent
 from amp_notebook.cli import main
 from amp_notebook.runtime import steal as runtime_steal
 from amp_notebook.runtime.steal import LOW_STEAL, PROC_STAT, CpuTimes, cpu_times, steal_share
+from tests.bench import scaling_json
 
 STAT = (
     "cpu  2654013 58141 370873 1830505 7692 0 10518 27466 0 0\n"
@@ -78,18 +77,14 @@ def test_scaling_reports_each_runs_steal_and_the_ratio_of_the_rounds_that_lost_l
     rates = iter([100.0, 190.0, 80.0, 100.0, 100.0, 170.0])
     monkeypatch.setattr(scaling, "throughput", lambda *args, **kwargs: next(rates))
     scripted(monkeypatch, [0.0, 0.02, 0.30, 0.01, 0.04, 0.03])
-    argv = ["bench", "scaling", "--json", "--models", "tree", "--engines", "native", "--repeats", "3",
-            "--placement", "round_robin", "--no-ceiling", "--no-waits", "--no-bound"]  # fmt: skip
-    assert main(argv) == 0
-    captured = capsys.readouterr()
-    out: dict[str, Any] = json.loads(captured.out.strip().splitlines()[-1])
+    out, err = scaling_json(main, capsys)
     assert out["native"]["tree"] == pytest.approx(1.7)
     assert out["steal_per_round"]["native"]["tree"] == {"1": [0.0, 0.01, 0.04], "2": [0.02, 0.3, 0.03]}
     kept = out["ratios_low_steal"]["native"]["tree"]["2"]
     assert kept["rounds"] == 2 and kept["of"] == 3 and kept["median"] == pytest.approx(1.8)
     assert out["low_steal"] == LOW_STEAL
-    assert "1: 0%/1%/4%; 2: 2%/30%/3%" in captured.err and "1.80x at 2 (2 of 3 rounds)" in captured.err
-    assert "Over 5% in 1 of 6 timed runs" in captured.err
+    assert "1: 0%/1%/4%; 2: 2%/30%/3%" in err and "1.80x at 2 (2 of 3 rounds)" in err
+    assert "Over 5% in 1 of 6 timed runs" in err
 
 
 def test_scaling_says_when_no_round_lost_little_and_when_steal_is_unknown(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -147,6 +147,45 @@ def test_the_native_ledger_completes_what_credits_complete(steps) -> None:
     assert native.drain() == ([], [])
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    keys=st.lists(st.tuples(st.integers(-(2**62), 2**62), st.integers(1, 3)), max_size=400, unique_by=lambda t: t[0]),
+    order=st.randoms(use_true_random=False),
+)
+def test_the_ledger_counts_hundreds_of_keys_of_any_ids_released_in_any_order(keys, order) -> None:
+    """Its count table grows past its first 64 slots, and ids of any size and sign (consecutive ones too, which
+    the hash spreads) collide and are removed in any order: each key completes once, when its last message is
+    released, and the table holds exactly the keys still in flight."""
+    native = engine.native().Ledger()
+    counts = dict(keys)
+    for key, n in keys:
+        native.inject_key(key, n)
+    messages = [key for key, n in keys for _ in range(n)]
+    order.shuffle(messages)
+    for i, key in enumerate(messages):
+        counts[key] -= 1
+        done = [key] if counts[key] == 0 else []
+        assert native.release([(key, -1)], []) == (done, [])
+        if counts[key] == 0:
+            del counts[key]
+        if i % 50 == 0:
+            assert native.outstanding() == counts
+    assert native.outstanding() == {}
+    assert sorted(native.drain()[0]) == sorted(key for key, _ in keys)
+
+
+def test_the_ledger_counts_consecutive_keys_as_a_run_admits_them() -> None:
+    native = engine.native().Ledger()
+    for key in range(1000):
+        native.inject_key(key, 2)
+    for key in range(0, 1000, 2):  # every other key completes: the survivors' probe runs must stay intact
+        assert native.release([(key, -1)], []) == ([], [])
+        assert native.release([(key, -1)], []) == ([key], [])
+    assert native.outstanding() == {key: 2 for key in range(1, 1000, 2)}
+    with pytest.raises(KeyError, match="holds none"):
+        native.release([(0, -1)], [])
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     admitted=st.lists(st.integers(1, 3), min_size=1, max_size=5),

@@ -54,6 +54,12 @@ def test_reproduce_all_quick_writes_html_and_json(tmp_path: Path, capsys: pytest
                         and b["model"] == paper.FAMILY_BASE.get(r["model"], r["model"]))  # fmt: skip
             assert r["ratio_per_round"] == [a / b for a, b in zip(r["runs_per_s"], base["runs_per_s"], strict=True)]
             assert r["ours_ratio_paired"] == statistics.median(r["ratio_per_round"])
+            # the links around each round's run, and the paired ratio over the rounds where both links were near
+            assert len(r["link_ns_per_round"]) == len(r["runs_per_s"])
+            assert 0 <= r["near_link_rounds"] <= len(r["runs_per_s"])
+            if r["near_link_rounds"] == len(r["runs_per_s"]):
+                assert r["ours_ratio_near_link"] == r["ours_ratio_paired"]
+            assert (r["ours_ratio_near_link"] is None) == (r["near_link_rounds"] == 0)
         if r["backend"] == "simulated" or r["mak"] != 1 or r["model"] in paper.FAMILY_BASE:
             assert r.get("peer_per_s") is None
         else:  # the family's base row carries its peer, and the load it was measured under

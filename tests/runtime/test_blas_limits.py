@@ -13,6 +13,7 @@ from amp_notebook import models
 from amp_notebook.data import load_digits_dataset
 from amp_notebook.runtime.blas import runs_limiting, single_threaded_blas
 from amp_notebook.runtime.train import train
+from tests.conftest import overlapping_background_runs
 
 
 def blas_threads() -> list[int]:
@@ -39,20 +40,9 @@ def test_nested_and_overlapping_limits_restore_once(two_blas_threads) -> None:
 
 
 def test_background_runs_ending_out_of_order_leave_the_users_setting(two_blas_threads) -> None:
-    data = load_digits_dataset(batch_size=20, seed=0)
-    opts = {"workers": 2, "mode": "amp", "max_active_keys": 2, "epochs": 10_000, "validate": False, "seed": 0}
-    a = train(models.mlp(input_width=64, hidden=16), data, background=True, **opts)
-    b = train(models.mlp(input_width=64, hidden=16), data, background=True, **opts)
-    try:
-        deadline = time.monotonic() + 20
-        while runs_limiting() < 2:
-            assert time.monotonic() < deadline, "both runs should be training"
-            time.sleep(0.01)
+    with overlapping_background_runs(runs_limiting) as (a, _):
         a.stop()
         assert set(blas_threads()) == {1}, "the first run to end lifted the limit under the other"
-    finally:
-        a.stop()
-        b.stop()
     assert set(blas_threads()) == {2}, "the last run to end should restore the user's setting"
 
 

@@ -29,12 +29,12 @@ void Ledger::add(Span<const int64_t> out_keys) {
   for (int64_t k : out_keys) keys_[k] += 1;
 }
 
-void Ledger::give_up(std::unordered_map<int64_t, int64_t>& counts, int64_t id, std::vector<int64_t>* completed,
+void Ledger::give_up(CountMap& counts, int64_t id, std::vector<int64_t>* completed,
                      std::vector<int64_t>* queue) {
-  auto it = counts.find(id);
-  if (it == counts.end()) throw std::logic_error("credit released for " + std::to_string(id) + ", which holds none");
-  if (--it->second == 0) {
-    counts.erase(it);
+  int64_t* count = counts.find(id);
+  if (count == nullptr) throw std::logic_error("credit released for " + std::to_string(id) + ", which holds none");
+  if (--*count == 0) {
+    counts.erase(id);
     completed->push_back(id);
     queue->push_back(id);
   }
@@ -90,14 +90,22 @@ void Ledger::drain(std::vector<int64_t>* done, std::vector<int64_t>* flushed) {
   flushed_queue_.clear();
 }
 
+namespace {
+std::unordered_map<int64_t, int64_t> as_map(const CountMap& counts) {
+  std::unordered_map<int64_t, int64_t> out;
+  counts.for_each([&](int64_t id, int64_t n) { out.emplace(id, n); });
+  return out;
+}
+}  // namespace
+
 std::unordered_map<int64_t, int64_t> Ledger::outstanding() {
   std::lock_guard<std::mutex> lock(mu_);
-  return keys_;
+  return as_map(keys_);
 }
 
 std::unordered_map<int64_t, int64_t> Ledger::outstanding_flushes() {
   std::lock_guard<std::mutex> lock(mu_);
-  return flushes_;
+  return as_map(flushes_);
 }
 
 int64_t Ledger::keys_in_flight() {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common.h"
+#include "counts.h"
 
 namespace amp {
 
@@ -57,10 +58,10 @@ class Ledger {
   // the emitted keys are the handled ones, as a multiset (the common case is checked first: the same keys
   // in the same order).
   static bool transfers_only(Span<const Credit> bundle, Span<const int64_t> out_keys);
-  void give_up(std::unordered_map<int64_t, int64_t>& counts, int64_t id, std::vector<int64_t>* completed,
+  void give_up(CountMap& counts, int64_t id, std::vector<int64_t>* completed,
                std::vector<int64_t>* queue);
   std::mutex mu_;
-  std::unordered_map<int64_t, int64_t> keys_, flushes_;
+  CountMap keys_, flushes_;  // counts.h: no allocation per key, one or two cache lines per update
   std::vector<int64_t> done_queue_, flushed_queue_;
   int64_t wake_batch_ = 1;
   int64_t peak_keys_ = 0;

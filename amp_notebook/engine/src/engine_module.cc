@@ -711,7 +711,7 @@ void bind_engine(nb::module_& m) {
       })
       .def("queued", [](EngineHandle& h) {
         std::vector<int64_t> out;
-        for (auto& w : h.engine().workers) out.push_back(w->queued.load());
+        for (auto& w : h.engine().workers) out.push_back(w->depth());
         return out;
       })
       .def("activity", &EngineHandle::activity)

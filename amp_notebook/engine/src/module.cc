@@ -9,6 +9,7 @@
 //                                                   message or in bundles: the kernel test harness; cost(...)
 //                                                   times it natively (benchmarks)
 //   Inbox, Ledger, TraceBuffer                      (probes.cc) the worker's parts, for their tests
+//   core_round_trip_ns(...)                         (cores.h) how far apart two of the process's CPUs are
 //   Engine(...)                                     (engine_module.cc) a run: nodes, worker threads, ledger
 //
 // Errors: a kernel's OpError becomes KernelError(message, port), an expression failure
@@ -25,6 +26,7 @@
 #include "blas.h"
 #include "bridge.h"
 #include "convert.h"
+#include "cores.h"
 #include "kernels/kernel.h"
 #include "probes.h"
 #include "spec.h"
@@ -189,6 +191,18 @@ NB_MODULE(_native, m) {
                     PyException_GetTraceback(exc));
     }
   });
+
+  m.def(
+      "core_round_trip_ns",
+      [](int64_t round_trips, int batches, double deadline_s) {
+        if (round_trips < 1 || round_trips > 10'000'000 || batches < 1 || batches > 1000 ||
+            !(deadline_s > 0.0 && deadline_s <= 60.0))
+          throw nb::value_error("core_round_trip_ns: expected 1 <= round_trips <= 10000000, 1 <= batches <= 1000 "
+                                "and 0 < deadline_s <= 60");
+        nb::gil_scoped_release unlocked;  // two threads spin for a few milliseconds; Python goes on
+        return core_round_trip_ns(round_trips, batches, deadline_s);
+      },
+      nb::arg("round_trips") = 2000, nb::arg("batches") = 9, nb::arg("deadline_s") = 0.05);
 
   m.def("status", []() {
     nb::dict d;

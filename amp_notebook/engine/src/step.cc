@@ -150,7 +150,7 @@ void Worker::step(std::vector<Message>& bundle, int32_t depth) {
     engine_.refill(&outs_);  // the keys let in start here: their input messages delivered as this step's outputs
     deliver(outs_);
   }
-  handled.fetch_add(static_cast<int64_t>(bundle.size()), std::memory_order_relaxed);
+  bump(handled, static_cast<int64_t>(bundle.size()));  // the owner alone writes it
   if (!sim_clock) bump(bundles_, int64_t{1});
   inside_node.store(-1, std::memory_order_release);
   step_end_ = end;

@@ -86,10 +86,6 @@ void Worker::run() {
 void Worker::post(std::vector<Message>& msgs) {
   if (msgs.empty()) return;
   const auto n = static_cast<int64_t>(msgs.size());
-  // Count the messages before they become visible: the owner may drain and take them as soon as the lock is
-  // released, and its decrements must find this increment already made (the unlock orders the two), or
-  // the queue depth it records would dip below zero.
-  queued.fetch_add(n, std::memory_order_relaxed);
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -114,7 +110,6 @@ void Worker::drain() {
     mail_.store(0, std::memory_order_relaxed);
   }
   for (Message& m : drained_) push_local(std::move(m));
-  queued.fetch_sub(static_cast<int64_t>(drained_.size()), std::memory_order_relaxed);
   drained_.clear();
 }
 
@@ -130,7 +125,7 @@ void Worker::push_local(Message&& msg) {
   }
   const Message& m = slab_[handle];
   inbox_.push(handle, m.node, m.direction, m.port, m.key);
-  queued.fetch_add(1, std::memory_order_relaxed);
+  bump(queued, int64_t{1});
 }
 
 bool Worker::take(std::vector<Message>* bundle) {
@@ -154,7 +149,7 @@ bool Worker::take(std::vector<Message>* bundle) {
     slab_[h].payload = Tensor();
     free_.push_back(h);
   }
-  queued.fetch_sub(static_cast<int64_t>(handles_.size()), std::memory_order_relaxed);
+  bump(queued, -static_cast<int64_t>(handles_.size()));
   return true;
 }
 
@@ -227,7 +222,7 @@ Worker::Times Worker::times() const {
 size_t Worker::step_next() {
   if (!take(&sim_bundle_)) return 0;
   const size_t n = sim_bundle_.size();
-  step(sim_bundle_, static_cast<int32_t>(queued.load(std::memory_order_relaxed)));
+  step(sim_bundle_, static_cast<int32_t>(depth()));
   return n;
 }
 
@@ -239,7 +234,7 @@ void Worker::loop() {
       idle();
       continue;
     }
-    step(bundle, static_cast<int32_t>(queued.load(std::memory_order_relaxed)));  // what waits behind it
+    step(bundle, static_cast<int32_t>(depth()));  // what waits behind it
   }
 }
 

@@ -97,8 +97,10 @@ class Worker {
   double step_end() const { return step_end_; }
 
   // Read by any thread (the watchdog, a diagnosis).
-  std::atomic<int64_t> handled{0};   // messages handled so far
-  std::atomic<int64_t> queued{0};    // messages in the mailbox and the inbox
+  // The owner alone writes these (others read them now and then), on a cache line of their own: a sender's
+  // writes to the mailbox never evict them from the owner's cache, nor theirs the mailbox from the sender's.
+  alignas(64) std::atomic<int64_t> handled{0};  // messages handled so far
+  std::atomic<int64_t> queued{0};               // messages in the inbox (depth() adds the mailbox's)
   std::atomic<int32_t> inside_node{-1};  // the bundle being handled: node (-1: idle), direction, key
   std::atomic<int32_t> inside_direction{0};
   std::atomic<int64_t> inside_key{0};
@@ -118,6 +120,8 @@ class Worker {
   // had it) or waited for a lock.
   // Any thread may ask; the owner thread alone writes the counters.
   Times times() const;
+  // Messages waiting for this worker: its inbox's and its mailbox's (any thread; a moment's count).
+  int64_t depth() const { return queued.load(std::memory_order_relaxed) + mail_.load(std::memory_order_relaxed); }
   std::mutex state_mu;       // held during a step: a diagnosis reads the nodes' held state under it
   TraceBuffer* trace = nullptr;
   Simulation* sim = nullptr;  // set: a simulated run (virtual time, no thread; sim.h)
@@ -145,13 +149,15 @@ class Worker {
   const int index_;
   double spin_s_;  // how long idle() spins next, adapted between config.spin_min_s and spin_max_s
   std::thread thread_;
-  // the mailbox: any thread posts under mu_; `sleeping_` (under mu_) says whether a sender must notify
-  std::mutex mu_;
+  // the mailbox: any thread posts under mu_; `sleeping_` (under mu_) says whether a sender must notify. What
+  // senders write starts a cache line, and the owner's own state starts the next one (from drained_ on).
+  alignas(64) std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<Message> mailbox_, drained_;
+  std::vector<Message> mailbox_;
   bool sleeping_ = false;
   std::atomic<int64_t> mail_{0};  // messages in the mailbox (spinning reads it without the lock)
-  uint64_t knobs_seen_ = ~0ull;   // the knob version the local copies below were read at
+  alignas(64) std::vector<Message> drained_;  // the owner's: the mailbox swapped out
+  uint64_t knobs_seen_ = ~0ull;  // the knob version the local copies below were read at
   // the loop's own
   Inbox inbox_;
   std::deque<Message> slab_;

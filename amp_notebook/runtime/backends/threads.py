@@ -40,6 +40,7 @@ from amp_notebook.runtime.backend import admit_by_messages
 from amp_notebook.runtime.blas import single_threaded_blas
 from amp_notebook.runtime.controller import Action, KeyInfo
 from amp_notebook.runtime.credits import Credits
+from amp_notebook.runtime.heap import frozen_heap
 from amp_notebook.runtime.inbox import Inbox
 from amp_notebook.runtime.knobs import KnobChange
 from amp_notebook.runtime.recover import drive, restart_session
@@ -173,7 +174,7 @@ class ThreadedBackend:
     def run(self) -> None:
         """Drive the run to the end in the calling thread; raises the first worker error (a lost worker only
         once the session's restarts are spent)."""
-        with single_threaded_blas():
+        with single_threaded_blas(), frozen_heap():  # the driver's collections skip the old heap (heap.py)
             self.steal.start()
             self.origin = time.perf_counter()
             self.started.set()

@@ -92,7 +92,9 @@ struct SpecError : std::invalid_argument {
   explicit SpecError(const std::string& what) : std::invalid_argument("kernel spec: " + what) {}
 };
 
-class Kernel {
+// Each kernel starts a cache line and fills whole lines (alignas): the kernels of nodes that different workers
+// own are allocated side by side as a run is assembled, and each writes its own state on every message.
+class alignas(64) Kernel {
  public:
   virtual ~Kernel() = default;
   virtual void forward(NodeCtx& ctx, int port, Span<const Tensor> xs, Span<const State> states, Outputs& out) = 0;
