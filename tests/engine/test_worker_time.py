@@ -55,9 +55,11 @@ def test_the_ops_share_is_the_trace_rows_and_the_parts_add_up_to_the_loop(digits
 
 def test_a_worker_without_a_node_only_waits_and_falls_asleep(digits) -> None:
     graph = models.mlp(input_width=64, hidden=16, layers=1)  # 1 heavy node for 2 workers: one gets none
+    # 30 epochs, about 30 ms: an epoch of this graph takes about 1 ms, and a run of 2 could end before a loaded
+    # machine gave the idle worker the 25 us of spinning that precede its first sleep
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        r = train(graph, digits, engine="native", workers=2, epochs=2, optimizer={"name": "sgd", "lr": 0.01})
+        r = train(graph, digits, engine="native", workers=2, epochs=30, optimizer={"name": "sgd", "lr": 0.01})
     idle = [t for t in r.worker_time if t["messages"] == 0]
     assert len(idle) == 1
     t = idle[0]
