@@ -164,7 +164,7 @@ class Engine {
   // gate, the driver's wake-up, the reports): each written group starts a line of its own (alignas), so a
   // worker's write there never takes a line that the other workers are reading. On this project's 2-core VM,
   // where a line took 40 to 200 ns to move between the cores depending on where the host ran them, that sharing
-  // cost a miss per routed message.
+  // could cost a miss per message routed to another worker.
   const EngineConfig config;
   const Layout layout;
   std::vector<std::unique_ptr<NodeState>> nodes;
