@@ -15,6 +15,8 @@
 #include <limits>
 #include <vector>
 
+#include "probing.h"
+
 namespace amp {
 
 class CountMap {
@@ -75,13 +77,10 @@ class CountMap {
   }
   size_t next(size_t i) const { return (i + 1) & (slots_.size() - 1); }
 
-  // Backward-shift deletion: move later members of the probe run into the hole while that keeps each at or
-  // after its home slot (cyclically), so lookups never need tombstones.
+  // Backward-shift deletion (probing.h).
   void erase_at(size_t hole) {
     for (size_t i = next(hole); slots_[i].count != kEmpty; i = next(i)) {
-      const size_t h = home(slots_[i].id);
-      const bool movable = (hole <= i) ? (h <= hole || h > i) : (h <= hole && h > i);
-      if (movable) {
+      if (moves_into_hole(hole, i, home(slots_[i].id))) {
         slots_[hole] = slots_[i];
         hole = i;
       }

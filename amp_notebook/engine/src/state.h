@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common.h"
+#include "probing.h"
 
 namespace amp {
 
@@ -172,16 +173,14 @@ class StateMap {
     return index_[i];
   }
 
-  // Backward-shift deletion: move later members of the probe run into the hole while that keeps each
-  // one at or after its home slot, so lookups never need tombstones.
+  // Backward-shift deletion (probing.h).
   void erase_at(size_t hole) {
     size_t i = hole;
     for (;;) {
       i = (i + 1) & mask_;
       if (index_[i].pos == kEmpty) break;
       size_t home = index_[i].hash & mask_;
-      bool movable = (hole <= i) ? (home <= hole || home > i) : (home <= hole && home > i);
-      if (movable) {
+      if (moves_into_hole(hole, i, home)) {
         index_[hole] = index_[i];
         hole = i;
       }
