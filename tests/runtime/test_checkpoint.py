@@ -79,7 +79,14 @@ def test_resume_with_the_checkpoints_own_settings(digits, tmp_path):
 
 def test_a_run_saved_mid_epoch_goes_on_and_its_checkpoint_resumes_bit_for_bit(digits, tmp_path):
     whole = fit(mlp(), digits, mode="sync", epochs=2)
-    run = train(mlp(), digits, mode="sync", epochs=2, background=True, **SETTINGS)
+    done: list[int] = []
+
+    def slow_after_10(info) -> None:  # the whole run takes a few ms: leave the test time to save in the middle
+        done.append(info.key)
+        if len(done) >= 10:
+            time.sleep(0.002)
+
+    run = train(mlp(), digits, mode="sync", epochs=2, background=True, on_key_done=slow_after_10, **SETTINGS)
     assert isinstance(run, Run)
     deadline = time.monotonic() + 20
     while run.status["keys_done"] < 10 and not run.done:
