@@ -213,3 +213,17 @@ def test_train_mlp_mnist_missing_files_names_them(tmp_path: Path, capsys: pytest
     assert "train-images-idx3-ubyte" in err and "Traceback" not in err and len(err.splitlines()) == 1
     with pytest.raises(FileNotFoundError, match="train-images-idx3-ubyte"):  # --debug: the error itself
         main(["train", "--model", "mlp", "--mnist", str(tmp_path), "--epochs", "1", "--quiet", "--debug"])
+
+
+def test_demo_runs_one_copy_of_the_step_on_each_worker(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "demo.trace.json"
+    assert main(["demo", "--epochs", "1", "--json", "--trace", str(trace)]) == 0
+    captured = capsys.readouterr()
+    out = last_json_line(captured.out)
+    assert out["model"] == "rnn" and out["replicas"] == 2 and out["workers"] == 2 and out["mode"] == "amp"
+    assert len(out["val_accuracy"]) == 1
+    # one copy of the step on each worker (a single copy leaves the other worker nearly idle)
+    assert {out["placement"]["step0"], out["placement"]["step1"]} == {0, 1}
+    assert len(out["utilization"]) == 2 and all(u > 0.0 for u in out["utilization"])
+    assert trace.exists() and json.loads(trace.read_text())
+    assert "replicated 2x" in captured.err and "demo finished" in captured.err

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -175,8 +175,8 @@ for lane in builder.view["lanes"]:
 # (the **Train** button does the same with `builder.train_data`). Here we wait for one short epoch on 2,000
 # lists: enough to see the graph train, far too little to learn the task (the accuracy printed stays well
 # below one half; always giving the most frequent answer scores about 12%). List reduction needs many more
-# lists: `amp-notebook demo` trains the same Fig. 2 RNN, wider, on 100,000 lists for up to 20 epochs,
-# stopping once its validation accuracy reaches 97%.
+# lists: `amp-notebook demo` trains the same Fig. 2 RNN, wider and with a copy of its step on each worker,
+# on 100,000 lists for up to 20 epochs, stopping once its validation accuracy reaches 97%.
 
 # %%
 
