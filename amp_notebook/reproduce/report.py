@@ -132,6 +132,13 @@ def _near_cell(t: dict[str, Any]) -> str:
     return f"{_num(t['ours_ratio_near_link'], 2)} ({t['near_link_rounds']} of {runs})"
 
 
+def _config_cell(t: dict[str, Any]) -> str:
+    """A threads row's inbox order and whether its messages ran bundled (``max_bundle`` None: the default)."""
+    if not t.get("priority"):
+        return ""
+    return f"{t['priority']}, {'unbundled' if t.get('max_bundle') == 1 else 'bundled'}"
+
+
 def _loaded_note(rows: list[dict[str, Any]], field: str) -> str:
     loads = [v for r in rows if r.get(field.replace("_load_1min", "_loaded")) for v in r[field]]
     if not loads:
@@ -158,7 +165,7 @@ def table2_section(result: dict[str, Any], figure: Any) -> str:
                       margin={"t": 30})  # fmt: skip
     header = ["model", "max_active_keys", "paper train (inst/s)", "paper valid (inst/s)", "paper ratio",
               "ours, threads (inst/s)", "ratio", "ratio, paired rounds", "ratio, near-link rounds",
-              "threads: inbox order",
+              "ratio the graph allows on 2 workers", "threads: inbox order, bundles",
               "ours, 16 simulated cores (inst/s)", "ratio",
               "PyTorch peer, threads (inst/s)", "rounds, threads (inst/s)"]  # fmt: skip
 
@@ -167,7 +174,7 @@ def table2_section(result: dict[str, Any], figure: Any) -> str:
         rounds = ", ".join(_num(v) for v in t.get("runs_per_s") or [])
         return [model, mak, _num(t["paper_train_per_s"]), _num(t["paper_valid_per_s"]), _num(t["paper_ratio"], 2),
                 _num(t["ours_per_s"]), _num(t["ours_ratio"], 2), _num(t.get("ours_ratio_paired"), 2),
-                _near_cell(t), t.get("priority") or "", _num(sim.get("ours_per_s")),
+                _near_cell(t), _num(t.get("bound_ratio"), 2), _config_cell(t), _num(sim.get("ours_per_s")),
                 _num(sim.get("ours_ratio"), 2), _peer_cell(t.get("peer_per_s"), t.get("peer_load_1min"),
                                                            t.get("peer_loaded")), rounds]  # fmt: skip
 
@@ -179,7 +186,9 @@ def table2_section(result: dict[str, Any], figure: Any) -> str:
                 f"interleave), which the machine's drift between rounds leaves alone; 'ratio, near-link rounds' "
                 f"is that median over the rounds whose two runs found the CPUs' cache-line round trip within "
                 f"{NEAR_FACTOR:g}x of the fastest measured (a virtual machine's host can move its CPUs apart at any "
-                f"time), with how many rounds those were. "
+                f"time), with how many rounds those were; 'ratio the graph allows on 2 workers' is the same ratio "
+                f"on 2 simulated devices as fast as one core here, with the row's placement, inbox order and keys, "
+                f"free hand-offs and no driver: what the graph's structure leaves for 2 cores. "
                 f"Threads: {_esc(result['threads'])}; while they ran, "
                 f"{html.escape(load_words([v for pair in loads for v in pair]))} (1-minute load average). Simulated: "
                 f"{_esc(result['simulated'])}, each device as fast as one core here. Paper: "

@@ -25,7 +25,17 @@ the busiest worker gets the least of the node time of a traced 1-worker run at t
 :func:`~amp_notebook.runtime.autoplace.split_load`) each with two inbox orders (``fifo`` and ``light_first``, the
 threaded backend's default on 2 workers) are timed in two interleaved runs each (a configuration equal to an earlier
 one once), and the fastest runs the row (ties go to ``auto``'s choice with ``fifo``). The row's ``placement_trials``
-keeps every figure, and its ``placement`` and ``priority`` say what ran. A model family (the RNN with its replicated
+keeps every figure, and its ``placement`` and ``priority`` say what ran.
+
+**Bundles.** On threads an amp run bundles a node's waiting messages into one call (``max_bundle``, 16 by
+default), which saves the per-call cost of many small messages (the tagger's sentences: 1,861 sentences/s at 32
+in flight on 2 workers, 1,481 unbundled) but hands the next worker its work later, in lumps. Where each message
+is already a batch, that lumpiness costs more than the calls save: the MLP's 100 digits per key at 4 keys in
+flight ran at 28,600 digits/s unbundled against 21,900-23,800 bundled on 2 workers, its workers waiting 15-28% of
+the run on each other. So outside ``--quick`` the fastest configuration is timed once more beside itself with
+``max_bundle`` 1, ``PLACEMENT_TRIALS`` interleaved runs each, and the faster runs the row (a tie keeps the
+bundles); the row's ``max_bundle`` says which (None: the default), and ``placement_trials`` keeps both figures
+(the winner's second timing as "(again)"). A model family (the RNN with its replicated
 variants) and its PyTorch peer run ``repeats`` times, interleaved with the order flipping every round (this machine
 is shared and noisy); the median is reported, every round is kept in ``runs_per_s``, and beside the ratio of the
 medians (``ours_ratio``, the table's figure) each row has the median of its rounds' ratios to the base's run in the
@@ -38,6 +48,16 @@ every message they hand each other, and the paired ratio over the rounds whose r
 The workers run on the engine ``engine`` names (default ``auto``: the native worker loops, which hold no interpreter
 lock, wherever they are built and run the graph); each row's ``engine`` says which ran. On the Python engine every
 message's glue holds the interpreter lock, so two threads gain little whatever max_active_keys is.
+
+**What 2 workers allow.** A ratio to max_active_keys 1 on 2 workers is bounded by the graph as well as by the
+cores: where one key in flight already keeps both workers partly busy (the tagger's two directions run side by
+side), or where the heavy nodes cannot be split evenly over 2 workers (the MLP's three large layers), no engine
+reaches 2x. So each threads row also runs on the simulator (:func:`bound_rates`): 2 simulated devices, each as fast
+as one core here (the model's calibration below), free hand-offs and no driver, with the row's own placement,
+inbox order, max_active_keys and timed keys. ``bound_ratio`` is that run's throughput over the base row's (the
+same ratio as the row's, for the graph alone), and ``of_bound`` the row's ratio over it; ``bound_per_s`` keeps
+the simulated throughput. The simulator leaves out what the machine adds (caches, the cores' distance, the
+driver's time), so a row can exceed its bound where those cost its base run more.
 
 **simulated**: the paper's machine, 16 cores, as 16 simulated devices calibrated from this machine.
 Calibration: :func:`~amp_notebook.runtime.autoplace.measure_costs` runs a short traced sync training on one
@@ -99,6 +119,7 @@ QUICK_SEARCH: dict[str, Any] = {"keys": 8, "max_evaluations": 2}  # --quick: rou
 SIMULATED: dict[str, Any] = {"workers": 16, "priority": "backward_first", "placement": "round_robin"}
 HEAVY_KINDS = ("linear", "embedding")
 PLACEMENT_TRIALS = 2  # timed runs of each candidate configuration (thread_configs)
+UNBUNDLED = "unbundled"  # a configuration with max_bundle 1 (thread_configs)
 
 
 _CALIBRATIONS: dict[tuple[Any, ...], CostModel] = {}
@@ -248,10 +269,15 @@ def thread_configs(
                                    for s in ("round_robin", "balanced")})  # fmt: skip
                 placements["measured load"] = measured_load(w, seed, k)
             timed = {f"{n}, {p}": {"placement": pl, "priority": p} for p in PRIORITIES for n, pl in placements.items()}
-            name, rates = fastest_placement(timed, functools.partial(_config_rate, w, seed, k), PLACEMENT_TRIALS)
-            configs[k] = timed[name]
-            if rates:
-                trials[k] = rates
+            rate = functools.partial(_config_rate, w, seed, k)
+            name, rates = fastest_placement(timed, rate, PLACEMENT_TRIALS)
+            # the winner against itself unbundled, timed together (module docstring, "Bundles")
+            pair = {name: timed[name], f"{name}, {UNBUNDLED}": {**timed[name], "max_bundle": 1}}
+            name, again = fastest_placement(pair, rate, PLACEMENT_TRIALS)
+            configs[k] = pair[name]
+            merged = {**rates, **{f"{n} (again)" if n in rates else n: v for n, v in again.items()}}
+            if merged:
+                trials[k] = merged
         heavy = {n: configs[k]["placement"][n] for n in choice.chosen.heavy}
         measured = "" if trials is None or k not in trials else f" (timed here: {trials[k]})"
         _progress(f"  threads, {w.name}, max_active_keys {k}: {name} {heavy}{measured}")
@@ -287,6 +313,7 @@ def threads_rows(
                                       trials[w.name] if measure else None)
                for w in members}  # fmt: skip
 
+    bounds = bound_rates(members, costs, configs, seed)
     ran: dict[tuple[str, int], str] = {}  # the engine each row ran on
     diverged: dict[tuple[str, int], list[int]] = {}  # the seeds of each row's diverged runs
 
@@ -331,16 +358,19 @@ def threads_rows(
             paired, per_round = paired_ratios(rounds, base_rounds)
             name, base_name = f"{w.name} mak={k}", f"{base.name} mak=1"
             near = kept_rounds_ratio(rounds, base_rounds, links.near(name), links.near(base_name))
+            bound = bounds[(w.name, k)] / bounds[(base.name, 1)]
             rows.append(row(
                 w.name, "threads", k, ran[(w.name, k)], value, base_rate, runs_per_s=rounds, load_1min=load,
                 ours_ratio_paired=paired, ratio_per_round=per_round,
                 link_ns_per_round=links.trips.get(name, []), ours_ratio_near_link=near["median"],
-                near_link_rounds=near["rounds"],
+                near_link_rounds=near["rounds"], bound_per_s=bounds[(w.name, k)], bound_ratio=bound,
+                of_bound=value / base_rate / bound if base_rate else None,
                 peer_per_s=peer_rate if is_base else None, peer_runs_per_s=peer_runs if is_base else None,
                 peer_load_1min=peer_load if is_base and peer_load else None,
                 peer_loaded=loaded(peer_load) if is_base and peer_load else None,
                 placement={n: configs[w.name][k]["placement"][n] for n in heavy},
-                priority=configs[w.name][k]["priority"], diverged_runs=diverged[(w.name, k)],
+                priority=configs[w.name][k]["priority"], max_bundle=configs[w.name][k].get("max_bundle"),
+                diverged_runs=diverged[(w.name, k)],
                 placement_trials=trials[w.name].get(k),
             ))  # fmt: skip
             _progress(f"  threads, {w.name}, max_active_keys {k}: {value:,.0f} instances/s "
@@ -348,6 +378,23 @@ def threads_rows(
     if peer_rate is not None:
         _progress(f"  {base.peer_name}: {peer_rate:,.0f} instances/s (load {peer_load})")
     return rows
+
+
+def bound_rates(
+    members: list[Workload], costs: dict[str, CostModel], configs: dict[str, dict[int, dict[str, Any]]], seed: int
+) -> dict[tuple[str, int], float]:
+    """What each threads row's graph allows (module docstring, "What 2 workers allow"): simulated training
+    instances/s of the row on ``THREADS``' workers, with its configuration, keys in flight and timed keys, and
+    the model's calibration (each device one core here, free hand-offs, no driver)."""
+    out: dict[tuple[str, int], float] = {}
+    for w in members:
+        for k in paper.table2_keys(w.name):
+            r = _train(w, seed, max_active_keys=k, backend="simulated", costs=costs[w.name],
+                       workers=THREADS["workers"], **configs[w.name][k])  # fmt: skip
+            out[(w.name, k)] = r.train_instances_per_s
+            _progress(f"  bound, 2 simulated workers, {w.name}, max_active_keys {k}: {out[(w.name, k)]:,.0f} "
+                      "instances/s (virtual)")  # fmt: skip
+    return out
 
 
 def simulated_rows(members: list[Workload], costs: dict[str, CostModel], seed: int) -> list[dict[str, Any]]:
@@ -377,4 +424,6 @@ def _progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-__all__ = ["calibrate", "families", "row", "run", "simulated_rows", "thread_configs", "threads_rows", "timed"]
+__all__ = [
+    "bound_rates", "calibrate", "families", "row", "run", "simulated_rows", "thread_configs", "threads_rows", "timed",
+]  # fmt: skip

@@ -60,6 +60,11 @@ def test_reproduce_all_quick_writes_html_and_json(tmp_path: Path, capsys: pytest
             if r["near_link_rounds"] == len(r["runs_per_s"]):
                 assert r["ours_ratio_near_link"] == r["ours_ratio_paired"]
             assert (r["ours_ratio_near_link"] is None) == (r["near_link_rounds"] == 0)
+            # what the graph allows: the same ratio on 2 simulated devices, and the row's ratio over it
+            assert r["bound_per_s"] > 0 and r["max_bundle"] in (None, 1)
+            if r["mak"] == 1 and r["model"] not in paper.FAMILY_BASE:
+                assert r["bound_ratio"] == 1.0
+            assert r["of_bound"] == pytest.approx(r["ours_ratio"] / r["bound_ratio"])
         if r["backend"] == "simulated" or r["mak"] != 1 or r["model"] in paper.FAMILY_BASE:
             assert r.get("peer_per_s") is None
         else:  # the family's base row carries its peer, and the load it was measured under
@@ -343,18 +348,40 @@ def test_the_configuration_fastest_here_runs_the_row(fastest: str, monkeypatch: 
     timed: list[str] = []
 
     def rate(w: Any, seed: int, k: int, config: dict[str, Any]) -> float:
-        assert set(config) == {"placement", "priority"}
-        timed.append(f"{names[json.dumps(config['placement'], sort_keys=True)]}, {config['priority']}")
+        assert set(config) <= {"placement", "priority", "max_bundle"}
+        bundles = ", unbundled" if config.get("max_bundle") == 1 else ""
+        timed.append(f"{names[json.dumps(config['placement'], sort_keys=True)]}, {config['priority']}{bundles}")
         return 2.0 if timed[-1] == fastest else 1.0
 
     monkeypatch.setattr(table2, "_config_rate", rate)
     trials: dict[int, dict[str, float]] = {}
     configs = table2.thread_configs(w, CostModel(), [4], 0, trials=trials)
     expected = [f"{n}, {p}" for n in placements for p in table2.PRIORITIES]
-    assert sorted(timed) == sorted(expected * table2.PLACEMENT_TRIALS)  # auto's choice is balanced: timed once
+    # auto's choice is balanced: timed once; then the fastest again, beside itself unbundled
+    pair = [fastest, f"{fastest}, unbundled"]
+    assert sorted(timed) == sorted((expected + pair) * table2.PLACEMENT_TRIALS)
     placement, priority = fastest.split(", ")
-    assert configs == {4: {"placement": placements[placement], "priority": priority}}
-    assert trials[4] == {n: (2.0 if n == fastest else 1.0) for n in expected}
+    assert configs == {4: {"placement": placements[placement], "priority": priority}}  # bundled: the tie keeps it
+    assert trials[4] == {**{n: (2.0 if n == fastest else 1.0) for n in expected},
+                         f"{fastest} (again)": 2.0, f"{fastest}, unbundled": 1.0}  # fmt: skip
+
+
+def test_the_fastest_configuration_runs_unbundled_where_that_is_faster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The winner is timed again beside itself with max_bundle 1; the faster of the two runs the row."""
+    from amp_notebook.runtime.costs import CostModel
+
+    w, placements = _mlp_configs(monkeypatch, "balanced")
+
+    def rate(w: Any, seed: int, k: int, config: dict[str, Any]) -> float:
+        fast = config["placement"] == placements["round_robin"] and config["priority"] == "light_first"
+        return (2.0 if fast else 1.0) + (0.5 if config.get("max_bundle") == 1 else 0.0)
+
+    monkeypatch.setattr(table2, "_config_rate", rate)
+    trials: dict[int, dict[str, float]] = {}
+    configs = table2.thread_configs(w, CostModel(), [4], 0, trials=trials)
+    assert configs == {4: {"placement": placements["round_robin"], "priority": "light_first", "max_bundle": 1}}
+    assert trials[4]["round_robin, light_first, unbundled"] == 2.5
+    assert trials[4]["round_robin, light_first (again)"] == 2.0
 
 
 def test_without_trials_the_row_runs_auto_s_choice_with_fifo(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -377,7 +404,7 @@ def test_a_tie_goes_to_auto_s_choice_with_fifo(monkeypatch: pytest.MonkeyPatch) 
     configs = table2.thread_configs(w, CostModel(), [4], 0, trials=trials)
     assert configs == {4: {"placement": placements["measured load"], "priority": "fifo"}}
     assert next(iter(trials[4])) == "measured load, fifo"  # listed first; the same placement is not timed twice
-    assert len(trials[4]) == 3 * len(table2.PRIORITIES)
+    assert len(trials[4]) == 3 * len(table2.PRIORITIES) + 2  # and the winner again, beside itself unbundled
 
 
 def test_a_diverged_traced_run_of_the_measured_load_split_runs_again(monkeypatch: pytest.MonkeyPatch) -> None:
