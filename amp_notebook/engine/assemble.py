@@ -51,7 +51,7 @@ def assemble(session: Session) -> Any:
     codec = module.StateCodec(list(tables.layout), State)
     engine = module.Engine(
         codec, len(plan.names), config.workers, config.inbox_priority, config.order, config.mode == "amp",
-        NUMERICS[config.on_nonfinite], config.trace, *SPIN_US,
+        NUMERICS[config.on_nonfinite], config.trace, *SPIN_US, config.bundle_budget_s or 0.0,
     )  # fmt: skip
     bridged = set(tables.bridged)
     python_updates = False

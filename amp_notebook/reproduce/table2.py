@@ -25,17 +25,7 @@ the busiest worker gets the least of the node time of a traced 1-worker run at t
 :func:`~amp_notebook.runtime.autoplace.split_load`) each with two inbox orders (``fifo`` and ``light_first``, the
 threaded backend's default on 2 workers) are timed in two interleaved runs each (a configuration equal to an earlier
 one once), and the fastest runs the row (ties go to ``auto``'s choice with ``fifo``). The row's ``placement_trials``
-keeps every figure, and its ``placement`` and ``priority`` say what ran.
-
-**Bundles.** On threads an amp run bundles a node's waiting messages into one call (``max_bundle``, 16 by
-default), which saves the per-call cost of many small messages (the tagger's sentences: 1,861 sentences/s at 32
-in flight on 2 workers, 1,481 unbundled) but hands the next worker its work later, in lumps. Where each message
-is already a batch, that lumpiness costs more than the calls save: the MLP's 100 digits per key at 4 keys in
-flight ran at 28,600 digits/s unbundled against 21,900-23,800 bundled on 2 workers, its workers waiting 15-28% of
-the run on each other. So outside ``--quick`` the fastest configuration is timed once more beside itself with
-``max_bundle`` 1, ``PLACEMENT_TRIALS`` interleaved runs each, and the faster runs the row (a tie keeps the
-bundles); the row's ``max_bundle`` says which (None: the default), and ``placement_trials`` keeps both figures
-(the winner's second timing as "(again)"). A model family (the RNN with its replicated
+keeps every figure, and its ``placement`` and ``priority`` say what ran. A model family (the RNN with its replicated
 variants) and its PyTorch peer run ``repeats`` times, interleaved with the order flipping every round (this machine
 is shared and noisy); the median is reported, every round is kept in ``runs_per_s``, and beside the ratio of the
 medians (``ours_ratio``, the table's figure) each row has the median of its rounds' ratios to the base's run in the
@@ -49,12 +39,22 @@ The workers run on the engine ``engine`` names (default ``auto``: the native wor
 lock, wherever they are built and run the graph); each row's ``engine`` says which ran. On the Python engine every
 message's glue holds the interpreter lock, so two threads gain little whatever max_active_keys is.
 
+**Bundles.** On threads an amp run bundles a node's waiting messages into one call (``max_bundle``, 16 by
+default), which saves the per-call cost of many small messages (the tagger's sentences: 1,861 sentences/s at 32
+in flight on 2 workers, 1,481 unbundled) but hands the next worker its work in lumps. The bundle budget
+(``bundle_budget_s``, :mod:`~amp_notebook.runtime.worker`) already runs messages that are batches alone (the
+MLP's 100 digits per key: 21,900 digits/s at 4 keys in flight on 2 workers without it, 26,700 with it, 27,800
+unbundled); whether the bundles that remain help a row is measured: outside ``--quick`` the fastest
+configuration is timed once more beside itself with ``max_bundle`` 1, ``PLACEMENT_TRIALS`` interleaved runs
+each, and the faster runs the row (a tie keeps the bundles). The row's ``max_bundle`` says which (None: the
+default), and ``placement_trials`` keeps both figures (the winner's second timing as "(again)").
+
 **What 2 workers allow.** A ratio to max_active_keys 1 on 2 workers is bounded by the graph as well as by the
 cores: where one key in flight already keeps both workers partly busy (the tagger's two directions run side by
-side), or where the heavy nodes cannot be split evenly over 2 workers (the MLP's three large layers), no engine
-reaches 2x. So each threads row also runs on the simulator (:func:`bound_rates`): 2 simulated devices, each as fast
-as one core here (the model's calibration below), free hand-offs and no driver, with the row's own placement,
-inbox order, max_active_keys and timed keys. ``bound_ratio`` is that run's throughput over the base row's (the
+side), or where the heavy nodes cannot be split evenly over 2 workers, no engine reaches 2x. So each threads row
+also runs on the simulator (:func:`bound_rates`): 2 simulated devices, each as fast as one core here (the
+model's calibration below), free hand-offs and no driver, with the row's own placement, inbox order,
+max_active_keys and timed keys. ``bound_ratio`` is that run's throughput over the base row's (the
 same ratio as the row's, for the graph alone), and ``of_bound`` the row's ratio over it; ``bound_per_s`` keeps
 the simulated throughput. The simulator leaves out what the machine adds (caches, the cores' distance, the
 driver's time), so a row can exceed its bound where those cost its base run more.

@@ -197,6 +197,7 @@ class Session:
                 w, self.plan,
                 {i: self.contexts[i] for i in range(len(self.plan.names)) if self.plan.owner[i] == w},
                 local_updates=config.mode == "amp", knobs=self.knobs, buffer=self.buffers[w], tracing=config.trace,
+                bundle_budget_s=config.bundle_budget_s,
             )
             for w in range(config.workers)
         ]  # fmt: skip

@@ -27,6 +27,15 @@ time in the simulator; staleness rows take their time from it too), the ledger's
 (:class:`~amp_notebook.runtime.ledger.StepLedger`), and ``deliver(messages, at)``, which hands outgoing
 messages to their workers. Live thresholds (``min_update_frequency``, ``max_bundle``) are read from the
 session's :class:`~amp_notebook.runtime.knobs.Knobs` in place.
+
+**The bundle budget** (``bundle_budget_s``). A bundle's outputs leave together once its last message is done, so
+the worker they feed waits for the whole lump; that pays where messages are small and the call's own cost is
+much of theirs, not where each is already a batch. So each worker keeps, per node and direction, the seconds
+per message of the bundles it handled there (by the step's timer: measured on threads, virtual in a simulation,
+so a simulated schedule stays exact), as a moving average (:func:`per_message_seconds`), and a bundle takes no
+more messages than fit in the budget at that rate: ``max(1, int(budget / seconds))``, under ``max_bundle``. A node
+not yet timed on this worker bundles up to ``max_bundle``. The native engine keeps the same average with the
+same arithmetic (``Worker::step`` in ``src/step.cc``; the cap in ``src/worker.cc``).
 """
 
 from __future__ import annotations
@@ -77,6 +86,16 @@ class NodeError(AmpError, RuntimeError):
         )
 
 
+PER_MESSAGE_WEIGHT = 0.25  # the newest bundle's weight in a node's seconds per message (per_message_seconds)
+
+
+def per_message_seconds(average: float, seconds: float) -> float:
+    """A node's seconds per message on a worker after a bundle that took ``seconds`` per message: the first
+    bundle's figure (``average`` 0.0: none yet), then an exponential moving average. The native engine computes
+    the same in the same order (``src/step.cc``), so both engines' simulated schedules stay equal."""
+    return seconds if average == 0.0 else average + (seconds - average) * PER_MESSAGE_WEIGHT
+
+
 class Worker:
     """One worker's nodes as a state machine (module docstring). Owns the contexts of its nodes, its trace
     buffer and its loss reports; never touches a queue, a thread, a clock or another worker's nodes."""
@@ -90,6 +109,7 @@ class Worker:
         knobs: Knobs | None = None,
         buffer: WorkerBuffer | None = None,
         tracing: bool = True,
+        bundle_budget_s: float | None = None,
     ) -> None:
         self.index = index
         self.plan = plan
@@ -109,6 +129,10 @@ class Worker:
         self._parameterized = plan.parameterized
         self._thresholds = self.knobs.min_update_frequency
         self._caps = self.knobs.max_bundle
+        self._budget = bundle_budget_s  # None: no limit (module docstring, "The bundle budget")
+        # seconds per message of this worker's bundles, per node and direction (index 3 * node + direction; 0.0:
+        # not timed yet), kept for nodes whose max_bundle is over 1
+        self._per_message = [0.0] * (3 * len(plan.names))
         self._by_phase = (self._forward, self._backward, self._update)  # indexed by a message's direction
 
     # ------------------------------------------------------------------ the step
@@ -126,6 +150,9 @@ class Worker:
         except Exception as exc:
             raise self._op_error(bundle, exc) from exc
         t1 = timer.handled(t0, bundle)
+        if self._budget is not None and self._caps[first.node] > 1:
+            at = 3 * first.node + first.direction
+            self._per_message[at] = per_message_seconds(self._per_message[at], (t1 - t0) / len(bundle))
         if self.tracing:
             if len(bundle) == 1:
                 self.buffer.record(first.node, first.direction, first.key, t0, t1, depth)
@@ -170,6 +197,10 @@ class Worker:
         cap = self._caps[node]
         if cap > 1 and direction == BWD and self.local_updates and self._parameterized[node]:
             cap = min(cap, max(1, self._thresholds[node] - self.contexts[node].n_grads))
+        if cap > 1 and self._budget is not None:  # the bundle budget (module docstring)
+            seconds = self._per_message[3 * node + direction]
+            if seconds > 0.0:
+                cap = min(cap, max(1, int(self._budget / seconds)))
         return cap
 
     # ------------------------------------------------------------------ handling a bundle
@@ -326,4 +357,4 @@ class Worker:
         return NodeError(self.plan.names[node], type(self._ops[node]).__name__, direction, port, state, cause)
 
 
-__all__ = ["Deliver", "NodeError", "Timer", "Worker"]
+__all__ = ["PER_MESSAGE_WEIGHT", "Deliver", "NodeError", "Timer", "Worker", "per_message_seconds"]

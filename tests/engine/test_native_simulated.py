@@ -167,3 +167,19 @@ def test_the_ray_backend_still_refuses_the_native_engine() -> None:
     data = few_keys(entry.dataset("small", seed=0), 2, 1)
     with pytest.raises(SettingError, match="backend='ray'"):
         train(entry.graph(data), data, engine="native", backend="ray")
+
+
+def test_a_bundle_budget_simulates_alike_and_caps_the_bundles() -> None:
+    """Each worker's seconds per message come from the virtual clock in a simulation, so a budget that binds
+    gives both engines the same schedule; it holds bundles under what max_bundle alone allows."""
+    entry = zoo.get("tree-lstm")
+    data = few_keys(entry.dataset("small", seed=0), 10, 3)
+    graph = entry.graph(data)
+    settings = {"workers": 2, "mode": "amp", "epochs": 1, "seed": 2, "max_active_keys": 8, "max_bundle": 8,
+                "params": graph.init_params(3, np.float64)}  # fmt: skip
+    python, native = both(graph, data, bundle_budget_s=3e-6, **settings)
+    assert_same_run(python, native)
+    unlimited = train(graph, data, backend="simulated", costs=COSTS, dtype="float64", engine="native",
+                      bundle_budget_s=None, **settings)  # fmt: skip
+    capped, free = native.trace.events()["messages"], unlimited.trace.events()["messages"]
+    assert len(capped) > len(free) and capped.sum() == free.sum()  # more, smaller bundles of the same messages

@@ -146,3 +146,36 @@ def test_random_arrival_orders_give_the_interpreters_numbers(seconds, max_bundle
                 params=start, optimizer=SGD, backend="simulated", costs=CostModel(nodes=nodes),
                 max_bundle=max_bundle)  # fmt: skip
     assert amp.train_instances == data.train_instances
+
+
+def test_the_seconds_per_message_start_at_the_first_bundle_then_average() -> None:
+    from amp_notebook.runtime.worker import PER_MESSAGE_WEIGHT, per_message_seconds
+
+    assert per_message_seconds(0.0, 2e-3) == 2e-3  # nothing timed yet: the first bundle's figure
+    assert per_message_seconds(2e-3, 1e-3) == 2e-3 + (1e-3 - 2e-3) * PER_MESSAGE_WEIGHT
+
+
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_a_bundle_holds_no_more_op_time_than_the_budget(engine: str) -> None:
+    """A node whose messages take 1 ms each (virtual time) bundles at most 2 under a 2.5 ms budget, once its
+    first bundle is timed, where the same run without a budget bundles up to max_bundle; other nodes, cheap,
+    keep bundling."""
+    from amp_notebook.engine import available
+
+    if engine == "native" and not available():
+        pytest.skip("the native engine is not built here (AMP_NATIVE=0)")
+    graph, data = models.mlp(input_width=64, hidden=16), digits_dataset(batch_size=10)
+    costs = CostModel(nodes={"linear2": NodeCost(fwd_s=1e-3, bwd_s=1e-3)})
+    runs = {}
+    for budget in (2.5e-3, None):
+        runs[budget] = train(graph, data, workers=2, mode="amp", max_active_keys=16, max_bundle=16, epochs=1, seed=0,
+                             optimizer=SGD, backend="simulated", costs=costs, engine=engine, bundle_budget_s=budget,
+                             validate=False)  # fmt: skip
+    sizes = {}
+    for budget, r in runs.items():
+        events = r.trace.events()
+        heavy = events["node"] == r.trace.node_names.index("linear2")
+        sizes[budget] = events["messages"][heavy]
+    first_fwd_and_bwd = 2  # each direction's first bundle runs before anything is timed
+    assert (sizes[2.5e-3] > 2).sum() <= first_fwd_and_bwd and sizes[None].max() > 2
+    assert sizes[2.5e-3].sum() == sizes[None].sum()  # the same messages, in smaller bundles

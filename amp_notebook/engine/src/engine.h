@@ -81,6 +81,8 @@ struct EngineConfig {
   // the two (Worker::idle); equal bounds give a fixed spin, 0 sleeps at once
   double spin_min_s = 25e-6;
   double spin_max_s = 400e-6;
+  // the most op time a bundle may hold (runtime/worker.py, "The bundle budget"); 0: no limit
+  double bundle_budget_s = 0.0;
 };
 
 class Engine {

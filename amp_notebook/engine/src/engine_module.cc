@@ -90,7 +90,8 @@ std::unique_ptr<OptimizerState> optimizer_state(nb::dict spec, const NodeCtx& ct
 class EngineHandle {
  public:
   EngineHandle(nb::object codec, int n_nodes, int workers, const std::string& priority, const std::string& order,
-               bool local_updates, int numerics, bool tracing, double spin_min_us, double spin_max_us)
+               bool local_updates, int numerics, bool tracing, double spin_min_us, double spin_max_us,
+               double bundle_budget_s)
       : codec_obj_(codec), codec_(nb::cast<const StateCodec*>(codec)) {
     if (n_nodes < 1 || workers < 1) throw nb::value_error("a run has at least one node and one worker");
     if (numerics < 0 || numerics > 2) throw nb::value_error("numerics: 0 ignore, 1 raise, 2 skip");
@@ -105,6 +106,9 @@ class EngineHandle {
       throw nb::value_error("spin_min_us, spin_max_us: expected 0 <= spin_min_us <= spin_max_us <= 1e6 microseconds");
     config.spin_min_s = spin_min_us * 1e-6;
     config.spin_max_s = spin_max_us * 1e-6;
+    if (!(bundle_budget_s >= 0.0 && bundle_budget_s <= 1e6))  // NaN fails both
+      throw nb::value_error("bundle_budget_s: expected 0 (no limit) or seconds up to 1e6");
+    config.bundle_budget_s = bundle_budget_s;
     engine_ = std::make_unique<Engine>(config, codec_->layout(), n_nodes);
     added_.assign(static_cast<size_t>(n_nodes), false);
     in_ports_.resize(static_cast<size_t>(n_nodes));
@@ -667,9 +671,11 @@ void bind_engine(nb::module_& m) {
     return opt->t;
   });
   nb::class_<EngineHandle>(m, "Engine", nb::type_slots(engine_slots))
-      .def(nb::init<nb::object, int, int, const std::string&, const std::string&, bool, int, bool, double, double>(),
+      .def(nb::init<nb::object, int, int, const std::string&, const std::string&, bool, int, bool, double, double,
+                    double>(),
            nb::arg("codec"), nb::arg("n_nodes"), nb::arg("workers"), nb::arg("priority"), nb::arg("order"),
-           nb::arg("local_updates"), nb::arg("numerics"), nb::arg("tracing"), nb::arg("spin_min_us"), nb::arg("spin_max_us"))
+           nb::arg("local_updates"), nb::arg("numerics"), nb::arg("tracing"), nb::arg("spin_min_us"), nb::arg("spin_max_us"),
+           nb::arg("bundle_budget_s"))
       .def("add_node", &EngineHandle::add_node, nb::arg("index"), nb::arg("owner"), nb::arg("spec"), nb::arg("params"),
            nb::arg("grads"), nb::arg("grad_inputs"), nb::arg("grad_outputs"), nb::arg("fwd"), nb::arg("bwd"),
            nb::arg("parameterized"), nb::arg("receives_backward"), nb::arg("bridge").none(),

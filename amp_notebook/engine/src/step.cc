@@ -90,6 +90,13 @@ void Worker::step(std::vector<Message>& bundle, int32_t depth) {
     const double t1 = sim_clock ? sim_clock->ends(t0, bundle) : monotonic_now();
     send_at_ = end = t1;
     if (!sim_clock) bump(ops_s_, t1 - t0);
+    if (engine_.config.bundle_budget_s > 0.0 && max_bundle_[static_cast<size_t>(node)] > 1) {
+      // the node's seconds per message here: the first bundle's, then a moving average weighting the newest
+      // kPerMessageWeight, computed as runtime/worker.py's per_message_seconds computes it
+      double& average = per_message_s_[3 * static_cast<size_t>(node) + static_cast<size_t>(direction)];
+      const double seconds = (t1 - t0) / static_cast<double>(bundle.size());
+      average = average == 0.0 ? seconds : average + (seconds - average) * kPerMessageWeight;
+    }
     if (tr) {
       if (bundle.size() == 1) {
         tr->record(node, direction, key, t0, t1, depth);

@@ -45,6 +45,15 @@ Worker::Worker(Engine& engine, int index, Inbox::Priority priority, Inbox::Order
       int64_t need = muf_[static_cast<size_t>(node)] - n.ctx.n_grads;
       cap = std::min(cap, need > 1 ? need : int64_t{1});
     }
+    // the bundle budget: no more messages than fit in it at the rate this worker measured (runtime/worker.py)
+    const double budget = engine_.config.bundle_budget_s;
+    if (cap > 1 && budget > 0.0) {
+      const double seconds = per_message_s_[3 * static_cast<size_t>(node) + static_cast<size_t>(direction)];
+      if (seconds > 0.0) {
+        const double fit = budget / seconds;  // >= 1 messages when it fits, else the first one alone
+        if (fit < static_cast<double>(cap)) cap = fit >= 1.0 ? static_cast<int64_t>(fit) : int64_t{1};
+      }
+    }
     return cap;
   };
 }
@@ -136,6 +145,7 @@ bool Worker::take(std::vector<Message>* bundle) {
     const size_t n = engine_.nodes.size();
     max_bundle_.resize(n);
     muf_.resize(n);
+    per_message_s_.resize(3 * n, 0.0);
     for (size_t i = 0; i < n; ++i) {
       max_bundle_[i] = engine_.max_bundle(static_cast<int>(i));
       muf_[i] = engine_.min_update_frequency(static_cast<int>(i));

@@ -53,6 +53,9 @@ class Engine;
 class Simulation;
 struct NodeState;
 
+// The newest bundle's weight in a node's seconds per message (runtime/worker.py PER_MESSAGE_WEIGHT).
+constexpr double kPerMessageWeight = 0.25;
+
 // A message between nodes: runtime's Message with the port as an index (input port forward, output port
 // backward, 0 for a flush's update) and the key read once from the state.
 struct Message {
@@ -165,6 +168,9 @@ class Worker {
   std::vector<uint64_t> handles_;
   std::vector<int64_t> max_bundle_;  // the live knobs, copied when their version moves
   std::vector<int64_t> muf_;
+  // seconds per message of this worker's bundles, per node and direction (3 * node + direction; 0: not timed
+  // yet), kept for nodes whose max_bundle is over 1 when the run has a bundle budget (Worker::step)
+  std::vector<double> per_message_s_;
   Inbox::Limit limit_;
   // a step's scratch (capacity kept between steps)
   std::vector<Message> outs_, part_;

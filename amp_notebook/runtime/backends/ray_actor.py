@@ -103,7 +103,7 @@ class WorkerHost:
         self.contexts = contexts
         self.worker = Worker(
             index, plan, contexts, local_updates=config.mode == "amp", knobs=knobs,
-            buffer=WorkerBuffer(config.trace_capacity), tracing=config.trace,
+            buffer=WorkerBuffer(config.trace_capacity), tracing=config.trace, bundle_budget_s=config.bundle_budget_s,
         )  # fmt: skip
         if config.on_nonfinite != "ignore":  # losses and gradients are checked here; inputs on the driver
             self.worker.numerics = Guard(config.on_nonfinite, plan, None)
