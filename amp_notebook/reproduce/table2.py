@@ -42,9 +42,8 @@ message's glue holds the interpreter lock, so two threads gain little whatever m
 **Bundles.** On threads an amp run bundles a node's waiting messages into one call (``max_bundle``, 16 by
 default), which saves the per-call cost of many small messages (the tagger's sentences: 1,861 sentences/s at 32
 in flight on 2 workers, 1,481 unbundled) but hands the next worker its work in lumps. The bundle budget
-(``bundle_budget_s``, :mod:`~amp_notebook.runtime.worker`) already runs messages that are batches alone (the
-MLP's 100 digits per key: 21,900 digits/s at 4 keys in flight on 2 workers without it, 26,700 with it, 27,800
-unbundled); whether the bundles that remain help a row is measured: outside ``--quick`` the fastest
+(``bundle_budget_s``, :mod:`~amp_notebook.runtime.worker`; docs/models.md has its figures) already runs messages
+that are batches alone; whether the bundles that remain help a row is measured: outside ``--quick`` the fastest
 configuration is timed once more beside itself with ``max_bundle`` 1, ``PLACEMENT_TRIALS`` interleaved runs
 each, and the faster runs the row (a tie keeps the bundles). The row's ``max_bundle`` says which (None: the
 default), and ``placement_trials`` keeps both figures (the winner's second timing as "(again)").

@@ -24,6 +24,7 @@ from amp_notebook import models
 from amp_notebook.data import Dataset
 from amp_notebook.data.graphs import babi15_graphs, ggsnn_dataset
 from amp_notebook.data.sentiment import sentiment_tree_dataset
+from amp_notebook.engine import available as native_available
 from amp_notebook.ir.interpret import Interpreter
 from amp_notebook.ir.message import BWD
 from amp_notebook.runtime.costs import CostModel, NodeCost
@@ -155,15 +156,13 @@ def test_the_seconds_per_message_start_at_the_first_bundle_then_average() -> Non
     assert per_message_seconds(2e-3, 1e-3) == 2e-3 + (1e-3 - 2e-3) * PER_MESSAGE_WEIGHT
 
 
-@pytest.mark.parametrize("engine", ["python", "native"])
+@pytest.mark.parametrize(
+    "engine", ["python", pytest.param("native", marks=pytest.mark.skipif(not native_available(), reason="not built"))]
+)
 def test_a_bundle_holds_no_more_op_time_than_the_budget(engine: str) -> None:
     """A node whose messages take 1 ms each (virtual time) bundles at most 2 under a 2.5 ms budget, once its
     first bundle is timed, where the same run without a budget bundles up to max_bundle; other nodes, cheap,
     keep bundling."""
-    from amp_notebook.engine import available
-
-    if engine == "native" and not available():
-        pytest.skip("the native engine is not built here (AMP_NATIVE=0)")
     graph, data = models.mlp(input_width=64, hidden=16), digits_dataset(batch_size=10)
     costs = CostModel(nodes={"linear2": NodeCost(fwd_s=1e-3, bwd_s=1e-3)})
     runs = {}
