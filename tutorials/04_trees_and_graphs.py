@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -185,7 +185,7 @@ print(
 # with Adam at the same learning rate:
 #
 # * **ours, one tree per key**: the zoo's `tree_lstm` with the paper's update frequencies (the embedding
-#   every 1000 gradients, the other nodes every 50), 128 trees in flight, bundles of up to 128 messages;
+#   every 1000 gradients, the other nodes every 50), 32 trees in flight, bundles of up to 128 messages;
 #   1 worker, and the same on 2 workers;
 # * **PyTorch eager**: one tree at a time, a Python loop over its nodes, as a define-by-run framework runs a
 #   dynamic model without help; 25 trees' gradients per Adam step;

@@ -24,8 +24,10 @@ initial weights:
   updates stale, the accuracy one worker's within 0.4-5.2 root points, and the run as fast as at 6 keys.
 - ours_per_tree: the paper's layout, one tree per key walked node by node with Collect (``models.tree_lstm``,
   fused cells), the paper's per-node update frequencies (embedding 1000 gradients, other nodes 50), with
-  message bundling: 128 trees in flight, each node running up to ``max_bundle`` 128 of the messages waiting
-  for it as one call, one worker thread; ``ratio_per_tree_vs_eager``.
+  message bundling: 32 trees in flight, each node running up to ``max_bundle`` 128 of the messages waiting
+  for it as one call, one worker thread; ``ratio_per_tree_vs_eager``. More trees in flight make bigger bundles
+  but keep more states, caches and gradients waiting at once: on the native engine 128 trees ran about a
+  quarter slower than 32 (``docs/benchmarks.md`` has the sweep).
 - ours_per_tree_2_workers: the same on 2 worker threads.
 - ours_per_tree_unbundled: the same layout without bundling on 2 workers, 8 trees in flight, as measured
   before bundling existed; ``ratio_per_tree_unbundled_vs_eager``.
@@ -72,7 +74,7 @@ OPTIMIZER: dict[str, Any] = {"name": "adam", "lr": 3e-3}
 TREES_PER_KEY = 25  # = TORCH_BATCH: a forest key holds as many trees as a torch minibatch
 _FOREST: dict[str, Any] = {"mode": "amp", "max_active_keys": 6, "min_update_frequency": 1, "trace": False,
                            "max_bundle": 8, "order": "oldest_key"}  # fmt: skip
-_PER_TREE: dict[str, Any] = {"mode": "amp", "max_active_keys": 128, "trace": False, "max_bundle": 128,
+_PER_TREE: dict[str, Any] = {"mode": "amp", "max_active_keys": 32, "trace": False, "max_bundle": 128,
                              "order": "largest_bundle"}  # fmt: skip
 # our sides: name -> (layout, train settings)
 SIDES: dict[str, tuple[str, dict[str, Any]]] = {
