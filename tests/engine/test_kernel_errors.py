@@ -11,6 +11,7 @@ import pytest
 
 from amp_notebook.ir.message import State
 from amp_notebook.ir.ops import (
+    Bcast,
     Collect,
     Concat,
     Cond,
@@ -21,6 +22,7 @@ from amp_notebook.ir.ops import (
     OpError,
     Phi,
     SoftmaxCrossEntropy,
+    Split,
 )
 from tests.engine.harness import NativeOp
 
@@ -91,6 +93,57 @@ def test_native_errors_are_op_errors_naming_the_culprit(op: Op, feeds: list, phr
     assert isinstance(expected, OpError) and isinstance(got, OpError)
     assert phrase in str(expected) and phrase in str(got)
     assert got.port == expected.port or expected.port is None
+
+
+def backward_error(op: Op, native: bool, x: Any, grads: list[tuple[str, Any]]) -> BaseException:
+    """The error of ``op`` (or its native kernel) when its outputs' gradients ``grads`` come back, in order,
+    after one forward of ``x``; every output carries a gradient."""
+    s = State(key=0, t=1)
+    run: Op = NativeOp(op, {"key", "t"}) if native else op
+    ctx = NodeContext("n")
+    ctx.train = True
+    ctx.grad_outputs = frozenset(op.output_ports())
+    run.forward(ctx, "in", x, s)
+    with pytest.raises(Exception) as caught:
+        for port, g in grads:
+            run.backward(ctx, port, g, s)
+    return caught.value
+
+
+FAN_OUT_ERRORS = [
+    (
+        "split_second_gradient",
+        Split([2, 1]),
+        [("out0", np.ones((2, 2))), ("out0", np.ones((2, 2)))],
+        "output 'out0' sent a second gradient for state State(key=0, t=1)",
+    ),
+    (
+        "split_gradient_of_another_shape",
+        Split([2, 1]),
+        [("out1", np.ones((3, 1)))],
+        "Split output 'out1': expected a gradient of shape (2, 1), got (3, 1)",
+    ),
+    (
+        "bcast_second_gradient",
+        Bcast(3),
+        [("out2", np.ones((2, 3))), ("out2", np.ones((2, 3)))],
+        "output 'out2' sent a second gradient for state State(key=0, t=1)",
+    ),
+    (  # numpy's += would broadcast the row into the total without a word
+        "bcast_gradients_of_different_shapes",
+        Bcast(2),
+        [("out0", np.ones((2, 3))), ("out1", np.ones((1, 3)))],
+        "Bcast output 'out1': expected a gradient of shape (2, 3) like the other outputs', got (1, 3)",
+    ),
+]
+
+
+@pytest.mark.parametrize("op, grads, text", [r[1:] for r in FAN_OUT_ERRORS], ids=[r[0] for r in FAN_OUT_ERRORS])
+def test_fan_out_gradients_that_do_not_fit_are_op_errors_on_both_engines(op: Op, grads: list, text: str) -> None:
+    expected = backward_error(op, False, np.ones((2, 3)), grads)
+    got = backward_error(op, True, np.ones((2, 3)), grads)
+    assert isinstance(expected, OpError) and isinstance(got, OpError)
+    assert str(got) == str(expected) and text in str(got)
 
 
 def test_a_python_ops_exception_passes_the_bridge_unchanged() -> None:

@@ -224,3 +224,30 @@ def test_a_linear_holds_back_weight_gradients_and_settles_them_bit_for_bit(dtype
             np.testing.assert_array_equal(ctx.grads["W"], W)
             np.testing.assert_array_equal(np.signbit(ctx.grads["W"]), np.signbit(W))
     np.testing.assert_allclose(ctx.grads["b"], b, rtol=1e-12 if dtype == np.float64 else 1e-5)
+
+
+@pytest.mark.parametrize("kind", ["split", "bcast"])
+@pytest.mark.parametrize("first", [np.float32, np.float64])
+def test_fan_out_gradients_of_two_dtypes_add_and_join_as_numpy_does(kind: str, first: type) -> None:
+    """Split's gradient is np.concatenate's (the wider dtype, values exact); Bcast's sum is numpy's += into a
+    copy of the first gradient to arrive (its dtype, each sum computed in the wider one): bit for bit."""
+    from amp_notebook.ir.message import State
+    from amp_notebook.ir.ops import Bcast, NodeContext, Split
+
+    rng = np.random.default_rng(3)
+    second = np.float64 if first is np.float32 else np.float32
+    op = Split([2, 3]) if kind == "split" else Bcast(2)
+    widths = (2, 3) if kind == "split" else (5, 5)
+    grads = [("out1", rng.standard_normal((4, widths[1])).astype(first)),
+             ("out0", rng.standard_normal((4, widths[0])).astype(second))]  # fmt: skip
+    got = {}
+    for name, run in (("python", op), ("native", NativeOp(op, {"key"}))):
+        ctx = NodeContext("n")
+        ctx.train = True
+        ctx.grad_outputs = frozenset(op.output_ports())
+        run.forward(ctx, "in", rng.standard_normal((4, 5)), State(key=0))
+        out = [run.backward(ctx, port, g, State(key=0)) for port, g in grads]
+        assert out[0] == [] and len(out[1]) == 1
+        got[name] = out[1][0][1]
+    assert got["native"].dtype == got["python"].dtype
+    np.testing.assert_array_equal(got["native"], got["python"])

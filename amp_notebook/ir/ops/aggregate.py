@@ -73,11 +73,21 @@ class _FanOut(Op):
 
     def collect(self, ctx: NodeContext, port: str, g: Any, state: State) -> dict[str, Any] | None:
         entry = ctx.cache[state]
+        if port in entry[1]:
+            raise OpError(
+                f"output '{port}' sent a second gradient for state {state} before the other outputs sent theirs; "
+                "states leaving a Split or Bcast must come back once each"
+            )
+        self.check_gradient(port, g, entry)
         entry[1][port] = g
         if len(entry[1]) < len(ctx.grad_outputs):
             return None
         del ctx.cache[state]
         return entry
+
+    def check_gradient(self, port: str, g: Any, entry: tuple[Any, dict[str, Any]]) -> None:
+        """Raise :class:`OpError` if ``g`` cannot be output ``port``'s gradient (``entry``: the forward's input
+        shape and the gradients in so far)."""
 
 
 class Split(_FanOut):
@@ -109,6 +119,12 @@ class Split(_FanOut):
         if ctx.train:
             ctx.cache[state] = (x.shape, {})
         return [(p, xi, state) for p, xi in zip(self._outs, pieces, strict=True)]
+
+    def check_gradient(self, port: str, g: Any, entry: tuple[Any, dict[str, Any]]) -> None:
+        shape = entry[0]
+        expected = (*shape[:-1], self.sizes[self._outs.index(port)])
+        if np.shape(g) != expected:
+            raise OpError(f"Split output '{port}': expected a gradient of shape {expected}, got {np.shape(g)}")
 
     def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
         entry = self.collect(ctx, port, g, state)
@@ -148,6 +164,14 @@ class Bcast(_FanOut):
                 cache[s] = (None, {})
         outs = self._outs
         return [(p, x, s) for x, s in zip(xs, states, strict=True) for p in outs]
+
+    def check_gradient(self, port: str, g: Any, entry: tuple[Any, dict[str, Any]]) -> None:
+        first = next(iter(entry[1].values()), None)
+        if first is not None and np.shape(g) != np.shape(first):
+            raise OpError(
+                f"Bcast output '{port}': expected a gradient of shape {np.shape(first)} like the other outputs', "
+                f"got {np.shape(g)}"
+            )
 
     def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
         entry = self.collect(ctx, port, g, state)

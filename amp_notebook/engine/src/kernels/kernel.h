@@ -164,5 +164,6 @@ DType promote(DType a, DType b);
 Tensor as_dtype(const Tensor& x, DType dtype);
 Tensor take_cached(StateMap<Tensor>& cache, const State& s, const Layout& layout);  // OpError if absent
 std::string shape_text(const Tensor& t);  // "(3, 4)" as numpy prints a shape
+std::string shape_text(const int64_t* shape, int rank);
 
 }  // namespace amp

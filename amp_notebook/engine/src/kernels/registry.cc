@@ -81,13 +81,15 @@ Tensor as_dtype(const Tensor& x, DType dtype) {
   return out;
 }
 
-std::string shape_text(const Tensor& t) {
+std::string shape_text(const Tensor& t) { return shape_text(t.shape(), t.rank()); }
+
+std::string shape_text(const int64_t* shape, int rank) {
   std::string out = "(";
-  for (int i = 0; i < t.rank(); ++i) {
+  for (int i = 0; i < rank; ++i) {
     if (i) out += ", ";
-    out += std::to_string(t.dim(i));
+    out += std::to_string(shape[i]);
   }
-  return out + (t.rank() == 1 ? ",)" : ")");
+  return out + (rank == 1 ? ",)" : ")");
 }
 
 }  // namespace amp
