@@ -102,6 +102,7 @@ class Split(_FanOut):
 
     def setup(self) -> None:
         self._outs = tuple(f"out{i}" for i in range(len(self.sizes)))
+        self._widths = dict(zip(self._outs, self.sizes, strict=True))
 
     def output_ports(self) -> tuple[str, ...]:
         return self._outs
@@ -121,10 +122,10 @@ class Split(_FanOut):
         return [(p, xi, state) for p, xi in zip(self._outs, pieces, strict=True)]
 
     def check_gradient(self, port: str, g: Any, entry: tuple[Any, dict[str, Any]]) -> None:
-        shape = entry[0]
-        expected = (*shape[:-1], self.sizes[self._outs.index(port)])
-        if np.shape(g) != expected:
-            raise OpError(f"Split output '{port}': expected a gradient of shape {expected}, got {np.shape(g)}")
+        shape, found = entry[0], g.shape
+        if len(found) != len(shape) or found[-1] != self._widths[port] or found[:-1] != shape[:-1]:
+            expected = (*shape[:-1], self._widths[port])
+            raise OpError(f"Split output '{port}': expected a gradient of shape {expected}, got {found}")
 
     def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
         entry = self.collect(ctx, port, g, state)
@@ -166,12 +167,14 @@ class Bcast(_FanOut):
         return [(p, x, s) for x, s in zip(xs, states, strict=True) for p in outs]
 
     def check_gradient(self, port: str, g: Any, entry: tuple[Any, dict[str, Any]]) -> None:
-        first = next(iter(entry[1].values()), None)
-        if first is not None and np.shape(g) != np.shape(first):
-            raise OpError(
-                f"Bcast output '{port}': expected a gradient of shape {np.shape(first)} like the other outputs', "
-                f"got {np.shape(g)}"
-            )
+        grads = entry[1]
+        if grads:
+            first = next(iter(grads.values())).shape
+            if g.shape != first:
+                raise OpError(
+                    f"Bcast output '{port}': expected a gradient of shape {first} like the other outputs', "
+                    f"got {g.shape}"
+                )
 
     def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
         entry = self.collect(ctx, port, g, state)
