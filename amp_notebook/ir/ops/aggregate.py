@@ -122,7 +122,7 @@ class Split(_FanOut):
         return [(p, xi, state) for p, xi in zip(self._outs, pieces, strict=True)]
 
     def check_gradient(self, port: str, g: Any, entry: tuple[Any, dict[str, Any]]) -> None:
-        shape, found = entry[0], g.shape
+        shape, found = entry[0], g.shape if type(g) is np.ndarray else np.shape(g)
         if len(found) != len(shape) or found[-1] != self._widths[port] or found[:-1] != shape[:-1]:
             expected = (*shape[:-1], self._widths[port])
             raise OpError(f"Split output '{port}': expected a gradient of shape {expected}, got {found}")
@@ -169,11 +169,10 @@ class Bcast(_FanOut):
     def check_gradient(self, port: str, g: Any, entry: tuple[Any, dict[str, Any]]) -> None:
         grads = entry[1]
         if grads:
-            first = next(iter(grads.values())).shape
-            if g.shape != first:
+            first, found = np.shape(next(iter(grads.values()))), g.shape if type(g) is np.ndarray else np.shape(g)
+            if found != first:
                 raise OpError(
-                    f"Bcast output '{port}': expected a gradient of shape {first} like the other outputs', "
-                    f"got {g.shape}"
+                    f"Bcast output '{port}': expected a gradient of shape {first} like the other outputs', got {found}"
                 )
 
     def backward(self, ctx: NodeContext, port: str, g: Any, state: State) -> Emitted:
