@@ -195,12 +195,16 @@ def test_node_selection_dense_scatter_and_our_interpreter_agree() -> None:
 def test_the_benchmark_reaches_its_babi15_bar_in_a_ci_sized_run(side: str) -> None:
     """The benchmark's own training of ours (same settings, 54-node graphs; 10 graphs per key, and one graph per
     key with bundling) on a CI-sized set: the full run reaches 100% validation accuracy (``TARGETS``); 500
-    graphs and 3 epochs reach 1.0 on seeds 0-4 in under 2 s each, so the bar here is 0.95. (The one graph per
-    key side once updated after every graph with 128 graphs in flight and never learned: 4.6%.)"""
+    graphs and 3 epochs reach 1.0 on seeds 0-4 in under 2 s each on an idle machine, so the bar here is 0.95.
+    The run takes 5 epochs: asynchronous training follows the machine's timing, and with two busy processes
+    beside it 3 epochs of the 10-graph side ended below 1.0 in 3 runs of 14 (0.98, 0.87, 0.86), 5 epochs at
+    1.0 in 10 of 10.
+    (The one graph per key side once updated after every graph with 128 graphs in flight and never learned:
+    4.6%.)"""
     from amp_notebook.bench import ggsnn_vs_torch as bench
 
     train_g, val_g = bench.make_graphs("babi15", 500, 100, seed=0, inflate_to=54)
-    result = bench.ours("babi15", train_g, val_g, epochs=3, seed=0, side=side)
+    result = bench.ours("babi15", train_g, val_g, epochs=5, seed=0, side=side)
     assert result["final_metric"] >= 0.95
     assert bench.epochs_to_target([0.3, 0.99, 1.0], 1.0) == 3 and bench.epochs_to_target([0.5], 1.0) is None
 
