@@ -178,8 +178,8 @@ def _words(tp: Any, s: Setting) -> str:
 # default_max_bundle). Bundled results are those of the messages one by one to the rounding of a larger matrix
 # product, and a node that updates locally takes no more gradients than its next update needs.
 DEFAULT_MAX_BUNDLE = 16
-# The most op time one bundle may hold, in seconds (bundle_budget_s; why: runtime/worker.py, "The bundle budget").
-# At 500 us, messages of a quarter of a millisecond or more run alone; the tagger's (22 us at most) bundle 16.
+# The most op time one bundle may hold, in seconds (bundle_budget_s; why: runtime/worker.py, "The bundle budget";
+# what it changes for each model: docs/models.md, "Message bundling").
 DEFAULT_BUNDLE_BUDGET_S = 500e-6
 
 

@@ -78,16 +78,16 @@ class _FanOut(Op):
                 f"output '{port}' sent a second gradient for state {state} before the other outputs sent theirs; "
                 "states leaving a Split or Bcast must come back once each"
             )
-        self.check_gradient(port, g, entry)
+        self.check_gradient(port, g.shape if type(g) is np.ndarray else np.shape(g), entry)
         entry[1][port] = g
         if len(entry[1]) < len(ctx.grad_outputs):
             return None
         del ctx.cache[state]
         return entry
 
-    def check_gradient(self, port: str, g: Any, entry: tuple[Any, dict[str, Any]]) -> None:
-        """Raise :class:`OpError` if ``g`` cannot be output ``port``'s gradient (``entry``: the forward's input
-        shape and the gradients in so far)."""
+    def check_gradient(self, port: str, found: tuple[int, ...], entry: tuple[Any, dict[str, Any]]) -> None:
+        """Raise :class:`OpError` if a gradient of shape ``found`` cannot be output ``port``'s (``entry``: the
+        forward's input shape and the gradients in so far)."""
 
 
 class Split(_FanOut):
@@ -121,8 +121,8 @@ class Split(_FanOut):
             ctx.cache[state] = (x.shape, {})
         return [(p, xi, state) for p, xi in zip(self._outs, pieces, strict=True)]
 
-    def check_gradient(self, port: str, g: Any, entry: tuple[Any, dict[str, Any]]) -> None:
-        shape, found = entry[0], g.shape if type(g) is np.ndarray else np.shape(g)
+    def check_gradient(self, port: str, found: tuple[int, ...], entry: tuple[Any, dict[str, Any]]) -> None:
+        shape = entry[0]
         if len(found) != len(shape) or found[-1] != self._widths[port] or found[:-1] != shape[:-1]:
             expected = (*shape[:-1], self._widths[port])
             raise OpError(f"Split output '{port}': expected a gradient of shape {expected}, got {found}")
@@ -166,10 +166,10 @@ class Bcast(_FanOut):
         outs = self._outs
         return [(p, x, s) for x, s in zip(xs, states, strict=True) for p in outs]
 
-    def check_gradient(self, port: str, g: Any, entry: tuple[Any, dict[str, Any]]) -> None:
+    def check_gradient(self, port: str, found: tuple[int, ...], entry: tuple[Any, dict[str, Any]]) -> None:
         grads = entry[1]
         if grads:
-            first, found = np.shape(next(iter(grads.values()))), g.shape if type(g) is np.ndarray else np.shape(g)
+            first = np.shape(next(iter(grads.values())))
             if found != first:
                 raise OpError(
                     f"Bcast output '{port}': expected a gradient of shape {first} like the other outputs', got {found}"
