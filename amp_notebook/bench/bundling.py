@@ -10,6 +10,8 @@ it and run them as one call. This sweeps ``max_bundle`` over {1, 4, 16, 64} on:
 * ``ggsnn``: the GG-NN (hidden 32, 4 steps) on bAbI-15-style node selection, 54-node graphs, one graph
   per key, ``max_active_keys`` 32, the loop's Linears updating once per graph's worth of steps, Adam.
 
+Each run trains one epoch of ``N_TREES`` trees or ``N_GRAPHS`` graphs, without validation.
+
 Both on the threaded backend (2 workers, the default engine, traced), ``order="largest_bundle"`` when ``max_bundle`` > 1
 (the inbox serves the node with the most messages waiting, so bundles grow; see runtime/inbox.py) and the
 default order at 1. Every setting runs ``repeats`` times, interleaved, the order of settings reversed
@@ -29,7 +31,8 @@ from amp_notebook.bench.common import interleaved_medians, report
 
 MAX_BUNDLES = (1, 4, 16, 64)
 OPTIMIZER: dict[str, Any] = {"name": "adam", "lr": 3e-3}
-RUN: dict[str, Any] = {"mode": "amp", "workers": 2, "max_active_keys": 32, "validate": False}
+# every trace row kept: the messages and bundles are counted from the rows (unbundled, a run writes about 2 million)
+RUN: dict[str, Any] = {"mode": "amp", "workers": 2, "max_active_keys": 32, "validate": False, "trace_capacity": None}
 
 
 def _tree_case(n_train: int, seed: int) -> tuple[Any, Any]:
@@ -64,6 +67,8 @@ def measure(graph: Any, data: Any, max_bundle: int, seed: int) -> dict[str, floa
     r = train(graph, data, epochs=1, seed=seed, optimizer=OPTIMIZER, max_bundle=max_bundle, order=order, **RUN)
     wall = time.perf_counter() - t0
     assert isinstance(r, TrainResult)
+    if r.trace.dropped_rows():
+        raise RuntimeError(f"the trace dropped {r.trace.dropped_rows()} rows: the counts would miss their messages")
     events = r.trace.events()
     steps = (events["phase"] == FWD) | (events["phase"] == BWD)
     bundles, messages = int(steps.sum()), int(events["messages"][steps].sum())
@@ -98,8 +103,13 @@ def sweep(case: Callable[[int, int], tuple[Any, Any]], n_train: int, repeats: in
     }
 
 
+# Keys per run: enough for a run of about half a second on the native engine. At 600 trees and 300 graphs a run
+# there lasted 0.1-0.15 s, much of it filling and draining 32 keys in flight, and the sweep measured that.
+N_TREES, N_GRAPHS = 6000, 3000
+
+
 def run(
-    quick: bool = False, repeats: int = 3, n_trees: int = 600, n_graphs: int = 300, seed: int = 0
+    quick: bool = False, repeats: int = 3, n_trees: int = N_TREES, n_graphs: int = N_GRAPHS, seed: int = 0
 ) -> dict[str, Any]:
     if quick:
         repeats, n_trees, n_graphs = 1, 64, 32

@@ -27,7 +27,7 @@ initial weights:
   message bundling: 32 trees in flight, each node running up to ``max_bundle`` 128 of the messages waiting
   for it as one call, one worker thread; ``ratio_per_tree_vs_eager``. More trees in flight make bigger bundles
   but keep more states, caches and gradients waiting at once: on the native engine 128 trees ran a fifth
-  to a quarter slower than 32 (``docs/benchmarks.md`` has the sweep).
+  to a quarter slower than 32 (``docs/measurements.md`` has the sweep).
 - ours_per_tree_2_workers: the same on 2 worker threads.
 - ours_per_tree_unbundled: the same layout without bundling on 2 workers, 8 trees in flight, as measured
   before bundling existed; ``ratio_per_tree_unbundled_vs_eager``.
