@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from amp_notebook.bench.common import interleaved_medians, report
+from amp_notebook.errors import SettingError
 
 MAX_BUNDLES = (1, 4, 16, 64)
 OPTIMIZER: dict[str, Any] = {"name": "adam", "lr": 3e-3}
@@ -68,7 +69,8 @@ def measure(graph: Any, data: Any, max_bundle: int, seed: int) -> dict[str, floa
     wall = time.perf_counter() - t0
     assert isinstance(r, TrainResult)
     if r.trace.dropped_rows():
-        raise RuntimeError(f"the trace dropped {r.trace.dropped_rows()} rows: the counts would miss their messages")
+        raise SettingError("trace_capacity", f"bench bundling counts messages from the trace rows, and the trace "
+                           f"dropped {r.trace.dropped_rows()} of them: run with trace_capacity=None")  # fmt: skip
     events = r.trace.events()
     steps = (events["phase"] == FWD) | (events["phase"] == BWD)
     bundles, messages = int(steps.sum()), int(events["messages"][steps].sum())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from amp_notebook.bench import bundling
+from amp_notebook.errors import SettingError
 
 
 def test_unbundled_runs_count_one_message_per_bundle() -> None:
@@ -17,5 +18,5 @@ def test_unbundled_runs_count_one_message_per_bundle() -> None:
 def test_a_trace_that_dropped_rows_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     graph, data = bundling._tree_case(12, 0)
     monkeypatch.setitem(bundling.RUN, "trace_capacity", 64)
-    with pytest.raises(RuntimeError, match=r"the trace dropped \d+ rows"):
+    with pytest.raises(SettingError, match=r"the trace dropped \d+ of them: run with trace_capacity=None"):
         bundling.measure(graph, data, 1, 0)
