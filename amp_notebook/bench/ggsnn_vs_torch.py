@@ -102,7 +102,7 @@ OURS_2_WORKERS: dict[str, Any] = {"workers": 2, "max_active_keys": 4, "max_bundl
 # second key in flight there: on the native engine, 1 key against 2 ran 24.3k against 24.8k graphs/s (3 rounds) and
 # ended at validation MAE 0.18, 0.27 and 0.18 over seeds 0-2 (sync's, and the Python engine's at 1 key, to the
 # digit) against 0.25, 0.30 and 0.30 at 2 keys (mean staleness 0.5). So ours runs that task with 1 key in flight.
-OURS_BY_TASK: dict[str, dict[str, Any]] = {"molecules": {"max_active_keys": 1, "placement": "round_robin"}}
+OURS_BY_TASK: dict[str, dict[str, Any]] = {"molecules": {"max_active_keys": 1}}
 # One graph per key: 20 graphs in flight, bundles of up to 10 messages, and every node updating once per 10
 # graphs' gradients (the torch minibatch). Updating after every graph with 128 graphs in flight never learned
 # bAbI-15 (4.6% after 4 epochs; Adam steps on one stale graph each).
