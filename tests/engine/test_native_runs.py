@@ -11,7 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from amp_notebook.data.batch import Dataset
+from amp_notebook.data.batch import Batch, Dataset
+from amp_notebook.engine import native
+from amp_notebook.engine.plan import check
 from amp_notebook.engine.specs import native_kernel
 from amp_notebook.ir.interpret import Interpreter
 from amp_notebook.models import zoo
@@ -87,6 +89,40 @@ def test_zoo_models_own_optimizers_agree_between_the_engines(name: str) -> None:
     python, native = run(graph, data, "python", **settings), run(graph, data, "native", **settings)
     assert relative_error(native.params, python.params) <= 1e-9
     assert relative_error(native.params, start) > 1e-4
+
+
+def with_fields(data: Dataset, count: int) -> Dataset:
+    """``data`` whose keys carry ``count`` more state fields ``a0``, ``a1``, ... (sorted before the models' own,
+    so those take the higher slots), each key's values its own."""
+
+    def more(batches, base: int) -> list[Batch]:
+        return [Batch(b.inputs, b.size, {**b.fields, **{f"a{i}": (base + k) * 10 + i for i in range(count)}})
+                for k, b in enumerate(batches)]  # fmt: skip
+
+    return Dataset(data.name, more(data.train, 0), more(data.val, 100), data.num_classes, data.meta)
+
+
+@pytest.mark.parametrize("name", ["rnn-x2", "tree-lstm"])
+def test_states_of_more_fields_than_a_state_holds_inline_train_alike(name: str) -> None:
+    """A native State keeps its first slots inline and any beyond them in a block of its own. With 8 more
+    fields in every key, the models' own fields (the RNN's loop counter, the tree's heap position) live in
+    that block, where Isu, Cond, Flatmap and Collect read and write them and joins match on them; the run
+    still equals the Python engine's, also in amp mode on 2 workers."""
+    entry = zoo.get(name)
+    data = with_fields(few_keys(entry.dataset("small", seed=0)), 8)
+    graph = entry.graph(data)
+    names = list(graph.nodes)
+    layout = check(names, [graph.nodes[n].op for n in names], data.train[0].fields).layout
+    assert len(layout) > native().status()["inline_slots"], layout
+    start = graph.init_params(3, np.float64)
+    settings = {"workers": 1, "mode": "sync", "epochs": 2, "seed": 3, "params": start, "optimizer": SGD}
+    python, native_run = run(graph, data, "python", **settings), run(graph, data, "native", **settings)
+    assert relative_error(native_run.params, python.params) <= 1e-12
+    assert relative_error(native_run.params, start) > 1e-4
+    amp = {**settings, "workers": 2, "mode": "amp", "max_active_keys": 4, "max_bundle": 1}
+    python, native_run = run(graph, data, "python", **amp), run(graph, data, "native", **amp)
+    assert native_run.history[-1].train_instances == python.history[-1].train_instances > 0
+    assert len(native_run.trace.events()["end"]) == len(python.trace.events()["end"])
 
 
 def test_amp_runs_keep_the_python_engines_accounting() -> None:

@@ -13,6 +13,7 @@ namespace amp {
 // Fixed limits, checked once at the boundary (Python -> engine), never in the hot loop.
 constexpr int kMaxRank = 4;    // payloads are (rows, ...) with at most 3 more axes
 constexpr int kMaxSlots = 16;  // distinct state fields of one graph (the compile step refuses more)
+constexpr int kInlineSlots = 8;  // of them, held inside a State itself (state.h); the rest in a block it owns
 constexpr int kLossPort = -1;  // the pseudo-output of a loss: its forward starts the backward pass
 
 // An error inside one op (the Python op raises OpError for the same input). The worker adds the node,

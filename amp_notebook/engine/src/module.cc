@@ -210,6 +210,7 @@ NB_MODULE(_native, m) {
     d["blas_loaded"] = blas_loaded();
     d["kernels"] = kernel_kinds();
     d["max_slots"] = kMaxSlots;
+    d["inline_slots"] = kInlineSlots;
     d["max_rank"] = kMaxRank;
     return d;
   });

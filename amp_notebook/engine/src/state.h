@@ -3,6 +3,11 @@
 // field name. A slot holds an int64 and two bits say whether the field is present and whether its value
 // is a bool (Python keeps True and 1 apart in values but not in equality: `State(t=True) == State(t=1)`,
 // so equality and hash ignore the bool bit, as Python's do).
+// Size: every message carries a State, and the worker moves each message several times (mailbox, inbox,
+// bundle, outputs), so the State keeps only the first kInlineSlots slots inline (the zoo's graphs have 2 to
+// 8 fields); a graph with more fields (up to kMaxSlots) keeps its higher slots in a small block that the
+// State owns and copies. Shrinking the record from 136 to 80 bytes (a Message from 248 to 192) made the
+// per-tree Tree-LSTM 4-7% faster (docs/measurements.md, 2026-12-07, late).
 //
 // StateMap<V>: what an op caches under the state of a forward message until its backward arrives
 // (ir/ops/base.py NodeContext.cache / joins): a compact open-addressing index (linear probing, backward-shift
@@ -13,7 +18,9 @@
 #pragma once
 
 #include <cstring>
+#include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -25,22 +32,56 @@ namespace amp {
 struct State {
   uint32_t present = 0;  // bit i: slot i holds a value
   uint32_t bools = 0;    // bit i: that value is a bool (True/False in Python)
-  int64_t v[kMaxSlots] = {};  // absent slots hold 0, so equality and hash read every slot the same way
+  // Slots 0..kInlineSlots-1 live here; absent ones hold 0, so equality and hash read every slot the same way.
+  int64_t v[kInlineSlots] = {};
+
+  State() = default;
+  State(const State& o) : present(o.present), bools(o.bools) {
+    std::memcpy(v, o.v, sizeof v);
+    if (o.more_) more_ = copy_of(o.more_.get());
+  }
+  State(State&&) noexcept = default;
+  State& operator=(const State& o) {
+    if (this != &o) {
+      present = o.present;
+      bools = o.bools;
+      std::memcpy(v, o.v, sizeof v);
+      if (!o.more_) more_.reset();
+      else if (more_) std::memcpy(more_.get(), o.more_.get(), kMoreBytes);
+      else more_ = copy_of(o.more_.get());
+    }
+    return *this;
+  }
+  State& operator=(State&&) noexcept = default;
 
   bool has(int slot) const { return (present >> slot) & 1u; }
-  int64_t get(int slot) const { return v[slot]; }
+  int64_t get(int slot) const {
+    if (slot < kInlineSlots) return v[slot];
+    return more_ ? more_[static_cast<size_t>(slot - kInlineSlots)] : 0;
+  }
   void set(int slot, int64_t value, bool is_bool = false) {
-    v[slot] = value;
+    if (slot < kInlineSlots) {
+      v[slot] = value;
+    } else {
+      if (!more_) more_ = copy_of(nullptr);
+      more_[static_cast<size_t>(slot - kInlineSlots)] = value;
+    }
     present |= 1u << slot;
     bools = is_bool ? bools | (1u << slot) : bools & ~(1u << slot);
   }
   void erase(int slot) {
-    v[slot] = 0;
+    if (slot < kInlineSlots) v[slot] = 0;
+    else if (more_) more_[static_cast<size_t>(slot - kInlineSlots)] = 0;
     present &= ~(1u << slot);
     bools &= ~(1u << slot);
   }
   bool operator==(const State& o) const {
-    return present == o.present && std::memcmp(v, o.v, sizeof v) == 0;
+    if (present != o.present || std::memcmp(v, o.v, sizeof v) != 0) return false;
+    for (uint32_t m = present >> kInlineSlots; m; m &= m - 1) {  // high slots: only a graph of many fields
+      const int i = kInlineSlots + __builtin_ctz(m);
+      if (get(i) != o.get(i)) return false;
+    }
+    return true;
   }
   bool operator!=(const State& o) const { return !(*this == o); }
   uint64_t hash() const {
@@ -49,14 +90,30 @@ struct State {
     uint64_t h = 0x9e3779b97f4a7c15ull ^ present;
     for (uint32_t m = present; m; m &= m - 1) {
       int i = __builtin_ctz(m);
-      uint64_t x = h + static_cast<uint64_t>(v[i]) + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(i + 1);
+      uint64_t x = h + static_cast<uint64_t>(get(i)) + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(i + 1);
       x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
       x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
       h = x ^ (x >> 31);
     }
     return h;
   }
+
+ private:
+  static constexpr int kMoreSlots = kMaxSlots - kInlineSlots;
+  static constexpr size_t kMoreBytes = sizeof(int64_t) * kMoreSlots;
+  // A high block holding `from`'s values (null: zeros).
+  static std::unique_ptr<int64_t[]> copy_of(const int64_t* from) {
+    std::unique_ptr<int64_t[]> block(new int64_t[kMoreSlots]());
+    if (from) std::memcpy(block.get(), from, kMoreBytes);
+    return block;
+  }
+  // Slots kInlineSlots..kMaxSlots-1, only for a graph with more fields than fit inline; allocated when one
+  // of them is first set, and kept (zeroed where absent) while the State lives.
+  std::unique_ptr<int64_t[]> more_;
 };
+
+// Containers move States (a vector growing, a bundle taken), never copy them.
+static_assert(std::is_nothrow_move_constructible_v<State> && std::is_nothrow_move_assignable_v<State>);
 
 // The field names of a graph's slots, for conversion and for error messages.
 struct Layout {
