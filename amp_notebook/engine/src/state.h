@@ -112,7 +112,8 @@ struct State {
   std::unique_ptr<int64_t[]> more_;
 };
 
-// Containers move States (a vector growing, a bundle taken), never copy them.
+// A growing vector, and a bundle taken from the slab, move their messages' States: those moves must not throw
+// (nor allocate; copies do, for a graph with a high block).
 static_assert(std::is_nothrow_move_constructible_v<State> && std::is_nothrow_move_assignable_v<State>);
 
 // The field names of a graph's slots, for conversion and for error messages.
