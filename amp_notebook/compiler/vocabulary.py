@@ -310,7 +310,10 @@ def _lstm_cell(c: Call) -> tuple[Tensor, Tensor]:
 def _gru_cell(c: Call) -> Tensor:
     x, h = c.tensor("x", "float"), c.tensor("h", "float")
     hidden, match, fused = c.size("hidden"), c.tr.match_on([x, h]), bool(c.args["fused"])
-    return _cell(c, lambda name: C.gru_cell(c.tr.g, x.ref, h.ref, hidden, name, x.width, match, fused))
+    # h read twice by the cell, as the draft reads any value twice: one Bcast then feeds the cell and h's
+    # other readers (finalize), not a Bcast of the cell's own behind h's
+    copies = (h.ref, h.ref)
+    return _cell(c, lambda name: C.gru_cell(c.tr.g, x.ref, copies, hidden, name, x.width, match, fused))
 
 
 def _tree_lstm_leaf(c: Call) -> Tensor:

@@ -99,7 +99,7 @@ def lstm_cell(
 def gru_cell(
     g: Graph,
     x: Ref,
-    h: Ref,
+    h: Ref | tuple[Ref, Ref],
     hidden: int,
     name: str,
     in_features: int | None = None,
@@ -117,11 +117,17 @@ def gru_cell(
     Two Linears, not one over [x; h], because r multiplies only h's part. torch's ``weight_ih`` and
     ``bias_ih`` are ``W_x.T`` and ``b_x``; ``weight_hh`` and ``bias_hh`` are ``W_h.T`` and ``b_h``.
     Fused, the rest is one GRUUpdate '{name}_update' joining ``x @ W_x + b_x``, ``h @ W_h + b_h`` and h.
+
+    h is read twice (by '{name}_h' and by the update), so the cell fans it out through a Bcast
+    '{name}_h_fanout'. A caller that fans h out anyway passes two of its copies instead, ``(h_linear, h_update)``,
+    and saves that Bcast and its messages (the GG-NN's 'h_fanout' feeds the edges and the cell in one Bcast).
     """
     hidden = _positive("gru_cell", "hidden", hidden)
     width = _input_width(g, "gru_cell", x, in_features)
+    if isinstance(h, tuple) and (len(h) != 2 or not all(isinstance(r, Ref) for r in h)):
+        raise GraphError(f"gru_cell {name!r} h: expected a Ref or two Refs (copies of h), got {h!r}")
     with _cell(g, name):
-        h_in, h_skip = g.bcast(h, 2, name=f"{name}_h_fanout")
+        h_in, h_skip = h if isinstance(h, tuple) else g.bcast(h, 2, name=f"{name}_h_fanout")
         from_x = g.linear(x, 3 * hidden, name=f"{name}_x", in_features=width)
         from_h = g.linear(h_in, 3 * hidden, name=f"{name}_h", in_features=hidden)
         if fused:

@@ -8,10 +8,10 @@ travel as ONE message, and the graph's structure travels as int index payloads, 
 depends on N, on K or on the edges::
 
     node_features (N, F) -> Linear 'init' -> Isu 'start' (t = 0) -> Phi 'loop' <---------------------+
-      -> Bcast 'h_fanout'                                                                              |
+      -> Bcast 'h_fanout' (3 copies)                                                                   |
            Linear 'edges' (every node's message under every edge type, (N, T * hidden))                |
            -> TypedEdgeSum 'propagate' (messages, typed_edges[t]) -> a (N, hidden)                     |
-           gru_cell 'gru' (x = a, h) -> h'                                                             |
+           gru_cell 'gru' (x = a, h: two of the copies, so the cell adds no Bcast of its own) -> h'    |
       -> Isu 'tick' (t + 1) -> Cond 'more' on ``t < steps`` -- true ---------------------------------+
                                                            -- false -> readout -> loss
 
@@ -87,12 +87,12 @@ def ggsnn(
     h0 = g.isu(h0, forward={"t": "0"}, backward={"t": None}, name="start")
     h = g.phi(h0, None, name="loop")
     if fused_edges:
-        to_edges, to_gru = g.bcast(h, 2, name="h_fanout")
+        to_edges, to_gru_h, to_gru_update = g.bcast(h, 3, name="h_fanout")
         typed_edges = g.ungroup(g.input("typed_edges", dtype="int"), counter="t", name="typed_edges_steps")
         every_type = g.linear(to_edges, n_edge_types * hidden, name="edges", in_features=hidden)
         incoming = g.typed_edge_sum(every_type, typed_edges, n_edge_types, name="propagate")
-        return _finish(g, incoming, to_gru, hidden, steps, task, classes)
-    copies = g.bcast(h, 2 * n_edge_types + 1, name="h_fanout")
+        return _finish(g, incoming, (to_gru_h, to_gru_update), hidden, steps, task, classes)
+    copies = g.bcast(h, 2 * n_edge_types + 2, name="h_fanout")
     incoming: Ref | None = None
     for e in range(n_edge_types):
         src = g.ungroup(g.input(f"src{e}", dtype="int"), counter="t", name=f"src{e}_steps")
@@ -101,11 +101,14 @@ def ggsnn(
         summed = g.scatter_sum(messages, dst, copies[2 * e + 1], name=f"scatter{e}")
         incoming = summed if incoming is None else g.add(incoming, summed, name=f"sum{e}")
     assert incoming is not None
-    return _finish(g, incoming, copies[-1], hidden, steps, task, classes)
+    return _finish(g, incoming, (copies[-2], copies[-1]), hidden, steps, task, classes)
 
 
-def _finish(g: Graph, incoming: Ref, h: Ref, hidden: int, steps: int, task: str, classes: int | None) -> Graph:
-    """The GRU update, the loop back while ``t < steps``, then the readout and the loss."""
+def _finish(
+    g: Graph, incoming: Ref, h: tuple[Ref, Ref], hidden: int, steps: int, task: str, classes: int | None
+) -> Graph:
+    """The GRU update (``h``: two copies of the node states, for the cell's Linear and its update), the loop back
+    while ``t < steps``, then the readout and the loss."""
     h_new = gru_cell(g, incoming, h, hidden, name="gru", in_features=hidden)
     h_new = g.isu(h_new, forward={"t": "t + 1"}, backward={"t": "t - 1"}, name="tick")
     again, final = g.cond(h_new, f"t < {steps}", name="more")

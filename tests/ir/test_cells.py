@@ -44,10 +44,12 @@ def _lstm_graph() -> Graph:
     return g
 
 
-def _gru_graph(fused: bool = True) -> Graph:
+def _gru_graph(fused: bool = True, copies: bool = False) -> Graph:
+    """With ``copies`` the caller fans h out itself and hands the cell two copies."""
     g = Graph("gru")
     h = g.linear(g.input("hz", width=Z), HIDDEN, name="h0")
-    h1 = gru_cell(g, g.input("x", width=IN), h, HIDDEN, name="gru", fused=fused)
+    h_in = g.bcast(h, 2, name="h_copies") if copies else h
+    h1 = gru_cell(g, g.input("x", width=IN), h_in, HIDDEN, name="gru", fused=fused)
     g.mse(g.concat(h1, g.linear(g.input("cz", width=Z), HIDDEN, name="c0")), g.input("target", width=2 * HIDDEN))
     return g
 
@@ -98,9 +100,10 @@ def test_lstm_cell_equals_torch_lstm_cell() -> None:
     _compare(interp, batch, loss, grads)
 
 
+@pytest.mark.parametrize("copies", [False, True], ids=["h", "h_copies"])
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "primitives"])
-def test_gru_cell_equals_torch_gru_cell(fused: bool) -> None:
-    interp = Interpreter(_gru_graph(fused), seed=5, dtype=np.float64)
+def test_gru_cell_equals_torch_gru_cell(fused: bool, copies: bool) -> None:
+    interp = Interpreter(_gru_graph(fused, copies), seed=5, dtype=np.float64)
     batch = _batch(2)
     p = _torch_params(interp)
     x = _inputs(batch)
@@ -142,6 +145,17 @@ def test_cells_tag_their_nodes_and_keep_linears_separate(fused: bool) -> None:
     assert [n for n in lstm if g2.nodes[n].kind in ops.HEAVY] == ["lstm_gates"]
     g.validate()
     g2.validate()
+
+
+def test_a_gru_cell_given_two_copies_of_h_adds_no_fanout_of_its_own() -> None:
+    g = _gru_graph(copies=True)
+    assert "gru_h_fanout" not in g.nodes and [n for n in g.nodes if g.nodes[n].kind == "bcast"] == ["h_copies"]
+    assert sorted(e.dst for e in g.edges if e.src == "h_copies") == ["gru_h", "gru_update"]
+    g.validate()
+    g = Graph("bad")
+    h = g.input("h", width=HIDDEN)
+    with pytest.raises(GraphError, match=r"gru_cell 'gru' h: expected a Ref or two Refs \(copies of h\)"):
+        gru_cell(g, g.input("x", width=IN), (h, h, h), HIDDEN, name="gru")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "primitives"])
