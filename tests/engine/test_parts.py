@@ -335,6 +335,41 @@ def test_a_column_view_keeps_its_chunk_alive_after_the_writer_forgets_it() -> No
     np.testing.assert_array_equal(first_chunk["key"], [0, 1])
 
 
+def test_forgotten_chunks_are_reused_so_a_long_run_maps_a_bounded_number_of_them() -> None:
+    """A run writes chunks for as long as it runs; the reader forgets the old ones. Once no one holds a
+    forgotten chunk, the writer's next chunk reuses it: 500 chunks written, at most 4 mapped."""
+    native = engine.native().TraceBuffer(chunk_rows=4)
+    for i in range(2000):
+        native.record(i % 5, 0, i, float(i), i + 0.5, 0)
+        native.record_staleness(1, i, i % 3, float(i))
+        if i % 4 == 3:  # a chunk is full: the reader keeps the last one only
+            native.forget_before("events", i - 3)
+            native.forget_before("staleness", i - 3)
+    for kind in ("events", "staleness"):
+        made, reused = native.chunks_made(kind)
+        assert made <= 4 and made + reused == 500, (kind, made, reused)
+        (first, rows, columns), *_ = native.chunks(kind)
+        assert (first, rows) == (1996, 4)
+        np.testing.assert_array_equal(columns["key"], [1996, 1997, 1998, 1999])  # a reused chunk holds its own rows
+    assert native.chunks_made("members") == (1, 0)  # never written past its first chunk
+
+
+def test_a_chunk_a_reader_holds_is_never_reused_for_new_rows() -> None:
+    native = engine.native().TraceBuffer(chunk_rows=2)
+    native.record(1, 0, 0, 0.0, 1.0, 0)
+    native.record(1, 0, 1, 1.0, 2.0, 0)
+    held = native.chunks("events")[0][2]  # the arrays over chunk 0 keep it
+    for i in range(2, 40):
+        native.record(1, 0, i, float(i), i + 1.0, 0)
+        native.forget_before("events", i - i % 2)
+    np.testing.assert_array_equal(held["key"], [0, 1])
+    np.testing.assert_array_equal(held["end"], [1.0, 2.0])
+    made, reused = native.chunks_made("events")
+    assert made >= 3 and made + reused == 20
+    with pytest.raises(ValueError, match="kind: expected 'events', 'members' or 'staleness', got 'event'"):
+        native.forget_before("event", 0)
+
+
 def test_states_of_many_fields_cross_the_boundary_unchanged() -> None:
     """A layout of 12 fields: the ones past the first 8 slots (kept in a State's own block) round-trip,
     compare and hash as Python's states do, present or absent."""

@@ -57,6 +57,13 @@ nb::dict chunk_columns(const std::shared_ptr<Chunk>& chunk, const std::vector<Co
   return out;
 }
 
+RowTable& table_of(TraceBuffer& t, const std::string& kind) {
+  if (kind == "events") return t.events;
+  if (kind == "members") return t.members;
+  if (kind == "staleness") return t.staleness;
+  throw nb::value_error(("kind: expected 'events', 'members' or 'staleness', got '" + kind + "'").c_str());
+}
+
 nb::list table_chunks(RowTable& t) {
   nb::list out;
   for (const auto& c : t.chunks()) {
@@ -413,15 +420,13 @@ void bind_probes(nb::module_& m) {
         t.record_bundle(node, phase, Span<const int64_t>(keys.data(), keys.size()), start, end, depth);
       })
       .def("record_staleness", &TraceBuffer::record_staleness)
-      .def("chunks", [](TraceBuffer& t, const std::string& kind) {
-        if (kind == "events") return table_chunks(t.events);
-        if (kind == "members") return table_chunks(t.members);
-        if (kind == "staleness") return table_chunks(t.staleness);
-        throw nb::value_error("kind: expected 'events', 'members' or 'staleness'");
-      })
+      .def("chunks", [](TraceBuffer& t, const std::string& kind) { return table_chunks(table_of(t, kind)); })
       .def("forget_before", [](TraceBuffer& t, const std::string& kind, int64_t before) {
-        RowTable& table = kind == "events" ? t.events : kind == "members" ? t.members : t.staleness;
-        table.forget_before(before);
+        table_of(t, kind).forget_before(before);
+      })
+      .def("chunks_made", [](TraceBuffer& t, const std::string& kind) {
+        RowTable& table = table_of(t, kind);
+        return nb::make_tuple(table.chunks_made(), table.chunks_reused());
       });
 }
 

@@ -1,6 +1,8 @@
 // See trace.h.
 #include "trace.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <new>
 
@@ -16,21 +18,81 @@ size_t width(char code) {
 }
 }  // namespace
 
+#ifdef __SANITIZE_ADDRESS__
+// Under AddressSanitizer each column comes from the heap instead, whose redzones catch a write past a column
+// (in one mapping it would land in the next column unseen).
+constexpr bool kOwnMapping = false;
+#else
+constexpr bool kOwnMapping = true;
+#endif
+
+// One anonymous mapping holds every column, each starting on a 64-byte line; the pages are the system's
+// zeros until written, so a fresh chunk costs what it touches.
 Chunk::Chunk(const std::vector<Column>& columns, int64_t capacity, int64_t first) : capacity_(capacity), first_(first) {
-  for (const Column& c : columns) {
-    size_t bytes = (static_cast<size_t>(capacity) * width(c.code) + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, bytes ? bytes : 64);
-    if (!p) throw std::bad_alloc();
-    data_.push_back(p);
+  std::vector<size_t> sizes;
+  for (const Column& c : columns) sizes.push_back((static_cast<size_t>(capacity) * width(c.code) + 63) / 64 * 64);
+  data_.reserve(sizes.size());  // nothing below throws once memory is taken, but a failed take
+  if (!kOwnMapping) {
+    for (size_t bytes : sizes) {
+      void* p = std::aligned_alloc(64, bytes ? bytes : 64);
+      if (!p) {
+        for (void* q : data_) std::free(q);
+        throw std::bad_alloc();
+      }
+      data_.push_back(p);
+    }
+    return;
+  }
+  for (size_t bytes : sizes) mapped_ += bytes;
+  mapped_ = mapped_ ? mapped_ : 64;
+  void* p = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  mapping_ = p;
+  size_t offset = 0;
+  for (size_t bytes : sizes) {
+    data_.push_back(static_cast<char*>(p) + offset);
+    offset += bytes;
   }
 }
 
 Chunk::~Chunk() {
-  for (void* p : data_) std::free(p);
+  if (kOwnMapping) {
+    munmap(mapping_, mapped_);
+  } else {
+    for (void* p : data_) std::free(p);
+  }
+}
+
+std::unique_ptr<Chunk> ChunkPool::take() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (spare_.empty()) return nullptr;
+  std::unique_ptr<Chunk> chunk = std::move(spare_.back());
+  spare_.pop_back();
+  reused_.fetch_add(1, std::memory_order_relaxed);
+  return chunk;
+}
+
+void ChunkPool::give(Chunk* chunk) noexcept {
+  std::unique_ptr<Chunk> owned(chunk);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (spare_.size() < kSpares) spare_.push_back(std::move(owned));  // within the reserved capacity
+}  // else unmapped here, after the lock
+
+std::shared_ptr<Chunk> RowTable::make_chunk(int64_t first) {
+  std::unique_ptr<Chunk> chunk = pool_->take();
+  if (chunk) {
+    chunk->reuse(first);
+  } else {
+    chunk = std::make_unique<Chunk>(columns_, chunk_rows_, first);
+    pool_->count_made();
+  }
+  // the deleter holds the pool: a chunk a reader keeps may outlive its table (if making the control block
+  // throws, shared_ptr hands the chunk to the deleter)
+  return std::shared_ptr<Chunk>(chunk.release(), [pool = pool_](Chunk* c) { pool->give(c); });
 }
 
 RowTable::RowTable(std::vector<Column> columns, int64_t chunk_rows) : columns_(std::move(columns)), chunk_rows_(chunk_rows) {
-  current_owner_ = std::make_shared<Chunk>(columns_, chunk_rows_, 0);
+  current_owner_ = make_chunk(0);
   current_ = current_owner_.get();
   chunks_.push_back(current_owner_);
 }
@@ -38,7 +100,7 @@ RowTable::RowTable(std::vector<Column> columns, int64_t chunk_rows) : columns_(s
 Chunk& RowTable::next_row(int64_t* row) {
   int64_t n = current_->rows();
   if (n == current_->capacity()) {
-    auto next = std::make_shared<Chunk>(columns_, chunk_rows_, current_->first() + n);
+    auto next = make_chunk(current_->first() + n);
     std::lock_guard<std::mutex> lock(mu_);
     chunks_.push_back(next);
     current_owner_ = next;
