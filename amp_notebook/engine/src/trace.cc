@@ -31,7 +31,7 @@ constexpr bool kOwnMapping = true;
 Chunk::Chunk(const std::vector<Column>& columns, int64_t capacity, int64_t first) : capacity_(capacity), first_(first) {
   std::vector<size_t> sizes;
   for (const Column& c : columns) sizes.push_back((static_cast<size_t>(capacity) * width(c.code) + 63) / 64 * 64);
-  data_.reserve(sizes.size());  // nothing below throws once memory is taken, but a failed take
+  data_.reserve(sizes.size());  // so that once memory is taken only a failed take throws (freeing what it took)
   if (!kOwnMapping) {
     for (size_t bytes : sizes) {
       void* p = std::aligned_alloc(64, bytes ? bytes : 64);
